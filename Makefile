@@ -1,0 +1,38 @@
+# Set-up, demo and tests. Everything installs into .venv from the project's own files.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+DEMO   ?= demo-out
+
+.PHONY: setup demo test test-slow lint bench clean
+
+setup: $(VENV)/.installed
+
+# torch is pinned first so that pip takes the CPU build on disk instead of a CUDA build of
+# several GB; pyproject keeps the range open (torch>=2.4) for GPU machines.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[prm,dev]'
+	touch $@
+
+demo: setup
+	rm -rf $(DEMO) && mkdir -p $(DEMO)
+	$(BIN)/recovery simulate --out $(DEMO)/runs --policies base,rl --tasks 200 --samples 8 --budget 40 --seed 0
+	$(BIN)/recovery analyze $(DEMO)/runs/base.jsonl $(DEMO)/runs/rl.jsonl --baseline base \
+		--store $(DEMO)/runs.duckdb --html $(DEMO)/report.html --json $(DEMO)/report.json
+	@echo "report: $(DEMO)/report.html"
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+test-slow: setup
+	$(BIN)/pytest -q -m slow
+
+bench: setup
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache

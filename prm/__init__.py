@@ -1,0 +1,1 @@
+"""The process reward model: labels, datasets, models, training, scoring and evaluation."""

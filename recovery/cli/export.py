@@ -1,0 +1,37 @@
+"""``recovery export parquet DIR --store PATH``: the store's tables as Parquet files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from recovery.cli._options import command_options, opt
+
+
+@dataclass
+class ExportParquetConfig:
+    """Options of ``recovery export parquet``."""
+
+    out_dir: Path = opt(argument=True, required=True, help="Directory to write into.")
+    store: Path | None = opt(None, "DuckDB store to read (opened read-only).", required=True)
+
+
+@click.group()
+def export() -> None:
+    """Export the store to other formats."""
+
+
+@export.command()
+@command_options(ExportParquetConfig)
+def parquet(config: ExportParquetConfig) -> None:
+    """Write each table of the store to OUT_DIR/<table>.parquet."""
+    from recovery.store import connect, export_parquet
+
+    con = connect(config.store, read_only=True)
+    try:
+        for path in export_parquet(con, config.out_dir):
+            click.echo(str(path))
+    finally:
+        con.close()

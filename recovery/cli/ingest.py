@@ -1,0 +1,93 @@
+"""``recovery ingest FILES... --store PATH``: read rollouts into the DuckDB store."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from recovery.cli._options import command_options, opt
+
+
+@dataclass
+class IngestConfig:
+    """Options of ``recovery ingest``."""
+
+    files: list[Path] = opt(
+        argument=True, required=True, default_factory=list, help="Input files."
+    )
+    store: Path | None = opt(
+        None, "DuckDB file to write (created when missing); in memory when omitted."
+    )
+    format: str | None = opt(
+        None, "Input format (default: detected per file). Unknown names list the known ones."
+    )
+    run: str | None = opt(None, "Run label for every trajectory, replacing the data's own.")
+    skip_bad: bool = opt(
+        False, "Store the good records of a file with bad ones and print how many were skipped."
+    )
+    rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")
+    max_record_mb: float = opt(512.0, "Largest record accepted, in MB of text.")
+
+
+def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
+    """Ingest every file of ``config`` into its store; return the number of failed files."""
+    from tqdm import tqdm
+
+    from recovery.formats import UnknownFormatError, get_reader
+    from recovery.marking import load_rules
+    from recovery.store import IngestError, IngestOptions, connect, ingest_file
+
+    if config.format is not None:
+        try:
+            get_reader(config.format)
+        except UnknownFormatError as err:
+            raise click.UsageError(str(err)) from None
+    options = IngestOptions(
+        format=config.format,
+        run=config.run,
+        skip_bad=config.skip_bad,
+        max_record_bytes=int(config.max_record_mb * 1024 * 1024),
+        rules=load_rules(config.rules) if config.rules else None,
+    )
+    con = connect(config.store)
+    failed = 0
+    files = tqdm(
+        config.files, desc="ingest", unit="file", file=sys.stderr,
+        disable=len(config.files) < 3, leave=False,
+    )
+    try:
+        for path in files:
+            try:
+                result = ingest_file(con, path, options)
+            except (IngestError, UnknownFormatError) as err:
+                failed += 1
+                tqdm.write(f"error: {err}", file=sys.stderr)
+                continue
+            tqdm.write(result.summary(), file=sys.stdout)
+            for bad in result.skipped[:5]:
+                tqdm.write(f"  skipped {bad}", file=sys.stderr)
+            if len(result.skipped) > 5:
+                tqdm.write(f"  ... and {len(result.skipped) - 5} more", file=sys.stderr)
+        total = con.execute(
+            "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
+        ).fetchone()
+        echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
+    finally:
+        con.close()
+    return failed
+
+
+@click.command()
+@command_options(IngestConfig)
+def ingest(config: IngestConfig) -> None:
+    """Read rollouts (any known format) into the DuckDB store, one transaction per file.
+
+    A file already ingested (same sha256) is skipped. A bad record stops its file, names the
+    file and line, and leaves the store as it was, unless --skip-bad is given.
+    """
+    failed = run_ingest(config)
+    if failed:
+        raise click.exceptions.Exit(1)

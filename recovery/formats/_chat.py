@@ -1,0 +1,229 @@
+"""Chat messages to turns, shared by the chat-shaped formats.
+
+A turn is one assistant message (DESIGN 3.1); the tool, user and environment messages that
+follow it, up to the next assistant message, are its observation. Messages before the first
+assistant message are the prompt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from recovery.formats import first_json_char, iter_lines
+from recovery.schema import RecordError, Turn
+
+ASSISTANT_ROLES = frozenset({"assistant", "ai", "model"})
+
+
+def content_text(content: Any) -> str:
+    """Text of a message's ``content``: a string, or a list of parts whose text is joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping):
+                text = part.get("text")
+                if text is None:
+                    text = part.get("reasoning") or part.get("content")
+                if text is None:
+                    text = f"<{part.get('type', 'part')}>"
+                parts.append(content_text(text))
+        return "\n".join(p for p in parts if p)
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def normalise_tool_call(call: Any) -> dict[str, Any]:
+    """``{"id", "name", "arguments"}`` from an OpenAI- or Inspect-style tool call.
+
+    OpenAI nests ``{"function": {"name", "arguments": "<json string>"}}``; Inspect uses
+    ``{"function": "<name>", "arguments": {...}}``. String arguments that parse as JSON are
+    parsed.
+    """
+    if not isinstance(call, Mapping):
+        return {"id": None, "name": str(call), "arguments": None}
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        name = function.get("name")
+        arguments = function.get("arguments")
+    else:
+        name = function if isinstance(function, str) else call.get("name")
+        arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            arguments = json.loads(arguments)
+    return {"id": call.get("id"), "name": name, "arguments": arguments}
+
+
+def render_tool_call(call: Mapping[str, Any]) -> str:
+    """``name({"arg": value})``: compact, deterministic text of a normalised tool call."""
+    arguments = call.get("arguments")
+    if arguments is None:
+        args = ""
+    elif isinstance(arguments, str):
+        args = arguments
+    else:
+        args = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+    return f"{call.get('name')}({args})"
+
+
+def render_action(message: Mapping[str, Any]) -> tuple[str, Any]:
+    """Text and structured form of an assistant message.
+
+    Returns:
+        ``(text, tool_calls)``: the content followed by one line per tool call, and the
+        normalised tool calls (``None`` when there are none).
+    """
+    text = content_text(message.get("content"))
+    calls = message.get("tool_calls") or []
+    if isinstance(calls, Mapping):
+        calls = [calls]
+    normalised = [normalise_tool_call(c) for c in calls]
+    lines = [text] if text else []
+    lines.extend(render_tool_call(c) for c in normalised)
+    return "\n".join(lines), (normalised or None)
+
+
+def observation_part(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The structured form of one observation message: role, name, content, and error."""
+    role = str(message.get("role", "environment"))
+    part: dict[str, Any] = {"role": role, "content": content_text(message.get("content"))}
+    name = message.get("name") or message.get("function")
+    if name:
+        part["name"] = name
+    error = message.get("error")
+    if error:
+        part["error"] = error
+    return part
+
+
+def render_observation(parts: list[dict[str, Any]]) -> str:
+    """One line block per observation message: ``[tool_name] content`` or ``role: content``."""
+    lines = []
+    for part in parts:
+        if part["role"] == "tool":
+            lines.append(f"[{part.get('name') or 'tool'}] {part['content']}")
+        else:
+            lines.append(f"{part['role']}: {part['content']}")
+    return "\n".join(lines)
+
+
+def split_turns(
+    messages: Any, *, labels: Mapping[int, float] | None = None
+) -> tuple[str, list[Turn]]:
+    """Split chat messages into the prompt and the turns.
+
+    Args:
+        messages: The list of messages (``role``, ``content``, optional ``tool_calls``...).
+        labels: Process labels by index of the assistant message in ``messages``.
+
+    Returns:
+        ``(prompt, turns)``.
+
+    Raises:
+        RecordError: when ``messages`` is not a list of objects with a role.
+    """
+    if not isinstance(messages, list):
+        raise RecordError(f"field 'messages': expected array, got {type(messages).__name__}")
+    prompt_parts: list[str] = []
+    turns: list[Turn] = []
+    pending: list[dict[str, Any]] = []
+
+    def close_turn() -> None:
+        if turns and pending:
+            turns[-1].observation = render_observation(pending)
+            turns[-1].observation_json = list(pending)
+        pending.clear()
+
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise RecordError(f"field 'messages[{index}]': expected an object with a 'role'")
+        role = str(message["role"])
+        if role in ASSISTANT_ROLES:
+            close_turn()
+            text, tool_calls = render_action(message)
+            meta: dict[str, Any] = {"message_index": index}
+            label = labels.get(index) if labels else None
+            turns.append(Turn(action=text, action_json=tool_calls, label=label, meta=meta))
+        elif not turns:
+            prompt_parts.append(f"{role}: {content_text(message.get('content'))}")
+        else:
+            pending.append(observation_part(message))
+    close_turn()
+    return "\n".join(prompt_parts), turns
+
+
+def task_id_from_prompt(prompt: str) -> str:
+    """A stable task id for records without one: a short hash of the prompt text."""
+    return "prompt-" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:12]
+
+
+def iter_json_records(
+    path: Path, max_record_bytes: int
+) -> Iterator[tuple[int, Any | RecordError]]:
+    """Records of a JSONL file or of a JSON array, each with its 1-based line number.
+
+    A JSON array is decoded element by element so that each record knows the line it starts
+    on; a syntax error stops the file (nothing after it can be located reliably).
+    """
+    from recovery.formats import head_bytes, open_text
+
+    if first_json_char(head_bytes(path, 4096)) == "[":
+        with open_text(path) as fh:
+            text = fh.read()
+        yield from _iter_array(text, str(path), max_record_bytes)
+        return
+    for lineno, line in iter_lines(path, max_record_bytes):
+        if isinstance(line, RecordError):
+            yield lineno, line
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as err:
+            yield lineno, RecordError(
+                f"malformed JSON: {err.msg} (column {err.colno})", file=str(path), line=lineno
+            )
+
+
+def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[int, Any]]:
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    line = text.count("\n", 0, pos) + 1
+    n = len(text)
+    while True:
+        while pos < n and text[pos] in " \t\r\n,":
+            if text[pos] == "\n":
+                line += 1
+            pos += 1
+        if pos >= n:
+            yield line, RecordError("malformed JSON: the array is not closed", file=file, line=line)
+            return
+        if text[pos] == "]":
+            return
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            yield err.lineno, RecordError(
+                f"malformed JSON: {err.msg} (column {err.colno})", file=file, line=err.lineno
+            )
+            return
+        if end - pos > max_record_bytes:
+            yield line, RecordError(
+                f"record is larger than the limit of {max_record_bytes} characters "
+                "(raise it with --max-record-mb)",
+                file=file,
+                line=line,
+            )
+        else:
+            yield line, value
+        line += text.count("\n", pos, end)
+        pos = end

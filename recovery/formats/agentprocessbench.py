@@ -1,0 +1,101 @@
+"""AgentProcessBench-style labelled trajectories.
+
+Each record (a JSONL line, or an element of a JSON array) has ``messages``, ``step_labels``
+(a map from the index of an assistant message in ``messages``, as a string, to +1 / 0 / -1)
+and ``final_label`` (the outcome: positive = success). The step labels become the turns'
+``label``; other fields are read as in the OpenAI chat format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, stem
+from recovery.formats._chat import iter_json_records
+from recovery.formats.openai_chat import KNOWN_KEYS, chat_trajectory
+from recovery.schema import RecordError, coerce_label, coerce_optional_float
+
+APB_KEYS = KNOWN_KEYS | {"step_labels", "final_label"}
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """Records with ``messages`` and ``step_labels``."""
+    return first_json_char(head) in "{[" and b'"step_labels"' in head and b'"messages"' in head
+
+
+def step_labels(raw: Any, messages: Any) -> dict[int, float]:
+    """Validate ``step_labels``: keys are indices of assistant messages, values in [-1, 1]."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RecordError(f"field 'step_labels': expected object, got {type(raw).__name__}")
+    labels: dict[int, float] = {}
+    n = len(messages) if isinstance(messages, list) else 0
+    for key, value in raw.items():
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            raise RecordError(
+                f"field 'step_labels': key {key!r} is not a message index"
+            ) from None
+        if not 0 <= index < n:
+            raise RecordError(
+                f"field 'step_labels': index {index} is outside 'messages' (0..{n - 1})"
+            )
+        role = messages[index].get("role") if isinstance(messages[index], dict) else None
+        if role != "assistant":
+            raise RecordError(
+                f"field 'step_labels': message {index} has role {role!r}, not 'assistant'"
+            )
+        label = coerce_label(value, f"step_labels.{key}")
+        if label is not None:
+            labels[index] = label
+    return labels
+
+
+def final_success(value: Any) -> bool | None:
+    """``final_label``: positive (or true) = success, zero/negative (or false) = failure."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    number = coerce_optional_float(value, "final_label")
+    return number is not None and number > 0
+
+
+def read(path: Path, options: ReadOptions) -> ReadResult:
+    """Read labelled trajectories; step labels become turn labels."""
+    default_run = stem(path)
+    for line, raw in iter_json_records(path, options.max_record_bytes):
+        if isinstance(raw, RecordError):
+            yield raw
+            continue
+        try:
+            if not isinstance(raw, dict):
+                raise RecordError(f"expected a JSON object, got {type(raw).__name__}")
+            labels = step_labels(raw.get("step_labels"), raw.get("messages"))
+            traj = chat_trajectory(
+                raw,
+                options=options,
+                default_run=default_run,
+                file=str(path),
+                line=line,
+                labels=labels,
+                known_keys=APB_KEYS,
+                success=final_success(raw.get("final_label")),
+            )
+            if raw.get("final_label") is not None:
+                traj.meta["final_label"] = raw["final_label"]
+            yield traj
+        except RecordError as err:
+            yield err.located(str(path), line)
+
+
+READER = Reader(
+    name="agentprocessbench",
+    description="AgentProcessBench-style labelled trajectories: 'messages', 'step_labels', "
+    "'final_label'",
+    sniff=sniff,
+    read=read,
+)

@@ -1,0 +1,51 @@
+"""Canonical JSONL (DESIGN 3.2): one trajectory per line, also ``.jsonl.gz``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, iter_lines, stem
+from recovery.schema import RecordError, trajectory_from_dict
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A JSON object per line whose first line has a ``turns`` key."""
+    if first_json_char(head) != "{":
+        return False
+    first_line = head.split(b"\n", 1)[0]
+    return b'"turns"' in first_line and b'"messages"' not in first_line
+
+
+def read(path: Path, options: ReadOptions) -> ReadResult:
+    """Read canonical JSONL line by line; a bad line becomes a RecordError naming it."""
+    default_run = stem(path)
+    for lineno, line in iter_lines(path, options.max_record_bytes):
+        if isinstance(line, RecordError):
+            yield line
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as err:
+            yield RecordError(f"malformed JSON: {err.msg} (column {err.colno})",
+                              file=str(path), line=lineno)
+            continue
+        try:
+            yield trajectory_from_dict(
+                raw,
+                default_run=default_run,
+                run_override=options.run,
+                success_threshold=options.success_threshold,
+                file=str(path),
+                line=lineno,
+            )
+        except RecordError as err:
+            yield err
+
+
+READER = Reader(
+    name="canonical",
+    description="canonical JSONL, one trajectory per line with a 'turns' list (.jsonl, .jsonl.gz)",
+    sniff=sniff,
+    read=read,
+)

@@ -1,0 +1,77 @@
+"""tau-bench result files: a JSON list of ``{task_id, trial, reward, info, traj}``.
+
+``trial`` is the sample; success is a reward within 1e-6 of 1; a turn is one assistant message
+of ``traj`` (OpenAI chat messages). Crashed episodes (``info.error`` or ``info.traceback``)
+are kept and flagged with ``meta.crashed = true``. ``info`` is kept in ``meta``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, stem
+from recovery.formats._chat import iter_json_records, split_turns
+from recovery.schema import (
+    RecordError,
+    Trajectory,
+    coerce_optional_float,
+    coerce_optional_int,
+    coerce_task_id,
+)
+
+KNOWN_KEYS = frozenset({"task_id", "trial", "reward", "traj"})
+SUCCESS_TOLERANCE = 1e-6
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A JSON array whose records have ``traj`` and ``task_id``."""
+    return first_json_char(head) == "[" and b'"traj"' in head and b'"task_id"' in head
+
+
+def trajectory(raw: Any, options: ReadOptions, default_run: str, file: str, line: int) -> Trajectory:
+    """One tau-bench record as a trajectory."""
+    if not isinstance(raw, dict):
+        raise RecordError(f"expected a JSON object, got {type(raw).__name__}")
+    for key in ("task_id", "traj"):
+        if key not in raw:
+            raise RecordError(f"field '{key}' is missing")
+    prompt, turns = split_turns(raw["traj"])
+    reward = coerce_optional_float(raw.get("reward"), "reward")
+    info = raw.get("info") or {}
+    meta = {k: v for k, v in raw.items() if k not in KNOWN_KEYS}
+    if isinstance(info, dict) and (info.get("error") or info.get("traceback")):
+        meta["crashed"] = True
+    return Trajectory(
+        run=options.run or default_run,
+        task_id=coerce_task_id(raw["task_id"]),
+        turns=turns,
+        success=None if reward is None else abs(reward - 1.0) <= SUCCESS_TOLERANCE,
+        sample=coerce_optional_int(raw.get("trial"), "trial"),
+        reward=reward,
+        prompt=prompt,
+        meta=meta,
+        source_file=file,
+        source_line=line,
+    )
+
+
+def read(path: Path, options: ReadOptions) -> ReadResult:
+    """Read a tau-bench results file; each record's line is where it starts."""
+    default_run = stem(path)
+    for line, raw in iter_json_records(path, options.max_record_bytes):
+        if isinstance(raw, RecordError):
+            yield raw
+            continue
+        try:
+            yield trajectory(raw, options, default_run, str(path), line)
+        except RecordError as err:
+            yield err.located(str(path), line)
+
+
+READER = Reader(
+    name="taubench",
+    description="tau-bench results: a JSON list of {task_id, trial, reward, info, traj}",
+    sniff=sniff,
+    read=read,
+)

@@ -1,0 +1,374 @@
+"""The canonical trajectory record (DESIGN 3.2) and its validation.
+
+Every reader turns its format into :class:`Trajectory` objects; the store only ever sees these.
+Validation errors are :class:`RecordError` values that name the file, the line and the field, so
+that a reader can report a bad record and carry on when the user asked for ``--skip-bad``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SUCCESS_THRESHOLD = 1.0 - 1e-6
+"""Default threshold: an episode succeeded when ``reward >= SUCCESS_THRESHOLD``."""
+
+EXPLICIT_ERROR_KIND = "explicit"
+"""Error kind stored when the data marks a turn with ``"error": true`` and names no kind."""
+
+CANONICAL_TRAJECTORY_KEYS = frozenset(
+    {"run", "task_id", "sample", "budget", "success", "reward", "turns", "meta"}
+)
+CANONICAL_TURN_KEYS = frozenset(
+    {"action", "observation", "reward", "error", "label", "done", "meta"}
+)
+
+
+class RecordError(ValueError):
+    """A record that cannot be read. Carries where it came from.
+
+    Readers *yield* these (rather than raise them) so that ingest can either stop at the
+    first one or skip it and count it.
+
+    Attributes:
+        file: Path of the input file.
+        line: 1-based line (or record index, for formats that are one JSON document).
+        message: What is wrong, naming the field and the expected type.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None):
+        self.message = message
+        self.file = file
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        return f"{where}: {self.message}"
+
+    def located(self, file: str | None, line: int | None) -> RecordError:
+        """Return a copy with the location filled in where it was missing."""
+        return RecordError(self.message, file=self.file or file, line=self.line or line)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One agent decision and what the environment returned to it (DESIGN 3.1).
+
+    Attributes:
+        action: The agent's output as text (tool calls rendered as ``name({json args})``).
+        observation: What came back as text: tool outputs, the next user/environment message.
+        action_json: The structured action (e.g. a list of tool calls) when the source had one.
+        observation_json: The structured observation (e.g. the list of messages) when the
+            source had one; rules can look inside it (e.g. the tau-bench ``Error:`` rule).
+        reward: Optional per-turn reward.
+        error: Explicit error mark from the data: a kind name, or ``None``. An explicit mark
+            wins over every rule.
+        label: Optional process label in [-1, 1] (DESIGN 3.2).
+        done: True when the data says the episode ended at this turn.
+        meta: Everything else the source had for this turn.
+    """
+
+    action: str
+    observation: str = ""
+    action_json: Any = None
+    observation_json: Any = None
+    reward: float | None = None
+    error: str | None = None
+    label: float | None = None
+    done: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """One episode of one policy on one task (DESIGN 3.2).
+
+    Attributes:
+        run: Policy or checkpoint label.
+        task_id: Task identifier (ints are converted to strings).
+        turns: The turns, in order; turn ``t`` is ``turns[t - 1]``.
+        success: Whether the episode succeeded; ``None`` when the source gives no outcome.
+        sample: Index among the samples of ``(run, task_id, budget)``; ``None`` = order seen.
+        budget: Turn budget the episode ran with; ``None`` = unknown.
+        reward: Final reward, optional.
+        prompt: The task context the agent saw before its first turn (system and first user
+            messages), as text; empty when the source has none.
+        meta: Unknown and format-specific fields, never dropped.
+        source_file: Where the record came from.
+        source_line: 1-based line (or record index) in ``source_file``.
+    """
+
+    run: str
+    task_id: str
+    turns: list[Turn]
+    success: bool | None
+    sample: int | None = None
+    budget: int | None = None
+    reward: float | None = None
+    prompt: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    source_file: str | None = None
+    source_line: int | None = None
+
+    @property
+    def n_turns(self) -> int:
+        """Number of turns."""
+        return len(self.turns)
+
+    @property
+    def success_turn(self) -> int | None:
+        """Turn at which a successful episode succeeded; ``None`` for a failure.
+
+        The number of turns, unless a turn carries ``done`` earlier.
+        """
+        if not self.success:
+            return None
+        for t, turn in enumerate(self.turns, start=1):
+            if turn.done:
+                return t
+        return len(self.turns)
+
+
+# --------------------------------------------------------------------------------------------
+# Field coercion with messages that name the field and the expected type.
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def as_text(value: Any) -> str:
+    """Render an action/observation as text: strings as they are, anything else as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def coerce_task_id(value: Any, where: str = "task_id") -> str:
+    """Task ids are strings; ints are converted. Anything else is an error."""
+    if isinstance(value, bool) or value is None:
+        raise RecordError(f"field '{where}': expected string or integer, got {_type_name(value)}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        if not value:
+            raise RecordError(f"field '{where}': expected a non-empty string")
+        return value
+    raise RecordError(f"field '{where}': expected string or integer, got {_type_name(value)}")
+
+
+def coerce_optional_int(value: Any, where: str) -> int | None:
+    """An optional non-negative integer (floats with an integral value are accepted)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise RecordError(f"field '{where}': expected integer, got bool")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise RecordError(f"field '{where}': expected integer, got {_type_name(value)}")
+    if value < 0:
+        raise RecordError(f"field '{where}': expected a non-negative integer, got {value}")
+    return value
+
+
+def coerce_optional_float(value: Any, where: str) -> float | None:
+    """An optional finite number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RecordError(f"field '{where}': expected number, got {_type_name(value)}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise RecordError(f"field '{where}': expected a finite number, got {value}")
+    return value
+
+
+def coerce_label(value: Any, where: str) -> float | None:
+    """A process label in [-1, 1] (DESIGN 3.2)."""
+    label = coerce_optional_float(value, where)
+    if label is not None and not -1.0 <= label <= 1.0:
+        raise RecordError(f"field '{where}': expected a label in [-1, 1], got {label}")
+    return label
+
+
+def coerce_error(value: Any, where: str) -> str | None:
+    """An explicit error mark: a kind name, ``true`` (kind ``explicit``), or false/null."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return EXPLICIT_ERROR_KIND
+    if isinstance(value, str):
+        return value or None
+    raise RecordError(f"field '{where}': expected string, boolean or null, got {_type_name(value)}")
+
+
+def coerce_meta(value: Any, where: str) -> dict[str, Any]:
+    """Optional object."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RecordError(f"field '{where}': expected object, got {_type_name(value)}")
+    return value
+
+
+def derive_success(
+    success: Any,
+    reward: float | None,
+    threshold: float = SUCCESS_THRESHOLD,
+    *,
+    required: bool = True,
+) -> bool | None:
+    """``success`` when given, else ``reward >= threshold``.
+
+    Args:
+        success: The record's own flag (bool, or 0/1), or ``None``.
+        reward: The final reward, or ``None``.
+        threshold: Rewards at or above it count as success.
+        required: When true, a record with neither is an error; when false its outcome is
+            unknown (``None``) and analyses leave it out and say so.
+    """
+    if success is not None:
+        if isinstance(success, bool):
+            return success
+        if isinstance(success, (int, float)) and success in (0, 1):
+            return bool(success)
+        raise RecordError(f"field 'success': expected boolean, got {_type_name(success)}")
+    if reward is None:
+        if not required:
+            return None
+        raise RecordError("fields 'success' and 'reward' are both missing: one is required")
+    return reward >= threshold
+
+
+def turn_from_dict(raw: Any, index: int) -> Turn:
+    """Validate one canonical turn object (``index`` is 1-based, for messages)."""
+    where = f"turns[{index - 1}]"
+    if not isinstance(raw, dict):
+        raise RecordError(f"field '{where}': expected object, got {_type_name(raw)}")
+    if "action" not in raw:
+        raise RecordError(f"field '{where}.action' is missing")
+    action = raw["action"]
+    observation = raw.get("observation")
+    done = raw.get("done", False)
+    if not isinstance(done, bool):
+        raise RecordError(f"field '{where}.done': expected boolean, got {_type_name(done)}")
+    meta = dict(coerce_meta(raw.get("meta"), f"{where}.meta"))
+    for key, value in raw.items():
+        if key not in CANONICAL_TURN_KEYS:
+            meta[key] = value
+    return Turn(
+        action=as_text(action),
+        observation=as_text(observation),
+        action_json=None if isinstance(action, str) or action is None else action,
+        observation_json=None
+        if isinstance(observation, str) or observation is None
+        else observation,
+        reward=coerce_optional_float(raw.get("reward"), f"{where}.reward"),
+        error=coerce_error(raw.get("error"), f"{where}.error"),
+        label=coerce_label(raw.get("label"), f"{where}.label"),
+        done=done,
+        meta=meta,
+    )
+
+
+def trajectory_from_dict(
+    raw: Any,
+    *,
+    default_run: str,
+    run_override: str | None = None,
+    success_threshold: float = SUCCESS_THRESHOLD,
+    file: str | None = None,
+    line: int | None = None,
+) -> Trajectory:
+    """Validate one canonical JSONL record (DESIGN 3.2) into a :class:`Trajectory`.
+
+    Args:
+        raw: The parsed JSON value of the line.
+        default_run: Run label when the record has none (the file's stem).
+        run_override: Run label that replaces the record's own (``--run``).
+        success_threshold: ``success`` is derived as ``reward >= success_threshold`` when absent.
+        file: Source file, for messages and provenance.
+        line: 1-based source line.
+
+    Raises:
+        RecordError: naming the field, the expected type, the file and the line.
+    """
+    try:
+        if not isinstance(raw, dict):
+            raise RecordError(f"expected a JSON object per line, got {_type_name(raw)}")
+        if "task_id" not in raw:
+            raise RecordError("field 'task_id' is missing")
+        turns_raw = raw.get("turns")
+        if not isinstance(turns_raw, list):
+            raise RecordError(f"field 'turns': expected array, got {_type_name(turns_raw)}")
+        run = run_override or raw.get("run") or default_run
+        if not isinstance(run, str):
+            raise RecordError(f"field 'run': expected string, got {_type_name(run)}")
+        reward = coerce_optional_float(raw.get("reward"), "reward")
+        meta = dict(coerce_meta(raw.get("meta"), "meta"))
+        for key, value in raw.items():
+            if key not in CANONICAL_TRAJECTORY_KEYS:
+                meta[key] = value
+        prompt = meta.pop("prompt", "")
+        return Trajectory(
+            run=run,
+            task_id=coerce_task_id(raw["task_id"]),
+            turns=[turn_from_dict(t, i) for i, t in enumerate(turns_raw, start=1)],
+            success=derive_success(raw.get("success"), reward, success_threshold),
+            sample=coerce_optional_int(raw.get("sample"), "sample"),
+            budget=coerce_optional_int(raw.get("budget"), "budget"),
+            reward=reward,
+            prompt=as_text(prompt),
+            meta=meta,
+            source_file=file,
+            source_line=line,
+        )
+    except RecordError as err:
+        raise err.located(file, line) from None
+
+
+def trajectory_to_dict(traj: Trajectory) -> dict[str, Any]:
+    """The canonical JSONL object of a trajectory (the inverse of :func:`trajectory_from_dict`)."""
+    turns = []
+    for turn in traj.turns:
+        item: dict[str, Any] = {
+            "action": turn.action if turn.action_json is None else turn.action_json,
+            "observation": turn.observation
+            if turn.observation_json is None
+            else turn.observation_json,
+        }
+        if turn.reward is not None:
+            item["reward"] = turn.reward
+        if turn.error is not None:
+            item["error"] = True if turn.error == EXPLICIT_ERROR_KIND else turn.error
+        if turn.label is not None:
+            item["label"] = turn.label
+        if turn.done:
+            item["done"] = True
+        if turn.meta:
+            item["meta"] = turn.meta
+        turns.append(item)
+    out: dict[str, Any] = {"run": traj.run, "task_id": traj.task_id}
+    if traj.sample is not None:
+        out["sample"] = traj.sample
+    if traj.budget is not None:
+        out["budget"] = traj.budget
+    if traj.success is not None:
+        out["success"] = traj.success
+    if traj.reward is not None:
+        out["reward"] = traj.reward
+    out["turns"] = turns
+    meta = dict(traj.meta)
+    if traj.prompt:
+        meta["prompt"] = traj.prompt
+    if meta:
+        out["meta"] = meta
+    return out

@@ -1,0 +1,506 @@
+"""The DuckDB store (DESIGN 3.3): tables, views, and atomic, idempotent ingest.
+
+One DuckDB connection is opened with :func:`connect` and passed to every function that touches
+the store. Ingest is one transaction per file: a file that fails leaves the store exactly as it
+was, and a file whose sha256 is already recorded is skipped. Rows go in as Arrow batches.
+
+Example:
+    >>> from recovery.store import connect, ingest_file
+    >>> con = connect("runs.duckdb")
+    >>> ingest_file(con, "runs/base.jsonl")
+    >>> con.sql("SELECT run, avg(success::INT) FROM trajectories GROUP BY run").fetchall()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recovery.formats import DEFAULT_MAX_RECORD_BYTES, ReadOptions, detect_format, read_file
+from recovery.schema import SUCCESS_THRESHOLD, RecordError, Trajectory
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from recovery.marking import RuleSet
+
+SCHEMA_VERSION = 1
+
+TABLES_DDL = """
+CREATE TABLE IF NOT EXISTS ingests (
+    file            VARCHAR NOT NULL,
+    sha256          VARCHAR NOT NULL,
+    format          VARCHAR NOT NULL,
+    n_trajectories  INTEGER NOT NULL,
+    n_turns         BIGINT  NOT NULL,
+    n_skipped       INTEGER NOT NULL,
+    ingested_at     TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trajectories (
+    traj_id       VARCHAR NOT NULL,
+    run           VARCHAR NOT NULL,
+    task_id       VARCHAR NOT NULL,
+    sample        INTEGER NOT NULL,
+    budget        INTEGER,
+    success       BOOLEAN,
+    reward        DOUBLE,
+    n_turns       INTEGER NOT NULL,
+    success_turn  INTEGER,
+    format        VARCHAR NOT NULL,
+    prompt        VARCHAR,
+    source_file   VARCHAR,
+    source_line   INTEGER,
+    meta          JSON
+);
+CREATE TABLE IF NOT EXISTS turns (
+    traj_id           VARCHAR NOT NULL,
+    t                 INTEGER NOT NULL,
+    action            VARCHAR,
+    action_json       JSON,
+    observation       VARCHAR,
+    observation_json  JSON,
+    reward            DOUBLE,
+    explicit_error    VARCHAR,
+    error_kind        VARCHAR,
+    is_error          BOOLEAN NOT NULL DEFAULT false,
+    recovery_of       INTEGER,
+    label             DOUBLE,
+    done              BOOLEAN NOT NULL DEFAULT false,
+    meta              JSON
+);
+CREATE TABLE IF NOT EXISTS error_spells (
+    traj_id       VARCHAR NOT NULL,
+    start_t       INTEGER NOT NULL,
+    end_t         INTEGER NOT NULL,
+    kind          VARCHAR,
+    recovered     BOOLEAN NOT NULL,
+    recovered_at  INTEGER,
+    latency       INTEGER,
+    fatal         BOOLEAN NOT NULL
+);
+CREATE TABLE IF NOT EXISTS step_scores (
+    traj_id  VARCHAR NOT NULL,
+    t        INTEGER NOT NULL,
+    model    VARCHAR NOT NULL,
+    score    DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS store_info (key VARCHAR, value VARCHAR);
+"""
+
+VIEWS_DDL = """
+CREATE OR REPLACE VIEW task_outcomes AS
+SELECT run, task_id, budget,
+       count(*)                          AS n_samples,
+       count(*) FILTER (WHERE success)   AS n_success,
+       avg(success::INTEGER)             AS success_rate,
+       avg(n_turns)                      AS mean_turns
+FROM trajectories
+GROUP BY run, task_id, budget;
+
+CREATE OR REPLACE VIEW recovery_stats AS
+SELECT tr.run,
+       count(DISTINCT tr.traj_id)                              AS n_trajectories,
+       count(s.traj_id)                                        AS n_spells,
+       count(s.traj_id) FILTER (WHERE s.recovered)             AS n_recovered,
+       count(s.traj_id) FILTER (WHERE s.fatal)                 AS n_fatal,
+       avg(s.recovered::INTEGER)                               AS recovery_rate,
+       avg(s.latency) FILTER (WHERE s.recovered)               AS mean_latency
+FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
+GROUP BY tr.run;
+"""
+
+TRAJECTORY_COLUMNS = (
+    "traj_id", "run", "task_id", "sample", "budget", "success", "reward", "n_turns",
+    "success_turn", "format", "prompt", "source_file", "source_line", "meta",
+)
+TURN_COLUMNS = (
+    "traj_id", "t", "action", "action_json", "observation", "observation_json", "reward",
+    "explicit_error", "label", "done", "meta",
+)
+
+
+class IngestError(RuntimeError):
+    """Ingest of a file failed; the store is unchanged. The message names file and line."""
+
+
+def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the store (in memory when ``path`` is None) and make sure its tables exist.
+
+    Args:
+        path: The DuckDB file; ``None`` or ``":memory:"`` for an in-memory store.
+        read_only: Open read-only (the file must exist; nothing is created).
+
+    Returns:
+        The connection to pass to every other function.
+    """
+    import duckdb
+
+    if path is None or str(path) == ":memory:":
+        con = duckdb.connect(":memory:")
+    else:
+        path = Path(path)
+        if read_only and not path.exists():
+            raise FileNotFoundError(f"store {path} does not exist")
+        con = duckdb.connect(str(path), read_only=read_only)
+    if not read_only:
+        ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables and views when missing (idempotent)."""
+    con.execute(TABLES_DDL)
+    con.execute(VIEWS_DDL)
+    if not con.execute("SELECT 1 FROM store_info WHERE key = 'schema_version'").fetchone():
+        con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of the file's bytes (streamed)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:
+    """Stable trajectory id: the same (run, task, budget, sample) always gives the same id."""
+    key = f"{run}\x1f{task_id}\x1f{'' if budget is None else budget}\x1f{sample}"
+    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(slots=True)
+class IngestOptions:
+    """Options of one ingest (the Python face of ``recovery ingest``).
+
+    Attributes:
+        format: Format name; ``None`` detects it per file.
+        run: Run label that overrides the data's own.
+        skip_bad: Store the good records of a file with bad ones, and count the skipped.
+        success_threshold: Reward at or above which an episode counts as a success.
+        max_record_bytes: Larger records are reported as oversized.
+        batch_turns: Turns per Arrow batch; bounds memory.
+        rules: Error rules for marking; ``None`` = the built-in rules only.
+        mark: Run error marking on the new trajectories inside the same transaction.
+    """
+
+    format: str | None = None
+    run: str | None = None
+    skip_bad: bool = False
+    success_threshold: float = SUCCESS_THRESHOLD
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    batch_turns: int = 200_000
+    rules: RuleSet | None = None
+    mark: bool = True
+
+
+@dataclass(slots=True)
+class IngestResult:
+    """What happened to one file.
+
+    Attributes:
+        file: The input path.
+        format: Format used.
+        status: ``"ingested"`` or ``"skipped"`` (already in the store).
+        n_trajectories: Trajectories stored.
+        n_turns: Turns stored.
+        skipped: Bad records skipped (with ``skip_bad``), each naming file and line.
+    """
+
+    file: str
+    format: str
+    status: str
+    n_trajectories: int = 0
+    n_turns: int = 0
+    skipped: list[RecordError] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for the terminal."""
+        if self.status == "skipped":
+            return f"{self.file}: already ingested (same sha256), skipped"
+        line = (
+            f"{self.file}: {self.n_trajectories} trajectories, {self.n_turns} turns "
+            f"[{self.format}]"
+        )
+        if self.skipped:
+            line += f", {len(self.skipped)} bad records skipped"
+        return line
+
+
+def _json_or_none(value: Any) -> str | None:
+    if value is None or value == {}:
+        return None
+    return json.dumps(value, ensure_ascii=False)
+
+
+class _BatchWriter:
+    """Collects trajectories into columns and appends them to the store as Arrow tables."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, fmt: str, batch_turns: int):
+        self.con = con
+        self.fmt = fmt
+        self.batch_turns = batch_turns
+        self.sample_counters: dict[tuple[str, str, int | None], int] = {}
+        self.traj_ids: list[str] = []
+        self.n_turns = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.traj_cols: dict[str, list[Any]] = {c: [] for c in TRAJECTORY_COLUMNS}
+        self.turn_cols: dict[str, list[Any]] = {c: [] for c in TURN_COLUMNS}
+        self.locations: dict[str, tuple[str | None, int | None]] = {}
+
+    def add(self, traj: Trajectory) -> None:
+        key = (traj.run, traj.task_id, traj.budget)
+        seen = self.sample_counters.get(key, 0)
+        self.sample_counters[key] = seen + 1
+        sample = seen if traj.sample is None else traj.sample
+        traj_id = make_traj_id(traj.run, traj.task_id, traj.budget, sample)
+        if traj_id in self.locations:
+            first = self.locations[traj_id]
+            raise RecordError(
+                f"duplicate trajectory (run={traj.run!r}, task_id={traj.task_id!r}, "
+                f"budget={traj.budget}, sample={sample}); first seen at line {first[1]}",
+                file=traj.source_file,
+                line=traj.source_line,
+            )
+        self.locations[traj_id] = (traj.source_file, traj.source_line)
+        tc = self.traj_cols
+        tc["traj_id"].append(traj_id)
+        tc["run"].append(traj.run)
+        tc["task_id"].append(traj.task_id)
+        tc["sample"].append(sample)
+        tc["budget"].append(traj.budget)
+        tc["success"].append(traj.success)
+        tc["reward"].append(traj.reward)
+        tc["n_turns"].append(traj.n_turns)
+        tc["success_turn"].append(traj.success_turn)
+        tc["format"].append(self.fmt)
+        tc["prompt"].append(traj.prompt or None)
+        tc["source_file"].append(traj.source_file)
+        tc["source_line"].append(traj.source_line)
+        tc["meta"].append(_json_or_none(traj.meta))
+        uc = self.turn_cols
+        for t, turn in enumerate(traj.turns, start=1):
+            uc["traj_id"].append(traj_id)
+            uc["t"].append(t)
+            uc["action"].append(turn.action)
+            uc["action_json"].append(_json_or_none(turn.action_json))
+            uc["observation"].append(turn.observation)
+            uc["observation_json"].append(_json_or_none(turn.observation_json))
+            uc["reward"].append(turn.reward)
+            uc["explicit_error"].append(turn.error)
+            uc["label"].append(turn.label)
+            uc["done"].append(turn.done)
+            uc["meta"].append(_json_or_none(turn.meta))
+        self.traj_ids.append(traj_id)
+        self.n_turns += traj.n_turns
+        if len(uc["t"]) >= self.batch_turns:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if not self.traj_cols["traj_id"]:
+            return
+        trajectories = pa.table(self.traj_cols)
+        turns = pa.table(self.turn_cols, schema=_turn_arrow_schema())
+        self.con.register("_batch_trajectories", trajectories)
+        self.con.register("_batch_turns", turns)
+        try:
+            existing = self.con.execute(
+                "SELECT b.traj_id, t.run, t.task_id, t.source_file, t.source_line "
+                "FROM _batch_trajectories b JOIN trajectories t USING (traj_id) LIMIT 1"
+            ).fetchone()
+            if existing:
+                file, line = self.locations[existing[0]]
+                raise RecordError(
+                    f"trajectory (run={existing[1]!r}, task_id={existing[2]!r}) with the same "
+                    f"sample is already in the store (from {existing[3]}:{existing[4]}); give "
+                    "samples distinct 'sample' values or a different --run",
+                    file=file,
+                    line=line,
+                )
+            self.con.execute("INSERT INTO trajectories BY NAME SELECT * FROM _batch_trajectories")
+            self.con.execute("INSERT INTO turns BY NAME SELECT * FROM _batch_turns")
+        finally:
+            self.con.unregister("_batch_trajectories")
+            self.con.unregister("_batch_turns")
+        self._reset()
+
+
+def _turn_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("traj_id", pa.string()),
+            ("t", pa.int32()),
+            ("action", pa.string()),
+            ("action_json", pa.string()),
+            ("observation", pa.string()),
+            ("observation_json", pa.string()),
+            ("reward", pa.float64()),
+            ("explicit_error", pa.string()),
+            ("label", pa.float64()),
+            ("done", pa.bool_()),
+            ("meta", pa.string()),
+        ]
+    )
+
+
+def _write_trajectories(
+    con: duckdb.DuckDBPyConnection,
+    items: Iterable[Trajectory | RecordError],
+    *,
+    fmt: str,
+    options: IngestOptions,
+) -> tuple[_BatchWriter, list[RecordError]]:
+    writer = _BatchWriter(con, fmt, options.batch_turns)
+    skipped: list[RecordError] = []
+    for item in items:
+        if isinstance(item, RecordError):
+            if not options.skip_bad:
+                raise item
+            skipped.append(item)
+            continue
+        try:
+            writer.add(item)
+        except RecordError as err:
+            if not options.skip_bad:
+                raise
+            skipped.append(err)
+    writer.flush()
+    return writer, skipped
+
+
+def _in_transaction(con: duckdb.DuckDBPyConnection, body: Callable[[], Any]) -> Any:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        result = body()
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+    return result
+
+
+def ingest_file(
+    con: duckdb.DuckDBPyConnection,
+    path: str | Path,
+    options: IngestOptions | None = None,
+) -> IngestResult:
+    """Ingest one file atomically and idempotently.
+
+    Args:
+        con: The store.
+        path: Input file in any registered format.
+        options: Ingest options; defaults when ``None``.
+
+    Returns:
+        What was stored, or that the file was skipped because its sha256 is already recorded.
+
+    Raises:
+        IngestError: for a bad record (unless ``skip_bad``), naming file and line; the store
+            is left exactly as it was.
+        recovery.formats.UnknownFormatError: when the format is unknown or cannot be detected.
+    """
+    options = options or IngestOptions()
+    path = Path(path)
+    if not path.is_file():
+        raise IngestError(f"{path}: no such file")
+    sha = file_sha256(path)
+    fmt = options.format or detect_format(path)
+    if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchone():
+        return IngestResult(file=str(path), format=fmt, status="skipped")
+    read_options = ReadOptions(
+        run=options.run,
+        success_threshold=options.success_threshold,
+        max_record_bytes=options.max_record_bytes,
+    )
+
+    def body() -> IngestResult:
+        writer, skipped = _write_trajectories(
+            con, read_file(path, fmt, read_options), fmt=fmt, options=options
+        )
+        if options.mark and writer.traj_ids:
+            from recovery.marking import mark_store
+
+            mark_store(con, rules=options.rules, traj_ids=writer.traj_ids)
+        con.execute(
+            "INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
+            [str(path), sha, fmt, len(writer.traj_ids), writer.n_turns, len(skipped)],
+        )
+        return IngestResult(
+            file=str(path),
+            format=fmt,
+            status="ingested",
+            n_trajectories=len(writer.traj_ids),
+            n_turns=writer.n_turns,
+            skipped=skipped,
+        )
+
+    try:
+        return _in_transaction(con, body)
+    except RecordError as err:
+        raise IngestError(f"{err}; nothing from this file was stored") from None
+
+
+def ingest_trajectories(
+    con: duckdb.DuckDBPyConnection,
+    trajectories: Iterable[Trajectory],
+    *,
+    source: str = "<python>",
+    options: IngestOptions | None = None,
+) -> IngestResult:
+    """Ingest trajectories built in Python (e.g. by the simulator), atomically.
+
+    Unlike :func:`ingest_file` there is no sha256 to make this idempotent; a trajectory whose
+    (run, task, budget, sample) is already stored is an error.
+    """
+    options = options or IngestOptions()
+
+    def body() -> IngestResult:
+        writer, skipped = _write_trajectories(con, trajectories, fmt="python", options=options)
+        if options.mark and writer.traj_ids:
+            from recovery.marking import mark_store
+
+            mark_store(con, rules=options.rules, traj_ids=writer.traj_ids)
+        return IngestResult(
+            file=source,
+            format="python",
+            status="ingested",
+            n_trajectories=len(writer.traj_ids),
+            n_turns=writer.n_turns,
+            skipped=skipped,
+        )
+
+    try:
+        return _in_transaction(con, body)
+    except RecordError as err:
+        raise IngestError(f"{err}; nothing was stored") from None
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:
+    """Write every table of the store to ``out_dir/<table>.parquet``.
+
+    Returns:
+        The files written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table in ("ingests", "trajectories", "turns", "error_spells", "step_scores"):
+        target = out / f"{table}.parquet"
+        con.execute(f"COPY {table} TO '{_sql_path(target)}' (FORMAT parquet)")
+        written.append(target)
+    return written
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")
