@@ -1,27 +1,32 @@
 """The ``recovery`` command line: a thin click layer over the library.
 
 One module per subcommand; each defines a config dataclass and a click command that builds the
-config and calls a library function.
+config and calls a library function. Modules are imported only when their command runs.
 """
 
 from __future__ import annotations
 
 import click
 
-from recovery.cli import export, ingest, sql
+from recovery.cli._lazy import LazyGroup
+
+COMMANDS = {
+    "ingest": "recovery.cli.ingest:ingest",
+    "sql": "recovery.cli.sql:sql",
+    "export": "recovery.cli.export:export",
+    "simulate": "recovery.cli.simulate:simulate",
+    "mark": "recovery.cli.mark:mark",
+    "graph": "recovery.cli.graph:graph",
+    "analyze": "recovery.cli.analyze:analyze",
+    "budgetmix": "recovery.cli.budgetmix:budgetmix",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="agent-recovery")
 def main() -> None:
     """Read agent rollouts, mark errors and recoveries, and measure Pass@(K,T)."""
-
-
-main.add_command(ingest.ingest)
-main.add_command(sql.sql)
-main.add_command(export.export)
-
-
-def fail(message: str) -> None:
-    """Print an error in click's style and exit with status 1."""
-    raise click.ClickException(message)
