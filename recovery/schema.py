@@ -19,7 +19,7 @@ EXPLICIT_ERROR_KIND = "explicit"
 """Error kind stored when the data marks a turn with ``"error": true`` and names no kind."""
 
 CANONICAL_TRAJECTORY_KEYS = frozenset(
-    {"run", "task_id", "sample", "budget", "success", "reward", "turns", "meta"}
+    {"run", "task_id", "sample", "budget", "success", "reward", "prompt", "turns", "meta"}
 )
 CANONICAL_TURN_KEYS = frozenset(
     {"action", "observation", "reward", "error", "label", "done", "meta"}
@@ -148,7 +148,12 @@ def as_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return compact_json(value)
+
+
+def compact_json(value: Any) -> str:
+    """JSON text as the store keeps it: UTF-8, no spaces (the form DuckDB writes too)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def coerce_task_id(value: Any, where: str = "task_id") -> str:
@@ -317,7 +322,7 @@ def trajectory_from_dict(
         for key, value in raw.items():
             if key not in CANONICAL_TRAJECTORY_KEYS:
                 meta[key] = value
-        prompt = meta.pop("prompt", "")
+        prompt = raw.get("prompt")
         return Trajectory(
             run=run,
             task_id=coerce_task_id(raw["task_id"]),
@@ -365,10 +370,9 @@ def trajectory_to_dict(traj: Trajectory) -> dict[str, Any]:
         out["success"] = traj.success
     if traj.reward is not None:
         out["reward"] = traj.reward
-    out["turns"] = turns
-    meta = dict(traj.meta)
     if traj.prompt:
-        meta["prompt"] = traj.prompt
-    if meta:
-        out["meta"] = meta
+        out["prompt"] = traj.prompt
+    out["turns"] = turns
+    if traj.meta:
+        out["meta"] = traj.meta
     return out

@@ -14,18 +14,18 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recovery.formats import DEFAULT_MAX_RECORD_BYTES, ReadOptions, detect_format, read_file
-from recovery.schema import SUCCESS_THRESHOLD, RecordError, Trajectory
+from recovery.schema import SUCCESS_THRESHOLD, RecordError, Trajectory, compact_json
 
 if TYPE_CHECKING:
     import duckdb
 
+    from recovery.canonical_sql import FastIngest
     from recovery.marking import RuleSet
 
 SCHEMA_VERSION = 1
@@ -111,6 +111,60 @@ SELECT tr.run,
        avg(s.latency) FILTER (WHERE s.recovered)               AS mean_latency
 FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
 GROUP BY tr.run;
+
+-- Pass@(K,T) and pass^(K,T) in truncation mode (DESIGN 5); the SQL face of analyses.passkt,
+-- which adds budgeted mode and bootstrap intervals. Per (run, task): n = trajectories with a
+-- known outcome, whatever their budget; c = those that succeeded by turn t (a success without
+-- success_turn succeeds at its last turn). t takes every distinct success turn of the run (the
+-- only turns where the surface can change: between two listed t it keeps the lower one's
+-- value) and NULL = no turn limit. k runs from 1 to the most samples a task of the run has;
+-- tasks with n < k are left out of value and counted in n_tasks_left_out. The ratios use the
+-- product form C(n - a, k) / C(n, k) = prod(1 - k/j, j = a+1..n).
+CREATE OR REPLACE VIEW pass_kt_task_counts AS
+WITH outcomes AS (
+    SELECT run, task_id,
+           CASE WHEN success THEN coalesce(success_turn, n_turns) END AS won_at
+    FROM trajectories
+    WHERE success IS NOT NULL
+),
+limits AS (
+    SELECT DISTINCT run, won_at AS t FROM outcomes WHERE won_at IS NOT NULL
+    UNION ALL
+    SELECT DISTINCT run, NULL::INTEGER AS t FROM outcomes
+)
+SELECT o.run, o.task_id, l.t,
+       count(*)                                                   AS n,
+       count(*) FILTER (WHERE o.won_at <= coalesce(l.t, o.won_at)) AS c
+FROM outcomes o JOIN limits l USING (run)
+GROUP BY o.run, o.task_id, l.t;
+
+CREATE OR REPLACE VIEW pass_at_kt AS
+WITH widths AS (
+    SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
+)
+SELECT w.run, w.k, p.t,
+       avg(CASE WHEN p.n - p.c < w.k THEN 1.0
+                ELSE 1.0 - coalesce(list_product(list_transform(
+                    range(p.n - p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
+           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
+       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
+FROM widths w JOIN pass_kt_task_counts p USING (run)
+GROUP BY w.run, w.k, p.t;
+
+CREATE OR REPLACE VIEW pass_hat_kt AS
+WITH widths AS (
+    SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
+)
+SELECT w.run, w.k, p.t,
+       avg(CASE WHEN p.c < w.k THEN 0.0
+                ELSE coalesce(list_product(list_transform(
+                    range(p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
+           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
+       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
+FROM widths w JOIN pass_kt_task_counts p USING (run)
+GROUP BY w.run, w.k, p.t;
 """
 
 TRAJECTORY_COLUMNS = (
@@ -161,11 +215,20 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 def file_sha256(path: str | Path) -> str:
     """sha256 of the file's bytes (streamed)."""
+    return file_digest(path)[0]
+
+
+def file_digest(path: str | Path) -> tuple[str, int]:
+    """sha256 of the file's bytes and its number of lines, in one streamed pass."""
     digest = hashlib.sha256()
+    newlines = 0
+    last = b"\n"
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
+        while chunk := fh.read(1 << 22):
             digest.update(chunk)
-    return digest.hexdigest()
+            newlines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return digest.hexdigest(), newlines + (last != b"\n")
 
 
 def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:
@@ -187,6 +250,9 @@ class IngestOptions:
         batch_turns: Turns per Arrow batch; bounds memory.
         rules: Error rules for marking; ``None`` = the built-in rules only.
         mark: Run error marking on the new trajectories inside the same transaction.
+        fast: Let DuckDB parse plainly valid canonical JSONL itself (see
+            :mod:`recovery.canonical_sql`); the Python reader handles everything else and
+            is used for all files when false.
     """
 
     format: str | None = None
@@ -197,6 +263,7 @@ class IngestOptions:
     batch_turns: int = 200_000
     rules: RuleSet | None = None
     mark: bool = True
+    fast: bool = True
 
 
 @dataclass(slots=True)
@@ -235,7 +302,7 @@ class IngestResult:
 def _json_or_none(value: Any) -> str | None:
     if value is None or value == {}:
         return None
-    return json.dumps(value, ensure_ascii=False)
+    return compact_json(value)
 
 
 class _BatchWriter:
@@ -316,8 +383,9 @@ class _BatchWriter:
             existing = self.con.execute(
                 "SELECT b.traj_id, t.run, t.task_id, t.source_file, t.source_line "
                 "FROM _batch_trajectories b JOIN trajectories t USING (traj_id) LIMIT 1"
-            ).fetchone()
+            ).fetchall()
             if existing:
+                existing = existing[0]
                 file, line = self.locations[existing[0]]
                 raise RecordError(
                     f"trajectory (run={existing[1]!r}, task_id={existing[2]!r}) with the same "
@@ -414,7 +482,7 @@ def ingest_file(
     path = Path(path)
     if not path.is_file():
         raise IngestError(f"{path}: no such file")
-    sha = file_sha256(path)
+    sha, n_lines = file_digest(path)
     fmt = options.format or detect_format(path)
     if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchone():
         return IngestResult(file=str(path), format=fmt, status="skipped")
@@ -424,31 +492,68 @@ def ingest_file(
         max_record_bytes=options.max_record_bytes,
     )
 
-    def body() -> IngestResult:
-        writer, skipped = _write_trajectories(
-            con, read_file(path, fmt, read_options), fmt=fmt, options=options
-        )
-        if options.mark and writer.traj_ids:
+    def body(fast: bool) -> IngestResult:
+        if fast:
+            stored = _ingest_canonical_fast(con, path, n_lines, options)
+            traj_ids, n_turns, skipped = stored.traj_ids, stored.n_turns, []
+        else:
+            writer, skipped = _write_trajectories(
+                con, read_file(path, fmt, read_options), fmt=fmt, options=options
+            )
+            traj_ids, n_turns = writer.traj_ids, writer.n_turns
+        if options.mark and traj_ids:
             from recovery.marking import mark_store
 
-            mark_store(con, rules=options.rules, traj_ids=writer.traj_ids)
+            mark_store(con, rules=options.rules, traj_ids=traj_ids)
         con.execute(
             "INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
-            [str(path), sha, fmt, len(writer.traj_ids), writer.n_turns, len(skipped)],
+            [str(path), sha, fmt, len(traj_ids), n_turns, len(skipped)],
         )
         return IngestResult(
             file=str(path),
             format=fmt,
             status="ingested",
-            n_trajectories=len(writer.traj_ids),
-            n_turns=writer.n_turns,
+            n_trajectories=len(traj_ids),
+            n_turns=n_turns,
             skipped=skipped,
         )
 
+    if _fast_path_applies(path, fmt, options):
+        from recovery.canonical_sql import Declined
+
+        try:
+            return _in_transaction(con, lambda: body(fast=True))
+        except Declined:
+            pass  # rolled back; the Python reader stores the file or says what is wrong
     try:
-        return _in_transaction(con, body)
+        return _in_transaction(con, lambda: body(fast=False))
     except RecordError as err:
         raise IngestError(f"{err}; nothing from this file was stored") from None
+
+
+def _fast_path_applies(path: Path, fmt: str, options: IngestOptions) -> bool:
+    from recovery.canonical_sql import eligible
+    from recovery.formats import head_bytes
+
+    return fmt == "canonical" and options.fast and eligible(path, head_bytes(path, 4))
+
+
+def _ingest_canonical_fast(
+    con: duckdb.DuckDBPyConnection, path: Path, n_lines: int, options: IngestOptions
+) -> FastIngest:
+    """DuckDB-native ingest of a plainly valid canonical file (raises Declined otherwise)."""
+    from recovery.canonical_sql import ingest_canonical
+    from recovery.formats import stem
+
+    return ingest_canonical(
+        con,
+        path,
+        n_lines=n_lines,
+        default_run=stem(path),
+        run_override=options.run,
+        success_threshold=options.success_threshold,
+        max_record_bytes=options.max_record_bytes,
+    )
 
 
 def ingest_trajectories(

@@ -1,0 +1,195 @@
+"""The DuckDB fast path for canonical JSONL must store exactly what the Python reader stores,
+and hand every file it cannot take as it is to the Python reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recovery import store as store_module
+from recovery.store import IngestError, IngestOptions, connect, ingest_file
+
+GOOD_RECORDS = [
+    {
+        "run": "base",
+        "task_id": "airline/17",
+        "sample": 0,
+        "budget": 30,
+        "success": True,
+        "reward": 1.0,
+        "prompt": "Book a flight ✈ for Zoë",
+        "turns": [
+            {"action": "search(\"PAR\")", "observation": "3 flights — 日本", "reward": 0.0},
+            {"action": "book(AF12)", "observation": "Error: sold out", "error": "tool_error"},
+            {"action": "book(AF14)", "observation": "booked", "label": 0.46, "done": True},
+            {"action": "say('done')", "observation": "", "meta": {"note": "after done"}},
+        ],
+        "meta": {"seed": 3, "nested": {"a": [1, 2]}},
+    },
+    {"task_id": 17, "reward": 0.0, "turns": []},
+    {"task_id": 17, "success": False, "turns": [{"action": "x", "error": True, "label": -1}]},
+    {"run": "", "task_id": "t2", "success": True, "turns": [{"action": "y", "observation": None}]},
+    {"task_id": "t2", "reward": 0.9999995, "turns": [{"action": "z", "error": False}]},
+]
+
+
+def write_jsonl(path: Path, records: list, *, raw_lines: list[str] | None = None) -> Path:
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    if raw_lines:
+        lines.extend(raw_lines)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+JSON_COLUMNS = {"meta", "action_json", "observation_json"}
+
+
+def store_rows(con) -> tuple[list, list, list]:
+    """Every row of the store, JSON columns parsed, independent of the insertion path."""
+
+    def rows(query: str) -> list[tuple]:
+        cursor = con.execute(query)
+        names = [d[0] for d in cursor.description]
+        return [
+            tuple(
+                json.loads(v) if name in JSON_COLUMNS and v is not None else v
+                for name, v in zip(names, row, strict=True)
+            )
+            for row in cursor.fetchall()
+        ]
+
+    return (
+        rows("SELECT * FROM trajectories ORDER BY traj_id"),
+        rows("SELECT * FROM turns ORDER BY traj_id, t"),
+        rows("SELECT * FROM error_spells ORDER BY traj_id, start_t"),
+    )
+
+
+def ingest_both(path: Path, **options) -> tuple:
+    fast = connect(None)
+    slow = connect(None)
+    ingest_file(fast, path, IngestOptions(fast=True, **options))
+    ingest_file(slow, path, IngestOptions(fast=False, **options))
+    return store_rows(fast), store_rows(slow)
+
+
+@pytest.fixture
+def python_reader_forbidden(monkeypatch):
+    """Fail if ingest falls back to the Python reader."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the Python reader was used; the fast path declined")
+
+    monkeypatch.setattr(store_module, "_write_trajectories", forbidden)
+
+
+def test_fast_path_takes_a_valid_file(tmp_path, python_reader_forbidden):
+    path = write_jsonl(tmp_path / "good.jsonl", GOOD_RECORDS)
+    con = connect(None)
+    result = ingest_file(con, path)
+    assert (result.n_trajectories, result.n_turns) == (5, 7)
+    success_turn, sample = con.execute(
+        "SELECT success_turn, sample FROM trajectories WHERE task_id = 'airline/17'"
+    ).fetchone()
+    assert success_turn == 3  # the 'done' turn, not the last turn
+    assert sample == 0
+    # ints become strings, samples default to the order seen per (run, task, budget)
+    samples = con.execute(
+        "SELECT sample FROM trajectories WHERE task_id = '17' ORDER BY source_line"
+    ).fetchall()
+    assert samples == [(0,), (1,)]
+
+
+def test_fast_and_python_paths_store_the_same_rows(tmp_path):
+    path = write_jsonl(tmp_path / "good.jsonl", GOOD_RECORDS)
+    fast, slow = ingest_both(path)
+    assert fast == slow
+    assert len(fast[1]) == 7
+
+
+def test_run_override_and_threshold_agree(tmp_path):
+    path = write_jsonl(tmp_path / "good.jsonl", GOOD_RECORDS)
+    fast, slow = ingest_both(path, run="forced", success_threshold=0.5)
+    assert fast == slow
+    assert {row[1] for row in fast[0]} == {"forced"}
+
+
+DECLINED = {
+    "unknown top-level key": [{"task_id": "a", "success": True, "turns": [], "extra": 1}],
+    "unknown turn key": [{"task_id": "a", "success": True, "turns": [{"action": "x", "why": 1}]}],
+    "object action": [{"task_id": "a", "success": True, "turns": [{"action": {"tool": "f"}}]}],
+    "integral float sample": [{"task_id": "a", "success": True, "sample": 2.0, "turns": []}],
+    "success as 0/1": [{"task_id": "a", "success": 1, "turns": []}],
+}
+
+
+@pytest.mark.parametrize("case", sorted(DECLINED))
+def test_declined_files_are_stored_by_the_python_reader(tmp_path, case):
+    path = write_jsonl(tmp_path / "odd.jsonl", GOOD_RECORDS + DECLINED[case])
+    fast, slow = ingest_both(path)
+    assert fast == slow
+    assert len(fast[0]) == len(GOOD_RECORDS) + 1
+
+
+def test_unknown_keys_reach_meta(tmp_path):
+    path = write_jsonl(tmp_path / "odd.jsonl", DECLINED["unknown top-level key"])
+    con = connect(None)
+    ingest_file(con, path)
+    assert json.loads(con.execute("SELECT meta FROM trajectories").fetchone()[0]) == {"extra": 1}
+
+
+BAD = {
+    "string success": ({"task_id": "a", "success": "yes", "turns": []}, "success"),
+    "label out of range": (
+        {"task_id": "a", "success": True, "turns": [{"action": "x", "label": 3}]},
+        "label",
+    ),
+    "missing task_id": ({"success": True, "turns": []}, "task_id"),
+    "turns not a list": ({"task_id": "a", "success": True, "turns": "x"}, "turns"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_records_fail_with_file_and_line_and_leave_the_store_unchanged(tmp_path, case):
+    con = connect(None)
+    ingest_file(con, write_jsonl(tmp_path / "first.jsonl", GOOD_RECORDS[:2]))
+    before = store_rows(con)
+    record, field = BAD[case]
+    path = write_jsonl(tmp_path / "bad.jsonl", [*GOOD_RECORDS[2:], record])
+    with pytest.raises(IngestError) as err:
+        ingest_file(con, path)
+    message = str(err.value)
+    assert f"{path}:{len(GOOD_RECORDS[2:]) + 1}" in message
+    assert field in message
+    assert store_rows(con) == before
+
+
+def test_blank_lines_keep_true_line_numbers(tmp_path):
+    path = tmp_path / "blank.jsonl"
+    path.write_text(
+        json.dumps(GOOD_RECORDS[1]) + "\n\n" + json.dumps(GOOD_RECORDS[2]) + "\n",
+        encoding="utf-8",
+    )
+    con = connect(None)
+    ingest_file(con, path)
+    lines = con.execute("SELECT source_line FROM trajectories ORDER BY source_line").fetchall()
+    assert lines == [(1,), (3,)]
+
+
+def test_duplicate_sample_in_one_file_is_an_error(tmp_path):
+    record = {"task_id": "a", "sample": 0, "success": True, "turns": []}
+    path = write_jsonl(tmp_path / "dup.jsonl", [record, record])
+    con = connect(None)
+    with pytest.raises(IngestError, match=r"dup\.jsonl:2: duplicate trajectory"):
+        ingest_file(con, path)
+    assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 0
+
+
+def test_same_trajectory_already_in_the_store_is_an_error(tmp_path):
+    con = connect(None)
+    ingest_file(con, write_jsonl(tmp_path / "a.jsonl", GOOD_RECORDS[:1]))
+    with pytest.raises(IngestError, match="already in the store"):
+        ingest_file(con, write_jsonl(tmp_path / "b.jsonl", GOOD_RECORDS[:1] + GOOD_RECORDS[1:2]))
+    assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
