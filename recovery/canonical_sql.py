@@ -148,18 +148,23 @@ def _ingest(
     max_size = int(max_record_bytes)
     # read_json with explicit columns would drop unknown keys silently, so first check that
     # no record has a key the canonical schema does not name (those go to meta in Python).
-    n_records, n_unknown = con.execute(
+    # DuckDB treats maximum_object_size as a buffer size, not a limit, so oversized records
+    # are counted here and left to the Python reader, which names them.
+    n_records, n_unknown, n_oversized = con.execute(
         f"""
         SELECT count(*),
                count(*) FILTER (WHERE NOT list_has_all([{top_keys}], json_keys(json))
                                    OR NOT list_has_all([{turn_keys}],
-                                                       flatten(json_keys(json, '$.turns[*]'))))
+                                                       flatten(json_keys(json, '$.turns[*]')))),
+               count(*) FILTER (WHERE strlen(json::VARCHAR) > {max_size})
         FROM read_json_objects({file}, format = 'newline_delimited',
-                               maximum_object_size = {max_size})
+                               maximum_object_size = {max(max_size, 1 << 24)})
         """
-    ).fetchone()
+    ).fetchall()[0]
     if n_unknown:
         raise Declined("unknown keys go to meta")
+    if n_oversized:
+        raise Declined("oversized records")
     if n_records != n_lines:
         raise Declined("blank lines: record numbers would not be line numbers")
     con.execute(
@@ -167,7 +172,7 @@ def _ingest(
         CREATE OR REPLACE TEMP TABLE _fast_stage AS
         SELECT ordinality::INTEGER AS line, *
         FROM read_json({file}, format = 'newline_delimited', columns = {READ_COLUMNS},
-                       maximum_object_size = {max_size})
+                       maximum_object_size = {max(max_size, 1 << 24)})
              WITH ORDINALITY
         """
     )

@@ -253,6 +253,8 @@ class IngestOptions:
         fast: Let DuckDB parse plainly valid canonical JSONL itself (see
             :mod:`recovery.canonical_sql`); the Python reader handles everything else and
             is used for all files when false.
+        inspect_scorer: Inspect logs: the scorer that decides success (``None`` = first).
+        inspect_success: Inspect logs: score values that count as success.
     """
 
     format: str | None = None
@@ -264,6 +266,8 @@ class IngestOptions:
     rules: RuleSet | None = None
     mark: bool = True
     fast: bool = True
+    inspect_scorer: str | None = None
+    inspect_success: tuple[str, ...] = ReadOptions().inspect_success
 
 
 @dataclass(slots=True)
@@ -480,9 +484,14 @@ def ingest_file(
     """
     options = options or IngestOptions()
     path = Path(path)
+    if path.is_dir():
+        raise IngestError(f"{path}: is a directory, not a file")
     if not path.is_file():
         raise IngestError(f"{path}: no such file")
-    sha, n_lines = file_digest(path)
+    try:
+        sha, n_lines = file_digest(path)
+    except OSError as err:
+        raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     fmt = options.format or detect_format(path)
     if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchone():
         return IngestResult(file=str(path), format=fmt, status="skipped")
@@ -490,6 +499,8 @@ def ingest_file(
         run=options.run,
         success_threshold=options.success_threshold,
         max_record_bytes=options.max_record_bytes,
+        inspect_success=options.inspect_success,
+        inspect_scorer=options.inspect_scorer,
     )
 
     def body(fast: bool) -> IngestResult:

@@ -144,14 +144,17 @@ def command_options(config_cls: type) -> Callable[[Callable[..., Any]], Callable
                     *names, f.name, is_flag=True, default=default, help=meta["help"]
                 )(wrapper)
             else:
+                # click >= 8.3 treats an explicit default=None as a given value, so a required
+                # option must get no default at all or a missing one is never reported.
+                default_kwargs = {} if meta["required"] else {"default": default}
                 wrapper = click.option(
                     *names,
                     f.name,
                     type=_click_type(tp, meta["choices"]),
-                    default=default,
                     required=meta["required"],
                     show_default=default is not None and default != [],
                     help=meta["help"],
+                    **default_kwargs,
                 )(wrapper)
         return wrapper
 

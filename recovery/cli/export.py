@@ -29,7 +29,10 @@ def parquet(config: ExportParquetConfig) -> None:
     """Write each table of the store to OUT_DIR/<table>.parquet."""
     from recovery.store import connect, export_parquet
 
-    con = connect(config.store, read_only=True)
+    try:
+        con = connect(config.store, read_only=True)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
     try:
         for path in export_parquet(con, config.out_dir):
             click.echo(str(path))

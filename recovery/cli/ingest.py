@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from recovery.cli._options import command_options, opt
+from recovery.formats import ReadOptions
 
 
 @dataclass
@@ -29,7 +30,17 @@ class IngestConfig:
         False, "Store the good records of a file with bad ones and print how many were skipped."
     )
     rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")
-    max_record_mb: float = opt(512.0, "Largest record accepted, in MB of text.")
+    max_record_mb: float = opt(512.0, "Largest record accepted, in MB of text (> 0).")
+    success_threshold: float = opt(
+        1.0 - 1e-6, "A final reward at or above this counts as success where no flag is given."
+    )
+    inspect_scorer: str | None = opt(
+        None, "Inspect logs: the scorer whose value decides success (default: the first)."
+    )
+    inspect_success: list[str] = opt(
+        help="Inspect logs: score values that count as success, comma-separated.",
+        default_factory=lambda: list(ReadOptions().inspect_success),
+    )
 
 
 def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
@@ -45,14 +56,24 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
             get_reader(config.format)
         except UnknownFormatError as err:
             raise click.UsageError(str(err)) from None
+    if config.max_record_mb <= 0:
+        raise click.BadParameter("must be > 0", param_hint="--max-record-mb")
     options = IngestOptions(
         format=config.format,
         run=config.run,
         skip_bad=config.skip_bad,
+        success_threshold=config.success_threshold,
         max_record_bytes=int(config.max_record_mb * 1024 * 1024),
         rules=load_rules(config.rules) if config.rules else None,
+        inspect_scorer=config.inspect_scorer,
+        inspect_success=tuple(config.inspect_success),
     )
-    con = connect(config.store)
+    import duckdb
+
+    try:
+        con = connect(config.store)
+    except duckdb.Error as err:  # e.g. the store's folder does not exist, or the file is locked
+        raise click.ClickException(f"cannot open store {config.store}: {err}") from None
     failed = 0
     files = tqdm(
         config.files, desc="ingest", unit="file", file=sys.stderr,

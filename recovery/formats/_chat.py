@@ -18,6 +18,11 @@ from recovery.formats import first_json_char, iter_lines
 from recovery.schema import RecordError, Turn
 
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "model"})
+TOOL_ROLES = frozenset({"tool", "function", "ipython"})
+ACTION_KEYS = frozenset({"role", "content", "tool_calls", "function_call"})
+"""Keys of an assistant message that make the action; its other non-empty keys go to meta."""
+OBSERVATION_KEYS = ("tool_call_id", "error")
+"""Keys of an observation message kept in ``observation_json`` beside role, content and name."""
 
 
 def content_text(content: Any) -> str:
@@ -33,6 +38,9 @@ def content_text(content: Any) -> str:
                 parts.append(part)
             elif isinstance(part, Mapping):
                 text = part.get("text")
+                if text is None and part.get("redacted"):
+                    # Inspect's ContentReasoning with encrypted reasoning: keep its summary.
+                    text = part.get("summary") or "<reasoning redacted>"
                 if text is None:
                     text = part.get("reasoning") or part.get("content")
                 if text is None:
@@ -47,7 +55,7 @@ def normalise_tool_call(call: Any) -> dict[str, Any]:
 
     OpenAI nests ``{"function": {"name", "arguments": "<json string>"}}``; Inspect uses
     ``{"function": "<name>", "arguments": {...}}``. String arguments that parse as JSON are
-    parsed.
+    parsed; others are kept as the string. Inspect's ``parse_error`` is kept when present.
     """
     if not isinstance(call, Mapping):
         return {"id": None, "name": str(call), "arguments": None}
@@ -61,7 +69,11 @@ def normalise_tool_call(call: Any) -> dict[str, Any]:
     if isinstance(arguments, str):
         with contextlib.suppress(json.JSONDecodeError):
             arguments = json.loads(arguments)
-    return {"id": call.get("id"), "name": name, "arguments": arguments}
+    normalised = {"id": call.get("id"), "name": name, "arguments": arguments}
+    if call.get("parse_error"):
+        # Inspect records arguments it could not parse here: a parse_error action.
+        normalised["parse_error"] = call["parse_error"]
+    return normalised
 
 
 def render_tool_call(call: Mapping[str, Any]) -> str:
@@ -76,8 +88,8 @@ def render_tool_call(call: Mapping[str, Any]) -> str:
     return f"{call.get('name')}({args})"
 
 
-def render_action(message: Mapping[str, Any]) -> tuple[str, Any]:
-    """Text and structured form of an assistant message.
+def render_action(message: Mapping[str, Any], where: str = "message") -> tuple[str, Any]:
+    """Text and structured form of an assistant message (``where`` names it in errors).
 
     Returns:
         ``(text, tool_calls)``: the content followed by one line per tool call, and the
@@ -87,6 +99,13 @@ def render_action(message: Mapping[str, Any]) -> tuple[str, Any]:
     calls = message.get("tool_calls") or []
     if isinstance(calls, Mapping):
         calls = [calls]
+    if not calls and isinstance(message.get("function_call"), Mapping):
+        # The legacy OpenAI form: one call, {"name", "arguments": "<json string>"}.
+        calls = [{"function": message["function_call"]}]
+    if not isinstance(calls, list):
+        raise RecordError(
+            f"field '{where}.tool_calls': expected array, got {type(calls).__name__}"
+        )
     normalised = [normalise_tool_call(c) for c in calls]
     lines = [text] if text else []
     lines.extend(render_tool_call(c) for c in normalised)
@@ -94,26 +113,53 @@ def render_action(message: Mapping[str, Any]) -> tuple[str, Any]:
 
 
 def observation_part(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The structured form of one observation message: role, name, content, and error."""
+    """The structured form of one observation message.
+
+    ``role`` and ``content`` (as text), plus ``name`` (the tool; Inspect calls it
+    ``function``), ``tool_call_id`` and ``error`` (Inspect's ``{"type", "message"}`` of a tool
+    that failed) when the message has them.
+    """
     role = str(message.get("role", "environment"))
     part: dict[str, Any] = {"role": role, "content": content_text(message.get("content"))}
     name = message.get("name") or message.get("function")
     if name:
         part["name"] = name
-    error = message.get("error")
-    if error:
-        part["error"] = error
+    for key in OBSERVATION_KEYS:
+        value = message.get(key)
+        if value:
+            part[key] = value
     return part
 
 
+def error_text(error: Any) -> str:
+    """``Error: message`` (or ``Error [type]: message``) for an observation's ``error``."""
+    if isinstance(error, Mapping):
+        message = error.get("message")
+        kind = error.get("type")
+        text = content_text(message) if message is not None else json.dumps(error, sort_keys=True)
+        if kind and kind != "unknown":
+            return f"Error [{kind}]: {text}"
+        return f"Error: {text}"
+    return f"Error: {content_text(error) if not isinstance(error, bool) else ''}".rstrip()
+
+
 def render_observation(parts: list[dict[str, Any]]) -> str:
-    """One line block per observation message: ``[tool_name] content`` or ``role: content``."""
+    """One line block per observation message: ``[tool_name] content`` or ``role: content``.
+
+    A message with an ``error`` (Inspect's failed tool calls) shows it after its content, so
+    that the error is in the text as well as in ``observation_json``.
+    """
     lines = []
     for part in parts:
-        if part["role"] == "tool":
-            lines.append(f"[{part.get('name') or 'tool'}] {part['content']}")
+        content = part["content"]
+        if part.get("error"):
+            content = f"{content}\n{error_text(part['error'])}" if content else error_text(
+                part["error"]
+            )
+        if part["role"] in TOOL_ROLES:
+            lines.append(f"[{part.get('name') or 'tool'}] {content}")
         else:
-            lines.append(f"{part['role']}: {part['content']}")
+            lines.append(f"{part['role']}: {content}")
     return "\n".join(lines)
 
 
@@ -150,8 +196,13 @@ def split_turns(
         role = str(message["role"])
         if role in ASSISTANT_ROLES:
             close_turn()
-            text, tool_calls = render_action(message)
-            meta: dict[str, Any] = {"message_index": index}
+            text, tool_calls = render_action(message, f"messages[{index}]")
+            meta: dict[str, Any] = {
+                key: value
+                for key, value in message.items()
+                if key not in ACTION_KEYS and value not in (None, "", [], {})
+            }
+            meta["message_index"] = index
             label = labels.get(index) if labels else None
             turns.append(Turn(action=text, action_json=tool_calls, label=label, meta=meta))
         elif not turns:
@@ -175,11 +226,13 @@ def iter_json_records(
     A JSON array is decoded element by element so that each record knows the line it starts
     on; a syntax error stops the file (nothing after it can be located reliably).
     """
-    from recovery.formats import head_bytes, open_text
+    from recovery.formats import head_bytes, read_document
 
     if first_json_char(head_bytes(path, 4096)) == "[":
-        with open_text(path) as fh:
-            text = fh.read()
+        text = read_document(path)
+        if isinstance(text, RecordError):
+            yield text.line or 1, text
+            return
         yield from _iter_array(text, str(path), max_record_bytes)
         return
     for lineno, line in iter_lines(path, max_record_bytes):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, stem
+from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
 from recovery.formats._chat import iter_json_records
 from recovery.formats.openai_chat import KNOWN_KEYS, chat_trajectory
 from recovery.schema import RecordError, coerce_label, coerce_optional_float
@@ -20,8 +20,8 @@ APB_KEYS = KNOWN_KEYS | {"step_labels", "final_label"}
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """Records with ``messages`` and ``step_labels``."""
-    return first_json_char(head) in "{[" and b'"step_labels"' in head and b'"messages"' in head
+    """Records (JSON lines or a JSON array) with ``messages`` and ``step_labels``."""
+    return first_record_has_keys(head, ("messages", "step_labels"), container="any")
 
 
 def step_labels(raw: Any, messages: Any) -> dict[int, float]:

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, iter_lines, stem
+from recovery.formats import (
+    Reader,
+    ReadOptions,
+    ReadResult,
+    first_record_has_keys,
+    iter_lines,
+    stem,
+)
 from recovery.schema import RecordError, trajectory_from_dict
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """A JSON object per line whose first line has a ``turns`` key."""
-    if first_json_char(head) != "{":
-        return False
-    first_line = head.split(b"\n", 1)[0]
-    return b'"turns"' in first_line and b'"messages"' not in first_line
+    """A JSON object per line whose first record has a ``turns`` key (and no ``messages``)."""
+    return first_record_has_keys(head, ("turns",), absent=("messages",), container="lines")
 
 
 def read(path: Path, options: ReadOptions) -> ReadResult:

@@ -2,12 +2,16 @@
 
 One sample is one trajectory; the sample's ``epoch`` (1-based in Inspect) minus one is the sample
 index; a turn is one assistant message. Success comes from the sample's score: the first scorer
-by default, counted as success when its value is one of ``ReadOptions.inspect_success``
-(``C``, ``1``, ``1.0``, ``True``...) or a number at or above the success threshold.
+by default (``ReadOptions.inspect_scorer`` names another), counted as success when its value is
+one of ``ReadOptions.inspect_success`` (``C``, ``1``, ``1.0``, ``True``...) or a number at or
+above the success threshold. A sample with no score (e.g. one that stopped on an error) has an
+unknown outcome.
 
 ``.eval`` files are zip archives; since Inspect 0.3.2xx their entries are compressed with zstd
 (zip method 93), which Python's ``zipfile`` cannot open before 3.14, so those entries are read
-from the archive directly and decompressed with ``zstandard``.
+from the archive directly and decompressed with ``zstandard``. A log still being written has no
+``header.json`` yet; its eval spec is then read from ``_journal/start.json``. Long message texts
+that Inspect moved to the sample's ``attachments`` (``attachment://<hash>``) are put back.
 """
 
 from __future__ import annotations
@@ -17,24 +21,35 @@ import struct
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, stem
+from recovery.formats import (
+    READ_ERRORS,
+    Reader,
+    ReadOptions,
+    ReadResult,
+    first_json_char,
+    read_document,
+    stem,
+)
 from recovery.formats._chat import split_turns
 from recovery.schema import RecordError, Trajectory, coerce_task_id
 
 ZIP_METHOD_ZSTD = 93
+ATTACHMENT_PROTOCOL = "attachment://"
+HEADER_ENTRIES = ("header.json", "_journal/start.json")
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """A zip with a ``header.json`` entry, or a JSON object with ``eval`` and ``samples``."""
+    """A zip with a ``header.json`` entry, or a JSON object with ``eval`` and ``version``."""
     if head.startswith(b"PK\x03\x04"):
         return path.suffix == ".eval" or b"header.json" in head or b"samples/" in head
     return first_json_char(head) == "{" and b'"eval"' in head and b'"version"' in head
 
 
-def _read_entry(archive: zipfile.ZipFile, fh: Any, info: zipfile.ZipInfo) -> bytes:
+def _read_entry(archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo) -> bytes:
+    """The bytes of one archive entry, zstd (method 93) or any method ``zipfile`` knows."""
     if info.compress_type != ZIP_METHOD_ZSTD:
         return archive.read(info)
     import zstandard
@@ -49,41 +64,128 @@ def _read_entry(archive: zipfile.ZipFile, fh: Any, info: zipfile.ZipInfo) -> byt
     return zstandard.ZstdDecompressor().decompress(data, max_output_size=info.file_size or 0)
 
 
-def _eval_entries(path: Path) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
-    fh = open(path, "rb")  # noqa: SIM115 - closed by the generator below
+def _load_entry(archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo) -> Any:
+    """An entry parsed as JSON; a damaged entry raises RecordError naming it."""
+    import zstandard
+
+    try:
+        return json.loads(_read_entry(archive, fh, info))
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{info.filename}: malformed JSON: {err.msg}") from None
+    except (zstandard.ZstdError, zipfile.BadZipFile, UnicodeDecodeError, *READ_ERRORS) as err:
+        raise RecordError(f"{info.filename}: cannot read the entry: {err}") from None
+
+
+def _eval_entries(
+    path: Path, max_record_bytes: int
+) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
+    """The log header and an iterator of ``(entry name, sample or RecordError)``."""
+    fh = open(path, "rb")  # noqa: SIM115 - closed by the generator below or on error
     try:
         archive = zipfile.ZipFile(fh)
-        header = json.loads(_read_entry(archive, fh, archive.getinfo("header.json")))
-    except KeyError:
-        fh.close()
-        raise RecordError("not an Inspect .eval archive: no header.json entry") from None
-    except (zipfile.BadZipFile, json.JSONDecodeError) as err:
+        names = set(archive.namelist())
+        entry = next((name for name in HEADER_ENTRIES if name in names), None)
+        if entry is None:
+            raise RecordError("not an Inspect .eval archive: no header.json entry")
+        header = _load_entry(archive, fh, archive.getinfo(entry))
+        if not isinstance(header, dict):
+            raise RecordError(f"{entry}: expected an object, got {type(header).__name__}")
+    except (zipfile.BadZipFile, *READ_ERRORS) as err:
         fh.close()
         raise RecordError(f"not a readable Inspect .eval archive: {err}") from None
+    except RecordError:
+        fh.close()
+        raise
 
     def samples() -> Iterator[tuple[str, Any]]:
         try:
-            names = sorted(
+            infos = sorted(
                 (i for i in archive.infolist() if i.filename.startswith("samples/")),
                 key=lambda i: i.filename,
             )
-            for info in names:
+            for info in infos:
+                if info.file_size > max_record_bytes:
+                    yield info.filename, RecordError(
+                        f"sample is larger than the limit of {max_record_bytes} bytes "
+                        "(raise it with --max-record-mb)"
+                    )
+                    continue
                 try:
-                    yield info.filename, json.loads(_read_entry(archive, fh, info))
-                except json.JSONDecodeError as err:
-                    yield info.filename, RecordError(f"malformed JSON: {err.msg}")
+                    yield info.filename, _load_entry(archive, fh, info)
+                except RecordError as err:
+                    yield info.filename, err
         finally:
             fh.close()
 
     return header, samples()
 
 
-def score_success(scores: Any, options: ReadOptions, scorer: str | None = None) -> bool | None:
-    """Success from a sample's ``scores``: the named scorer, or the first one."""
+def _json_entries(path: Path) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
+    """The header (the log itself) and its samples, from a ``.json`` log."""
+    text = read_document(path)
+    if isinstance(text, RecordError):
+        raise text
+    try:
+        log = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RecordError(f"malformed JSON: {err.msg}", line=err.lineno) from None
+    if not isinstance(log, dict):
+        raise RecordError(f"expected an Inspect log object, got {type(log).__name__}")
+    samples = log.get("samples") or []
+    if not isinstance(samples, list):
+        raise RecordError(f"field 'samples': expected array, got {type(samples).__name__}")
+    return log, ((f"samples[{i}]", s) for i, s in enumerate(samples))
+
+
+def resolve_attachments(value: Any, attachments: dict[str, str]) -> Any:
+    """``value`` with every ``attachment://<hash>`` string replaced by the attachment's text."""
+    if not attachments:
+        return value
+    if isinstance(value, str):
+        if value.startswith(ATTACHMENT_PROTOCOL):
+            return attachments.get(value[len(ATTACHMENT_PROTOCOL) :], value)
+        return value
+    if isinstance(value, list):
+        return [resolve_attachments(v, attachments) for v in value]
+    if isinstance(value, dict):
+        return {k: resolve_attachments(v, attachments) for k, v in value.items()}
+    return value
+
+
+def _score_value(scores: Any, scorer: str | None) -> tuple[bool, Any]:
+    """``(found, value)`` of the named scorer (or the first one) in a sample's ``scores``."""
     if not isinstance(scores, dict) or not scores:
+        return False, None
+    if scorer is None:
+        score = next(iter(scores.values()))
+    elif scorer in scores:
+        score = scores[scorer]
+    else:
+        raise RecordError(
+            f"field 'scores': no scorer {scorer!r} (the sample has: {', '.join(scores)})"
+        )
+    return True, score.get("value") if isinstance(score, dict) else score
+
+
+def score_success(scores: Any, options: ReadOptions, scorer: str | None = None) -> bool | None:
+    """Success from a sample's ``scores``: the named scorer, or the first one.
+
+    Args:
+        scores: The sample's ``scores`` object (scorer name -> ``{"value": ...}``).
+        options: ``inspect_success`` (string values that count as success) and
+            ``success_threshold`` (numbers at or above it count as success).
+        scorer: The scorer to read; ``None`` = ``options.inspect_scorer``, else the first.
+
+    Returns:
+        ``None`` when the sample has no score or its value is neither a string, a number nor
+        a boolean (e.g. a dict of several values).
+
+    Raises:
+        RecordError: when the named scorer is not among the sample's scores.
+    """
+    found, value = _score_value(scores, scorer or options.inspect_scorer)
+    if not found:
         return None
-    score = scores.get(scorer) if scorer else next(iter(scores.values()))
-    value = score.get("value") if isinstance(score, dict) else score
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):
@@ -101,33 +203,47 @@ def sample_trajectory(
     file: str,
     line: int,
 ) -> Trajectory:
-    """One Inspect sample as a trajectory."""
+    """One Inspect sample as a trajectory.
+
+    Args:
+        sample: The sample object (``id``, ``epoch``, ``messages``, ``scores``...).
+        eval_spec: The log's ``eval`` object (``task``, ``model``...).
+        options: Reader options.
+        default_run: Run label when the log names no model (the file's stem).
+        file: Source file.
+        line: The sample's 1-based position in the log.
+    """
     if not isinstance(sample, dict):
         raise RecordError(f"expected a sample object, got {type(sample).__name__}")
     if "messages" not in sample:
         raise RecordError("sample has no 'messages'")
-    prompt, turns = split_turns(sample["messages"])
+    attachments = sample.get("attachments")
+    messages = resolve_attachments(
+        sample["messages"], attachments if isinstance(attachments, dict) else {}
+    )
+    prompt, turns = split_turns(messages)
     task = eval_spec.get("task")
     sample_id = coerce_task_id(sample.get("id", line), "id")
     epoch = sample.get("epoch")
+    scores = sample.get("scores")
     meta: dict[str, Any] = {
         "inspect_task": task,
         "inspect_id": sample.get("id"),
         "epoch": epoch,
-        "scores": sample.get("scores"),
+        "scores": scores,
     }
     for key in ("error", "limit", "metadata", "target"):
         if sample.get(key):
             meta[key] = sample[key]
+    if sample.get("error"):
+        meta["crashed"] = True
     reward = None
-    scores = sample.get("scores")
-    if isinstance(scores, dict) and scores:
-        first = next(iter(scores.values()))
-        value = first.get("value") if isinstance(first, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            reward = float(value)
+    found, value = _score_value(scores, options.inspect_scorer)
+    if found and isinstance(value, (int, float)) and not isinstance(value, bool):
+        reward = float(value)
+    run = options.run or eval_spec.get("model") or default_run
     return Trajectory(
-        run=options.run or eval_spec.get("model") or default_run,
+        run=str(run),
         task_id=f"{task}/{sample_id}" if task else sample_id,
         turns=turns,
         success=score_success(scores, options),
@@ -146,22 +262,21 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
     file = str(path)
     try:
         if path.suffix == ".eval" or zipfile.is_zipfile(path):
-            header, samples = _eval_entries(path)
+            header, samples = _eval_entries(path, options.max_record_bytes)
         else:
-            with open(path, encoding="utf-8") as fh:
-                log = json.load(fh)
-            header = log
-            samples = ((f"samples[{i}]", s) for i, s in enumerate(log.get("samples") or []))
-    except json.JSONDecodeError as err:
-        yield RecordError(f"malformed JSON: {err.msg}", file=file, line=err.lineno)
-        return
+            header, samples = _json_entries(path)
     except RecordError as err:
         yield err.located(file, 1)
         return
-    eval_spec = header.get("eval") or {}
+    eval_spec = header.get("eval")
+    if not isinstance(eval_spec, dict):
+        eval_spec = {}
     for position, (entry, sample) in enumerate(samples, start=1):
         if isinstance(sample, RecordError):
-            yield RecordError(f"{entry}: {sample.message}", file=file, line=position)
+            message = sample.message
+            if not message.startswith(entry):
+                message = f"{entry}: {message}"
+            yield RecordError(message, file=file, line=position)
             continue
         try:
             yield sample_trajectory(sample, eval_spec, options, default_run, file, position)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, stem
+from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
 from recovery.formats._chat import iter_json_records, split_turns, task_id_from_prompt
 from recovery.schema import (
     RecordError,
@@ -26,11 +26,10 @@ KNOWN_KEYS = frozenset({"messages", "task_id", "sample", "reward", "success", "r
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """JSON objects per line with ``messages`` and no ``step_labels``."""
-    if first_json_char(head) != "{":
-        return False
-    first_line = head.split(b"\n", 1)[0]
-    return b'"messages"' in first_line and b'"step_labels"' not in first_line
+    """Records (JSON lines or a JSON array) with ``messages`` and no ``step_labels``."""
+    return first_record_has_keys(
+        head, ("messages",), absent=("step_labels", "turns"), container="any"
+    )
 
 
 def chat_trajectory(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char, stem
+from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
 from recovery.formats._chat import iter_json_records, split_turns
 from recovery.schema import (
     RecordError,
@@ -26,7 +26,7 @@ SUCCESS_TOLERANCE = 1e-6
 
 def sniff(path: Path, head: bytes) -> bool:
     """A JSON array whose records have ``traj`` and ``task_id``."""
-    return first_json_char(head) == "[" and b'"traj"' in head and b'"task_id"' in head
+    return first_record_has_keys(head, ("task_id", "traj"), container="array")
 
 
 def trajectory(raw: Any, options: ReadOptions, default_run: str, file: str, line: int) -> Trajectory:
