@@ -1,0 +1,242 @@
+"""Check that an HTML report of ``recovery analyze`` renders in a real browser.
+
+Run: ``.venv/bin/python bench/html_check.py REPORT.html [--screenshot OUT.png]``.
+
+Three checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
+
+1. **self-contained**: every ``<img>`` is a ``data:image/png`` URI that decodes to an image
+   (with Pillow), and nothing is loaded from elsewhere (no ``src``/``href`` to a URL or file,
+   no external style sheet or script);
+2. **decoded in the browser**: headless Chromium loads a copy of the page with a small script
+   that counts the images with a non-zero natural width once the page has loaded, and
+   ``--dump-dom`` reports the count, which must equal the number of images;
+3. **not blank**: a headless Chromium screenshot (``--window-size``, default 1400x4000) shows
+   enough non-white pixels and colours.
+
+Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``); it runs with
+``--headless --no-sandbox --disable-gpu`` and a fresh profile directory, and no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--hide-scrollbars",
+)
+MIN_INK = 0.02
+"""Smallest share of non-white pixels in the screenshot for the page not to count as blank."""
+MIN_COLOURS = 16
+"""Fewest distinct colours in the screenshot (a page of plots has hundreds)."""
+
+_PROBE = """<script>
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute("data-images-total", String(imgs.length));
+  document.body.setAttribute("data-images-decoded", String(ok));
+});
+</script>"""
+
+
+@dataclass
+class HtmlCheck:
+    """The outcome of :func:`check_html`.
+
+    Attributes:
+        n_images: ``<img>`` elements in the page.
+        n_images_decoded_pil: Those whose data URI decodes with Pillow.
+        n_images_decoded_browser: Those Chromium decoded (``-1`` when not checked).
+        ink: Share of non-white pixels in the screenshot.
+        n_colours: Distinct colours in the screenshot.
+        screenshot: The screenshot's path.
+        problems: What is wrong; empty when the page passes.
+    """
+
+    n_images: int = 0
+    n_images_decoded_pil: int = 0
+    n_images_decoded_browser: int = -1
+    ink: float = 0.0
+    n_colours: int = 0
+    screenshot: Path | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return not self.problems
+
+
+class _Resources(HTMLParser):
+    """Collects image sources and every reference to something outside the page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "img":
+            self.images.append(values.get("src") or "")
+        for name in ("src", "href"):
+            ref = values.get(name)
+            if ref and not ref.startswith(("data:", "#")):
+                self.external.append(f"<{tag} {name}={ref[:80]!r}>")
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium/Chrome executable, or None."""
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _chromium(chromium: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="html-check-profile-") as profile:
+        return subprocess.run(
+            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+
+def check_html(
+    path: str | Path,
+    screenshot: str | Path,
+    *,
+    chromium: str | None = None,
+    window_size: str = "1400,4000",
+    timeout: float = 120.0,
+) -> HtmlCheck:
+    """Run the three checks of the module docstring on one HTML file.
+
+    Args:
+        path: The HTML file.
+        screenshot: Where to write the PNG screenshot.
+        chromium: The browser executable (default: :func:`find_chromium`).
+        window_size: ``WIDTH,HEIGHT`` of the headless window.
+        timeout: Seconds allowed per browser run.
+
+    Returns:
+        The :class:`HtmlCheck`.
+
+    Raises:
+        FileNotFoundError: when no Chromium is found.
+    """
+    import numpy as np
+    from PIL import Image
+
+    path = Path(path).resolve()
+    screenshot = Path(screenshot).resolve()
+    chromium = chromium or find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("no chromium found (apt-get install -y chromium)")
+    result = HtmlCheck(screenshot=screenshot)
+    text = path.read_text(encoding="utf-8")
+
+    parser = _Resources()
+    parser.feed(text)
+    result.n_images = len(parser.images)
+    if parser.external:
+        result.problems.append(f"external resources: {', '.join(parser.external[:5])}")
+    if re.search(r"@import|url\(\s*['\"]?(?!data:)", text):
+        result.problems.append("the style sheet loads something from outside the page")
+    for index, src in enumerate(parser.images):
+        match = re.match(r"data:image/png;base64,(.*)", src, re.S)
+        if not match:
+            result.problems.append(f"image {index} is not an embedded PNG: {src[:60]!r}")
+            continue
+        try:
+            with Image.open(io.BytesIO(base64.b64decode(match.group(1), validate=True))) as im:
+                im.load()
+                if im.width < 10 or im.height < 10:
+                    raise ValueError(f"{im.width}x{im.height} pixels")
+            result.n_images_decoded_pil += 1
+        except Exception as err:  # any decoding failure is a finding, not a crash
+            result.problems.append(f"image {index} does not decode: {err}")
+
+    with tempfile.TemporaryDirectory(prefix="html-check-") as tmp:
+        probe = Path(tmp) / "probe.html"
+        probe.write_text(text.replace("</body>", _PROBE + "</body>", 1), encoding="utf-8")
+        run = _chromium(chromium, ["--virtual-time-budget=10000", "--dump-dom",
+                                   probe.as_uri()], timeout)
+        total = re.search(r'data-images-total="(\d+)"', run.stdout)
+        decoded = re.search(r'data-images-decoded="(\d+)"', run.stdout)
+        if not (total and decoded):
+            result.problems.append(
+                f"chromium --dump-dom gave no image count (exit {run.returncode}): "
+                f"{run.stderr.strip()[-300:]}"
+            )
+        else:
+            result.n_images_decoded_browser = int(decoded.group(1))
+            if int(total.group(1)) != result.n_images or result.n_images_decoded_browser != \
+                    result.n_images:
+                result.problems.append(
+                    f"chromium decoded {decoded.group(1)} of {total.group(1)} images "
+                    f"({result.n_images} in the file)"
+                )
+
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    screenshot.unlink(missing_ok=True)
+    run = _chromium(chromium, [f"--screenshot={screenshot}", f"--window-size={window_size}",
+                               "--virtual-time-budget=10000", path.as_uri()], timeout)
+    if not screenshot.exists():
+        result.problems.append(
+            f"chromium wrote no screenshot (exit {run.returncode}): {run.stderr.strip()[-300:]}"
+        )
+        return result
+    with Image.open(screenshot) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    result.ink = float((rgb.min(axis=2) < 245).mean()) if rgb.size else 0.0
+    result.n_colours = len(np.unique(rgb.reshape(-1, 3), axis=0))
+    if result.ink < MIN_INK:
+        result.problems.append(f"screenshot looks blank: {result.ink:.2%} non-white pixels")
+    if result.n_colours < MIN_COLOURS:
+        result.problems.append(f"screenshot has only {result.n_colours} colours")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: check one HTML file; print the findings; 0 = fine, 1 = problems, 2 = no
+    Chromium."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("html", type=Path, help="The HTML report.")
+    parser.add_argument("--screenshot", type=Path, default=None,
+                        help="PNG to write (default: next to the HTML, .png).")
+    parser.add_argument("--chromium", default=None, help="Browser executable.")
+    parser.add_argument("--window-size", default="1400,4000", help="WIDTH,HEIGHT.")
+    args = parser.parse_args(argv)
+    shot = args.screenshot or args.html.with_suffix(".png")
+    try:
+        result = check_html(args.html, shot, chromium=args.chromium,
+                            window_size=args.window_size)
+    except FileNotFoundError as err:
+        print(f"html_check: {err}", file=sys.stderr)
+        return 2
+    print(f"images: {result.n_images} (decoded by Pillow: {result.n_images_decoded_pil}, "
+          f"by chromium: {result.n_images_decoded_browser})")
+    print(f"screenshot: {result.screenshot} ({result.ink:.1%} non-white pixels, "
+          f"{result.n_colours} colours)")
+    for problem in result.problems:
+        print(f"PROBLEM: {problem}")
+    print("OK" if result.ok else "FAILED")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
