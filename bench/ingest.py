@@ -30,6 +30,7 @@ INGEST_CHILD = """
 import resource, sys, time
 from recovery.store import IngestOptions, connect, ingest_file
 con = connect(sys.argv[2])
+con.execute("SET enable_progress_bar = false")  # its bar goes to stdout, which is parsed
 start = time.perf_counter()
 result = ingest_file(con, sys.argv[1], IngestOptions(fast=sys.argv[3] == "fast"))
 elapsed = time.perf_counter() - start
@@ -40,6 +41,7 @@ print(elapsed, result.n_trajectories, resource.getrusage(resource.RUSAGE_SELF).r
 READ_JSON_CHILD = """
 import resource, sys, time, duckdb
 con = duckdb.connect(sys.argv[2])
+con.execute("SET enable_progress_bar = false")
 start = time.perf_counter()
 con.execute("CREATE TABLE t AS SELECT * FROM read_json(?)", [sys.argv[1]])
 elapsed = time.perf_counter() - start
