@@ -910,6 +910,10 @@ def _run_episode(
                     action, obs = episode.silent(before, False, pick)
                 else:  # pragma: no cover - progress/recover/error turns always differ
                     break
+            if action == prev.action and obs == prev.observation:
+                # The draws above ran out of variety (about once in a million turns); a clean
+                # or silent turn must still never look like a repeat to the rules.
+                obs = f"{obs} (as before)"
         meta: dict[str, Any] = {
             "true_error": (None if not is_error
                            else "silent" if spell_kind == "silent" else "visible"),

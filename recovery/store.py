@@ -209,7 +209,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the tables and views when missing (idempotent)."""
     con.execute(TABLES_DDL)
     con.execute(VIEWS_DDL)
-    if not con.execute("SELECT 1 FROM store_info WHERE key = 'schema_version'").fetchone():
+    if not con.execute("SELECT 1 FROM store_info WHERE key = 'schema_version'").fetchall():
         con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
 
 
@@ -493,7 +493,7 @@ def ingest_file(
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     fmt = options.format or detect_format(path)
-    if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchone():
+    if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
         return IngestResult(file=str(path), format=fmt, status="skipped")
     read_options = ReadOptions(
         run=options.run,
