@@ -71,6 +71,9 @@ class ReportOptions:
         mode: ``"truncation"`` or ``"budgeted"`` (DESIGN 5).
         baseline: The run the others are compared with; ``None`` = the first alphabetically.
         strata: Task difficulty strata of the hazard model (1 = pooled; DESIGN 6).
+        strata_by: What orders tasks into strata: ``"clean_success"`` (successes per clean
+            turn, the default) or ``"success"`` (DESIGN 6's success rate); see
+            :func:`analyses.decompose.task_strata`.
         n_boot: Bootstrap resamples of tasks for every interval (0 = no intervals).
         seed: Seed of the bootstraps.
         ci: Central coverage of the intervals.
@@ -82,6 +85,7 @@ class ReportOptions:
     mode: str = "truncation"
     baseline: str | None = None
     strata: int = 5
+    strata_by: str = "clean_success"
     n_boot: int = 200
     seed: int = 0
     ci: float = 0.95
@@ -142,7 +146,7 @@ class ModelFitRow:
     Attributes:
         t: Turn limit (``None`` = no limit).
         empirical: Share of trajectories that succeeded by T.
-        model: S_model(T) of the run's own fitted hazards (strata from its own success rates).
+        model: S_model(T) of the run's own fitted hazards (strata from its own trajectories).
     """
 
     t: int | None
@@ -616,7 +620,8 @@ def report_from_frames(
         fit = step(
             f"model fit {run}",
             lambda run=run: dec.model_fit(traj, flags, run, ts, options.strata, mode=mode,
-                                          min_at_risk=options.min_at_risk),
+                                          min_at_risk=options.min_at_risk,
+                                          strata_by=options.strata_by),
         )
         runs[run] = _run_report(
             run, traj, pass_at, pass_hat, descriptive, fit, spells, latency, hazards, kinds,
@@ -632,6 +637,7 @@ def report_from_frames(
             lambda candidate=candidate: dec.decompose(
                 traj, flags, baseline, candidate, ts, options.strata, n_boot, options.seed,
                 mode=mode, min_at_risk=options.min_at_risk, ci=options.ci,
+                strata_by=options.strata_by,
             ),
         )
         comparisons.append(_comparison(baseline, candidate, frame))

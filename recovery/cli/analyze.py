@@ -57,6 +57,12 @@ class AnalyzeConfig:
         choices=("truncation", "budgeted"),
     )
     strata: int = opt(5, "Task difficulty strata of the hazard model (1 = pooled).")
+    strata_by: str = opt(
+        "clean_success",
+        "What orders tasks into strata: successes per clean turn, or the success rate "
+        "(DESIGN 6 as written; see docs/concepts.md).",
+        choices=("clean_success", "success"),
+    )
     n_boot: int = opt(200, "Bootstrap resamples of tasks for every interval (0 = none).")
     seed: int = opt(0, "Seed of the bootstrap.")
     ci: float = opt(0.95, "Coverage of the intervals.")
@@ -171,6 +177,7 @@ def run_analyze(config: AnalyzeConfig, *, console: Console | None = None) -> Rep
         mode=config.mode,
         baseline=config.baseline,
         strata=config.strata,
+        strata_by=config.strata_by,
         n_boot=config.n_boot,
         seed=config.seed,
         ci=config.ci,
