@@ -11,6 +11,8 @@ the exact file and line. Tests check that both paths give identical stores.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,152 +118,139 @@ def ingest_canonical(
     Raises:
         Declined: when the Python reader must handle the file.
     """
+    with _declining():
+        top_keys = ", ".join(_literal(k) for k in sorted(CANONICAL_TRAJECTORY_KEYS))
+        turn_keys = ", ".join(_literal(k) for k in sorted(CANONICAL_TURN_KEYS))
+        file = _literal(str(path))
+        max_size = int(max_record_bytes)
+        # read_json with explicit columns would drop unknown keys silently, so first check that
+        # no record has a key the canonical schema does not name (those go to meta in Python).
+        # DuckDB treats maximum_object_size as a buffer size, not a limit, so oversized records
+        # are counted here and left to the Python reader, which names them.
+        n_records, n_unknown, n_oversized = con.execute(
+            f"""
+            SELECT count(*),
+                   count(*) FILTER (WHERE NOT list_has_all([{top_keys}], json_keys(json))
+                                       OR NOT list_has_all([{turn_keys}],
+                                                           flatten(json_keys(json, '$.turns[*]')))),
+                   count(*) FILTER (WHERE strlen(json::VARCHAR) > {max_size})
+            FROM read_json_objects({file}, format = 'newline_delimited',
+                                   maximum_object_size = {max(max_size, 1 << 24)})
+            """
+        ).fetchall()[0]
+        if n_unknown:
+            raise Declined("unknown keys go to meta")
+        if n_oversized:
+            raise Declined("oversized records")
+        if n_records != n_lines:
+            raise Declined("blank lines: record numbers would not be line numbers")
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE _fast_stage AS
+            SELECT ordinality::INTEGER AS line, *
+            FROM read_json({file}, format = 'newline_delimited', columns = {READ_COLUMNS},
+                           maximum_object_size = {max(max_size, 1 << 24)})
+                 WITH ORDINALITY
+            """
+        )
+
+        run_expr = (
+            _literal(run_override)
+            if run_override
+            else f"coalesce(nullif(run->>'$', ''), {_literal(default_run)})"
+        )
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE _fast_traj AS
+            WITH base AS (
+                SELECT line,
+                       {run_expr}                                   AS run,
+                       task_id->>'$'                                AS task_id,
+                       (sample->>'$')::INTEGER                      AS given_sample,
+                       (budget->>'$')::INTEGER                      AS budget,
+                       coalesce((success->>'$')::BOOLEAN,
+                                (reward->>'$')::DOUBLE >= {float(success_threshold)!r}) AS success,
+                       (reward->>'$')::DOUBLE                       AS reward,
+                       len(turns)::INTEGER                          AS n_turns,
+                       list_position(list_transform(turns, lambda x: coalesce(
+                           (x.done->>'$')::BOOLEAN, false)), true)  AS first_done,
+                       nullif(prompt->>'$', '')                     AS prompt,
+                       CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
+                            ELSE meta END                           AS meta
+                FROM _fast_stage
+                WHERE CASE WHEN {_TRAJECTORY_INVALID}
+                           THEN error('declined: record needs the Python reader') ELSE true END
+            ),
+            sampled AS (
+                SELECT *,
+                       coalesce(given_sample,
+                                (row_number() OVER (PARTITION BY run, task_id, budget
+                                                    ORDER BY line) - 1)::INTEGER) AS sample
+                FROM base
+            )
+            SELECT *,
+                   substr(sha1(run || chr(31) || task_id || chr(31) || coalesce(budget::VARCHAR, '')
+                               || chr(31) || sample::VARCHAR), 1, 16) AS traj_id
+            FROM sampled
+            """
+        )
+        clashes = con.execute(
+            """
+            SELECT (SELECT count(*) - count(DISTINCT traj_id) FROM _fast_traj)
+                 + (SELECT count(*) FROM _fast_traj JOIN trajectories USING (traj_id))
+            """
+        ).fetchone()[0]
+        if clashes:
+            raise Declined("duplicate trajectories")
+
+        con.execute(
+            f"""
+            INSERT INTO trajectories BY NAME
+            SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
+                   CASE WHEN success THEN coalesce(nullif(first_done, 0), n_turns) END
+                                                                      AS success_turn,
+                   'canonical' AS format, prompt, {_literal(str(path))} AS source_file,
+                   line AS source_line, meta
+            FROM _fast_traj ORDER BY line
+            """
+        )
+        con.execute(
+            f"""
+            INSERT INTO turns BY NAME
+            SELECT traj_id, t, u.action->>'$' AS action, NULL AS action_json,
+                   coalesce(u.observation->>'$', '') AS observation, NULL AS observation_json,
+                   (u.reward->>'$')::DOUBLE AS reward,
+                   CASE WHEN json_type(u.error) = 'BOOLEAN'
+                        THEN CASE WHEN (u.error->>'$')::BOOLEAN THEN 'explicit' END
+                        ELSE nullif(u.error->>'$', '') END AS explicit_error,
+                   (u.label->>'$')::DOUBLE AS label,
+                   coalesce((u.done->>'$')::BOOLEAN, false) AS done,
+                   CASE WHEN u.meta IS NULL OR u.meta::VARCHAR = '{{}}' THEN NULL
+                        ELSE u.meta END AS meta
+            FROM (
+                SELECT f.traj_id, f.line, generate_subscripts(s.turns, 1) AS t, unnest(s.turns) AS u
+                FROM _fast_stage s JOIN _fast_traj f USING (line)
+            )
+            WHERE CASE WHEN {_TURN_INVALID}
+                       THEN error('declined: turn needs the Python reader') ELSE true END
+            """
+        )
+        traj_ids = [
+            row[0] for row in con.execute("SELECT traj_id FROM _fast_traj ORDER BY line").fetchall()
+        ]
+        n_turns = con.execute("SELECT coalesce(sum(n_turns), 0) FROM _fast_traj").fetchone()[0]
+        con.execute("DROP TABLE _fast_stage")
+        con.execute("DROP TABLE _fast_traj")
+        return FastIngest(traj_ids=traj_ids, n_turns=int(n_turns))
+
+
+@contextmanager
+def _declining() -> Iterator[None]:
+    """Turn any DuckDB error (a record DuckDB cannot parse, an ``error()`` raised by a check)
+    into :class:`Declined`."""
     import duckdb
 
     try:
-        return _ingest(
-            con,
-            path,
-            n_lines=n_lines,
-            default_run=default_run,
-            run_override=run_override,
-            success_threshold=success_threshold,
-            max_record_bytes=max_record_bytes,
-        )
+        yield
     except duckdb.Error as err:
         raise Declined(str(err)) from err
-
-
-def _ingest(
-    con: duckdb.DuckDBPyConnection,
-    path: Path,
-    *,
-    n_lines: int,
-    default_run: str,
-    run_override: str | None,
-    success_threshold: float,
-    max_record_bytes: int,
-) -> FastIngest:
-    top_keys = ", ".join(_literal(k) for k in sorted(CANONICAL_TRAJECTORY_KEYS))
-    turn_keys = ", ".join(_literal(k) for k in sorted(CANONICAL_TURN_KEYS))
-    file = _literal(str(path))
-    max_size = int(max_record_bytes)
-    # read_json with explicit columns would drop unknown keys silently, so first check that
-    # no record has a key the canonical schema does not name (those go to meta in Python).
-    # DuckDB treats maximum_object_size as a buffer size, not a limit, so oversized records
-    # are counted here and left to the Python reader, which names them.
-    n_records, n_unknown, n_oversized = con.execute(
-        f"""
-        SELECT count(*),
-               count(*) FILTER (WHERE NOT list_has_all([{top_keys}], json_keys(json))
-                                   OR NOT list_has_all([{turn_keys}],
-                                                       flatten(json_keys(json, '$.turns[*]')))),
-               count(*) FILTER (WHERE strlen(json::VARCHAR) > {max_size})
-        FROM read_json_objects({file}, format = 'newline_delimited',
-                               maximum_object_size = {max(max_size, 1 << 24)})
-        """
-    ).fetchall()[0]
-    if n_unknown:
-        raise Declined("unknown keys go to meta")
-    if n_oversized:
-        raise Declined("oversized records")
-    if n_records != n_lines:
-        raise Declined("blank lines: record numbers would not be line numbers")
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _fast_stage AS
-        SELECT ordinality::INTEGER AS line, *
-        FROM read_json({file}, format = 'newline_delimited', columns = {READ_COLUMNS},
-                       maximum_object_size = {max(max_size, 1 << 24)})
-             WITH ORDINALITY
-        """
-    )
-
-    run_expr = (
-        _literal(run_override)
-        if run_override
-        else f"coalesce(nullif(run->>'$', ''), {_literal(default_run)})"
-    )
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _fast_traj AS
-        WITH base AS (
-            SELECT line,
-                   {run_expr}                                   AS run,
-                   task_id->>'$'                                AS task_id,
-                   (sample->>'$')::INTEGER                      AS given_sample,
-                   (budget->>'$')::INTEGER                      AS budget,
-                   coalesce((success->>'$')::BOOLEAN,
-                            (reward->>'$')::DOUBLE >= {float(success_threshold)!r}) AS success,
-                   (reward->>'$')::DOUBLE                       AS reward,
-                   len(turns)::INTEGER                          AS n_turns,
-                   list_position(list_transform(turns, lambda x: coalesce(
-                       (x.done->>'$')::BOOLEAN, false)), true)  AS first_done,
-                   nullif(prompt->>'$', '')                     AS prompt,
-                   CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
-                        ELSE meta END                           AS meta
-            FROM _fast_stage
-            WHERE CASE WHEN {_TRAJECTORY_INVALID}
-                       THEN error('declined: record needs the Python reader') ELSE true END
-        ),
-        sampled AS (
-            SELECT *,
-                   coalesce(given_sample,
-                            (row_number() OVER (PARTITION BY run, task_id, budget
-                                                ORDER BY line) - 1)::INTEGER) AS sample
-            FROM base
-        )
-        SELECT *,
-               substr(sha1(run || chr(31) || task_id || chr(31) || coalesce(budget::VARCHAR, '')
-                           || chr(31) || sample::VARCHAR), 1, 16) AS traj_id
-        FROM sampled
-        """
-    )
-    clashes = con.execute(
-        """
-        SELECT (SELECT count(*) - count(DISTINCT traj_id) FROM _fast_traj)
-             + (SELECT count(*) FROM _fast_traj JOIN trajectories USING (traj_id))
-        """
-    ).fetchone()[0]
-    if clashes:
-        raise Declined("duplicate trajectories")
-
-    con.execute(
-        f"""
-        INSERT INTO trajectories BY NAME
-        SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
-               CASE WHEN success THEN coalesce(nullif(first_done, 0), n_turns) END
-                                                                  AS success_turn,
-               'canonical' AS format, prompt, {_literal(str(path))} AS source_file,
-               line AS source_line, meta
-        FROM _fast_traj ORDER BY line
-        """
-    )
-    con.execute(
-        f"""
-        INSERT INTO turns BY NAME
-        SELECT traj_id, t, u.action->>'$' AS action, NULL AS action_json,
-               coalesce(u.observation->>'$', '') AS observation, NULL AS observation_json,
-               (u.reward->>'$')::DOUBLE AS reward,
-               CASE WHEN json_type(u.error) = 'BOOLEAN'
-                    THEN CASE WHEN (u.error->>'$')::BOOLEAN THEN 'explicit' END
-                    ELSE nullif(u.error->>'$', '') END AS explicit_error,
-               (u.label->>'$')::DOUBLE AS label,
-               coalesce((u.done->>'$')::BOOLEAN, false) AS done,
-               CASE WHEN u.meta IS NULL OR u.meta::VARCHAR = '{{}}' THEN NULL
-                    ELSE u.meta END AS meta
-        FROM (
-            SELECT f.traj_id, f.line, generate_subscripts(s.turns, 1) AS t, unnest(s.turns) AS u
-            FROM _fast_stage s JOIN _fast_traj f USING (line)
-        )
-        WHERE CASE WHEN {_TURN_INVALID}
-                   THEN error('declined: turn needs the Python reader') ELSE true END
-        """
-    )
-    traj_ids = [
-        row[0] for row in con.execute("SELECT traj_id FROM _fast_traj ORDER BY line").fetchall()
-    ]
-    n_turns = con.execute("SELECT coalesce(sum(n_turns), 0) FROM _fast_traj").fetchone()[0]
-    con.execute("DROP TABLE _fast_stage")
-    con.execute("DROP TABLE _fast_traj")
-    return FastIngest(traj_ids=traj_ids, n_turns=int(n_turns))

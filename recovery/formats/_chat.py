@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import first_json_char, iter_lines
-from recovery.schema import RecordError, Turn
+from recovery.formats import ReadOptions, ReadResult, first_json_char, iter_lines
+from recovery.schema import RecordError, Trajectory, Turn
 
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "model"})
 TOOL_ROLES = frozenset({"tool", "function", "ipython"})
@@ -245,6 +245,29 @@ def iter_json_records(
             yield lineno, RecordError(
                 f"malformed JSON: {err.msg} (column {err.colno})", file=str(path), line=lineno
             )
+
+
+def read_records(
+    path: Path, options: ReadOptions, build: Callable[[Any, int], Trajectory]
+) -> ReadResult:
+    """Build a trajectory from each record of :func:`iter_json_records`.
+
+    Args:
+        path: The input file.
+        options: Reader options (for the record size limit).
+        build: ``build(record, line)`` returns the trajectory or raises RecordError.
+
+    Yields:
+        Trajectories, and a RecordError located at its line for each record that fails.
+    """
+    for line, raw in iter_json_records(path, options.max_record_bytes):
+        if isinstance(raw, RecordError):
+            yield raw
+            continue
+        try:
+            yield build(raw, line)
+        except RecordError as err:
+            yield err.located(str(path), line)
 
 
 def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[int, Any]]:

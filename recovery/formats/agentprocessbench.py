@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
-from recovery.formats._chat import iter_json_records
+from recovery.formats._chat import read_records
 from recovery.formats.openai_chat import KNOWN_KEYS, chat_trajectory
-from recovery.schema import RecordError, coerce_label, coerce_optional_float
+from recovery.schema import RecordError, Trajectory, coerce_label, coerce_optional_float
 
 APB_KEYS = KNOWN_KEYS | {"step_labels", "final_label"}
 
@@ -67,29 +67,25 @@ def final_success(value: Any) -> bool | None:
 def read(path: Path, options: ReadOptions) -> ReadResult:
     """Read labelled trajectories; step labels become turn labels."""
     default_run = stem(path)
-    for line, raw in iter_json_records(path, options.max_record_bytes):
-        if isinstance(raw, RecordError):
-            yield raw
-            continue
-        try:
-            if not isinstance(raw, dict):
-                raise RecordError(f"expected a JSON object, got {type(raw).__name__}")
-            labels = step_labels(raw.get("step_labels"), raw.get("messages"))
-            traj = chat_trajectory(
-                raw,
-                options=options,
-                default_run=default_run,
-                file=str(path),
-                line=line,
-                labels=labels,
-                known_keys=APB_KEYS,
-                success=final_success(raw.get("final_label")),
-            )
-            if raw.get("final_label") is not None:
-                traj.meta["final_label"] = raw["final_label"]
-            yield traj
-        except RecordError as err:
-            yield err.located(str(path), line)
+
+    def build(raw: Any, line: int) -> Trajectory:
+        if not isinstance(raw, dict):
+            raise RecordError(f"expected a JSON object, got {type(raw).__name__}")
+        traj = chat_trajectory(
+            raw,
+            options=options,
+            default_run=default_run,
+            file=str(path),
+            line=line,
+            labels=step_labels(raw.get("step_labels"), raw.get("messages")),
+            known_keys=APB_KEYS,
+            success=final_success(raw.get("final_label")),
+        )
+        if raw.get("final_label") is not None:
+            traj.meta["final_label"] = raw["final_label"]
+        return traj
+
+    return read_records(path, options, build)
 
 
 READER = Reader(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
-from recovery.formats._chat import iter_json_records, split_turns, task_id_from_prompt
+from recovery.formats._chat import read_records, split_turns, task_id_from_prompt
 from recovery.schema import (
     RecordError,
     Trajectory,
@@ -86,16 +86,13 @@ def chat_trajectory(
 def read(path: Path, options: ReadOptions) -> ReadResult:
     """Read OpenAI chat JSONL (or a JSON array of such records)."""
     default_run = stem(path)
-    for line, raw in iter_json_records(path, options.max_record_bytes):
-        if isinstance(raw, RecordError):
-            yield raw
-            continue
-        try:
-            yield chat_trajectory(
-                raw, options=options, default_run=default_run, file=str(path), line=line
-            )
-        except RecordError as err:
-            yield err
+    return read_records(
+        path,
+        options,
+        lambda raw, line: chat_trajectory(
+            raw, options=options, default_run=default_run, file=str(path), line=line
+        ),
+    )
 
 
 READER = Reader(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
-from recovery.formats._chat import iter_json_records, split_turns
+from recovery.formats._chat import read_records, split_turns
 from recovery.schema import (
     RecordError,
     Trajectory,
@@ -59,14 +59,9 @@ def trajectory(raw: Any, options: ReadOptions, default_run: str, file: str, line
 def read(path: Path, options: ReadOptions) -> ReadResult:
     """Read a tau-bench results file; each record's line is where it starts."""
     default_run = stem(path)
-    for line, raw in iter_json_records(path, options.max_record_bytes):
-        if isinstance(raw, RecordError):
-            yield raw
-            continue
-        try:
-            yield trajectory(raw, options, default_run, str(path), line)
-        except RecordError as err:
-            yield err.located(str(path), line)
+    return read_records(
+        path, options, lambda raw, line: trajectory(raw, options, default_run, str(path), line)
+    )
 
 
 READER = Reader(
