@@ -1,0 +1,58 @@
+"""``prm eval --store S --model DIR``: step, first-error, calibration and Best-of-K metrics."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from prm.labels import LABEL_SOURCES
+from recovery.cli._options import command_options, opt
+
+
+@dataclass
+class EvalConfig:
+    """Options of ``prm eval``."""
+
+    store: Path | None = opt(None, "DuckDB store.", required=True)
+    model: Path | None = opt(None, "Model directory written by prm train.", required=True)
+    split: str = opt(
+        "test", "Split of tasks to evaluate (tasks new since training count as test).",
+        choices=("train", "validation", "test", "all"),
+    )
+    labels: str | None = opt(
+        None, "Label source of the targets (default: the model's own).", choices=LABEL_SOURCES
+    )
+    ks: list[int] = opt(default_factory=lambda: [1, 2, 4, 8], help="K values of Best-of-K.")
+    aggregate: str = opt(
+        "min", "Trajectory score for Best-of-K from its step scores.",
+        choices=("min", "mean", "last"),
+    )
+    device: str = opt("auto", "auto, cuda or cpu.", choices=("auto", "cuda", "cpu"))
+    json_out: Path | None = opt(None, "Also write the report as JSON here.", flag="--json")
+
+
+@click.command()
+@command_options(EvalConfig)
+def evaluate(config: EvalConfig) -> None:
+    """Evaluate a PRM on a split of the store's tasks (default: the test tasks)."""
+    from prm.evaluate import evaluate_model
+    from recovery.store import connect
+
+    con = connect(config.store, read_only=True)
+    try:
+        report = evaluate_model(
+            con, config.model, split=config.split, labels=config.labels, ks=config.ks,
+            aggregate=config.aggregate, device=config.device,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        raise click.ClickException(str(err)) from None
+    finally:
+        con.close()
+    for line in report.lines():
+        click.echo(line)
+    if config.json_out is not None:
+        config.json_out.parent.mkdir(parents=True, exist_ok=True)
+        config.json_out.write_text(json.dumps(report.to_dict(), indent=1))

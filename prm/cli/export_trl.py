@@ -1,0 +1,46 @@
+"""``prm export-trl --store S --out FILE``: the step dataset in TRL's stepwise form (JSONL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from prm.labels import LABEL_SOURCES
+from recovery.cli._options import command_options, opt
+
+
+@dataclass
+class ExportTrlConfig:
+    """Options of ``prm export-trl``."""
+
+    store: Path | None = opt(None, "DuckDB store.", required=True)
+    out: Path | None = opt(None, "Output JSONL file.", required=True)
+    labels: str = opt("recovery", "Label source.", choices=LABEL_SOURCES)
+    label_base: str = opt(
+        "mc", "Base of the recovery labels for other turns.", choices=("mc", "outcome")
+    )
+    soft: bool = opt(False, "Write float labels instead of booleans (PRMTrainer needs booleans).")
+
+
+@click.command(name="export-trl")
+@command_options(ExportTrlConfig)
+def export_trl(config: ExportTrlConfig) -> None:
+    """Write prompt / completions / labels rows that trl's PRMTrainer reads.
+
+    One row per trajectory; a step's boolean label is target >= 0.5. Trajectories with a step
+    whose label is unknown are left out and counted.
+    """
+    from prm.data import export_trl as run_export
+    from recovery.store import connect
+
+    con = connect(config.store, read_only=True)
+    try:
+        written, left_out = run_export(
+            con, config.out, config.labels, soft=config.soft, base=config.label_base
+        )
+    finally:
+        con.close()
+    click.echo(f"{config.out}: {written} trajectories" + (
+        f" ({left_out} left out: a step with an unknown label)" if left_out else ""))

@@ -1,0 +1,33 @@
+"""``prm train --store S --out DIR``: train a PRM (neural or the scikit-learn baseline).
+
+Launch with ``torchrun --nproc_per_node=N -m prm.cli train ...`` for several GPUs (or CPU
+processes with gloo); every process runs this same command.
+"""
+
+from __future__ import annotations
+
+import click
+
+from prm.train import TrainConfig
+from recovery.cli._options import command_options
+
+
+@click.command()
+@command_options(TrainConfig)
+def train(config: TrainConfig) -> None:
+    """Train a process reward model on the store's trajectories (split by task).
+
+    --backbone tiny builds a small causal transformer and a tokenizer from the store's own text
+    (offline, CPU is enough); --backbone sklearn fits the TF-IDF + logistic regression baseline;
+    any other value is a local model path loaded with transformers.
+    """
+    from prm.train import train as run_train
+
+    try:
+        result = run_train(config, echo=click.echo)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        raise click.ClickException(str(err)) from None
+    if result.kind == "sklearn":
+        click.echo(f"saved {result.out}: TF-IDF baseline on {result.n_train} trajectories")
+    elif not result.finished:
+        click.echo(f"stopped at step {result.steps} of {result.total_steps} (--stop-after)")

@@ -1,0 +1,397 @@
+"""Evaluation of a PRM: step metrics, first-error metrics, calibration and Best-of-K.
+
+Conventions: a target in [0, 1] marks a labelled error when it is below 0.5 (a stored label
+below 0, DESIGN 3.2); a score below ``threshold`` (0.5) is the model calling the step an error.
+Soft targets are binarised that way for AUROC and accuracy and used as they are for calibration.
+
+Every metric is a short function over arrays or a frame, so it can be checked on small inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
+    import numpy as np
+    import pandas as pd
+
+THRESHOLD = 0.5
+
+
+def step_auroc(targets: Sequence[float] | np.ndarray, scores: Sequence[float] | np.ndarray
+               ) -> float | None:
+    """Area under the ROC curve of scores for good steps (target >= 0.5) against errors.
+
+    Returns ``None`` when only one class is present.
+    """
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    good = np.asarray(targets, dtype=float) >= THRESHOLD
+    if good.all() or not good.any():
+        return None
+    return float(roc_auc_score(good, np.asarray(scores, dtype=float)))
+
+
+def step_accuracy(targets: Sequence[float] | np.ndarray, scores: Sequence[float] | np.ndarray,
+                  threshold: float = THRESHOLD) -> float:
+    """Share of steps where ``score >= threshold`` agrees with ``target >= 0.5``."""
+    import numpy as np
+
+    good = np.asarray(targets, dtype=float) >= THRESHOLD
+    return float(np.mean((np.asarray(scores, dtype=float) >= threshold) == good))
+
+
+def expected_calibration_error(targets: Sequence[float] | np.ndarray,
+                               scores: Sequence[float] | np.ndarray, n_bins: int = 10) -> float:
+    """Expected calibration error over ``n_bins`` equal-width score bins.
+
+    ``sum_b (n_b / N) * |mean score in b - mean target in b|``; soft targets are used as they are
+    (the mean target of a bin is its observed rate of good steps).
+    """
+    import numpy as np
+
+    targets = np.asarray(targets, dtype=float)
+    scores = np.asarray(scores, dtype=float)
+    bins = np.minimum((scores * n_bins).astype(int), n_bins - 1)
+    total = 0.0
+    for b in np.unique(bins):
+        inside = bins == b
+        total += inside.mean() * abs(scores[inside].mean() - targets[inside].mean())
+    return float(total)
+
+
+def first_errors(frame: pd.DataFrame, threshold: float = THRESHOLD) -> pd.DataFrame:
+    """Per trajectory: the first labelled error turn and the first turn scored below threshold.
+
+    Args:
+        frame: One row per turn with ``traj_id, t, target, score``.
+        threshold: Score below which the model calls a step an error.
+
+    Returns:
+        Indexed by ``traj_id``: ``true_first`` and ``predicted_first`` (NaN where none).
+    """
+    import pandas as pd
+
+    trajectories = pd.Index(frame["traj_id"].unique(), name="traj_id")
+    true_first = frame.loc[frame["target"] < THRESHOLD].groupby("traj_id")["t"].min()
+    predicted_first = frame.loc[frame["score"] < threshold].groupby("traj_id")["t"].min()
+    return pd.DataFrame(
+        {
+            "true_first": true_first.reindex(trajectories).astype(float),
+            "predicted_first": predicted_first.reindex(trajectories).astype(float),
+        }
+    )
+
+
+def first_error_accuracy(frame: pd.DataFrame, threshold: float = THRESHOLD) -> float:
+    """Share of trajectories whose first turn scored below threshold is the first labelled
+    error, or that have neither."""
+    firsts = first_errors(frame, threshold)
+    same = (firsts["true_first"] == firsts["predicted_first"]) | (
+        firsts["true_first"].isna() & firsts["predicted_first"].isna()
+    )
+    return float(same.mean())
+
+
+def processbench_f1(frame: pd.DataFrame, threshold: float = THRESHOLD) -> dict[str, float | None]:
+    """ProcessBench's F1: harmonic mean of the accuracy on erroneous trajectories (the first
+    error found exactly) and on error-free ones (no error called).
+
+    Returns:
+        ``accuracy_erroneous``, ``accuracy_error_free`` and ``f1`` (``None`` where a class of
+        trajectories is absent).
+    """
+    firsts = first_errors(frame, threshold)
+    erroneous = firsts["true_first"].notna()
+    acc_err = (
+        float((firsts.loc[erroneous, "true_first"] == firsts.loc[erroneous, "predicted_first"])
+              .mean()) if erroneous.any() else None
+    )
+    acc_ok = float(firsts.loc[~erroneous, "predicted_first"].isna().mean()) if (~erroneous).any(
+    ) else None
+    if acc_err is None or acc_ok is None:
+        f1 = None
+    else:
+        f1 = 0.0 if acc_err + acc_ok == 0 else 2 * acc_err * acc_ok / (acc_err + acc_ok)
+    return {"accuracy_erroneous": acc_err, "accuracy_error_free": acc_ok, "f1": f1}
+
+
+def best_of_k_group(scores: Sequence[float], successes: Sequence[bool], k: int
+                    ) -> tuple[float, float, float]:
+    """Exact expected success of choosing one of ``k`` samples drawn without replacement from
+    a group of ``n``: by the highest score, at random, and by an oracle.
+
+    By score: sorted by score (descending), the sample at rank ``i`` (1-based) is chosen when it
+    is drawn and no higher one is: probability ``C(n - i, k - 1) / C(n, k)``. Ties are broken at
+    random, which in expectation gives each tied sample the mean success of its tie group.
+    Random: ``c / n``. Oracle: ``1 - C(n - c, k) / C(n, k)`` (pass@k).
+
+    Returns:
+        ``(by_score, random, oracle)``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    n = len(scores)
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the group size {n}, got {k}")
+    frame = pd.DataFrame({"score": np.asarray(scores, float),
+                          "success": np.asarray(successes, float)})
+    frame["success"] = frame.groupby("score")["success"].transform("mean")
+    ordered = frame.sort_values("score", ascending=False)["success"].to_numpy()
+    total = math.comb(n, k)
+    chosen = np.array([math.comb(n - i, k - 1) / total for i in range(1, n + 1)])
+    c = int(np.sum(np.asarray(successes, bool)))
+    oracle = 1.0 - math.comb(n - c, k) / total
+    return float(chosen @ ordered), c / n, float(oracle)
+
+
+def best_of_k(trajectories: pd.DataFrame, ks: Sequence[int]) -> pd.DataFrame:
+    """Best-of-K over groups of samples (same run and task), exact expectations.
+
+    Args:
+        trajectories: One row per trajectory with ``run, task_id, success, score`` (``score``
+            = the trajectory's aggregate PRM score, e.g. its lowest step score).
+        ks: Sample counts; groups with fewer than ``k`` samples are left out for that ``k``.
+
+    Returns:
+        One row per ``k``: ``k, n_groups, prm, random, oracle`` (means over groups).
+    """
+    import pandas as pd
+
+    rows = []
+    groups = [g for _, g in trajectories.groupby(["run", "task_id"], sort=True)]
+    for k in ks:
+        values = [best_of_k_group(g["score"].tolist(), g["success"].tolist(), k)
+                  for g in groups if len(g) >= k]
+        if not values:
+            rows.append({"k": k, "n_groups": 0, "prm": None, "random": None, "oracle": None})
+            continue
+        frame = pd.DataFrame(values, columns=["prm", "random", "oracle"])
+        rows.append({"k": k, "n_groups": len(values), **frame.mean().to_dict()})
+    return pd.DataFrame(rows)
+
+
+def trajectory_scores(frame: pd.DataFrame, aggregate: str = "min") -> pd.Series:
+    """A trajectory's score from its step scores: ``min`` (default), ``mean`` or ``last``."""
+    ordered = frame.sort_values(["traj_id", "t"])
+    grouped = ordered.groupby("traj_id")["score"]
+    if aggregate == "min":
+        return grouped.min()
+    if aggregate == "mean":
+        return grouped.mean()
+    if aggregate == "last":
+        return grouped.last()
+    raise ValueError(f"unknown aggregate {aggregate!r}; use min, mean or last")
+
+
+def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
+    """AUROCs against the simulator's ground truth (turn ``meta.true_error``).
+
+    Args:
+        frame: Turns with ``score``, ``true_error`` (None, ``"visible"`` or ``"silent"``) and
+            ``is_error`` (the rules' mark).
+
+    Returns:
+        For silent and visible errors against clean turns (``true_error`` null): the PRM's
+        AUROC, the rules' AUROC (score ``1 - is_error``), and the counts.
+    """
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    clean = frame["true_error"].isna()
+    for kind in ("silent", "visible"):
+        bad = frame["true_error"] == kind
+        keep = (clean | bad).to_numpy()
+        targets = clean.to_numpy()[keep].astype(float)
+        out[f"n_{kind}"] = int(bad.sum())
+        out[f"prm_auroc_{kind}"] = step_auroc(targets, frame["score"].to_numpy()[keep])
+        rule_scores = 1.0 - frame["is_error"].to_numpy(dtype=float)[keep]
+        out[f"rules_auroc_{kind}"] = step_auroc(targets, rule_scores)
+    out["n_clean"] = int(clean.sum())
+    out["prm_recall_silent"] = (
+        float(np.mean(frame.loc[frame["true_error"] == "silent", "score"] < THRESHOLD))
+        if out["n_silent"] else None
+    )
+    return out
+
+
+@dataclass
+class EvalReport:
+    """The evaluation of one model on one split.
+
+    Attributes:
+        model: Model directory.
+        split: Split evaluated.
+        labels: Label source of the targets.
+        n_trajectories: Trajectories evaluated.
+        n_turns: Turns with a known target.
+        step_auroc, step_accuracy, first_error_accuracy, ece: See the functions of this module.
+        processbench: ``accuracy_erroneous``, ``accuracy_error_free``, ``f1``.
+        best_of_k: Rows of :func:`best_of_k`.
+        ground_truth: :func:`ground_truth_aurocs` when the turns carry ``meta.true_error``.
+    """
+
+    model: str
+    split: str
+    labels: str
+    n_trajectories: int = 0
+    n_turns: int = 0
+    step_auroc: float | None = None
+    step_accuracy: float | None = None
+    first_error_accuracy: float | None = None
+    ece: float | None = None
+    processbench: dict[str, float | None] = field(default_factory=dict)
+    best_of_k: list[dict[str, Any]] = field(default_factory=list)
+    ground_truth: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        """A short text report."""
+
+        def f(x: float | None) -> str:
+            return "n/a" if x is None or x != x else f"{x:.3f}"
+
+        out = [
+            f"model {self.model} on {self.split} ({self.n_trajectories} trajectories, "
+            f"{self.n_turns} turns, labels {self.labels})",
+            f"  step AUROC {f(self.step_auroc)}  accuracy {f(self.step_accuracy)}  "
+            f"ECE {f(self.ece)}",
+            f"  first-error accuracy {f(self.first_error_accuracy)}  ProcessBench F1 "
+            f"{f(self.processbench.get('f1'))} (erroneous "
+            f"{f(self.processbench.get('accuracy_erroneous'))}, error-free "
+            f"{f(self.processbench.get('accuracy_error_free'))})",
+        ]
+        for row in self.best_of_k:
+            if not row["n_groups"]:
+                continue
+            out.append(
+                f"  Best-of-{row['k']} ({row['n_groups']} groups): PRM {f(row['prm'])}  "
+                f"random {f(row['random'])}  oracle {f(row['oracle'])}"
+            )
+        if self.ground_truth:
+            gt = self.ground_truth
+            out.append(
+                f"  ground truth: silent errors ({gt['n_silent']}) vs clean ({gt['n_clean']}): "
+                f"PRM AUROC {f(gt['prm_auroc_silent'])}, rules {f(gt['rules_auroc_silent'])}; "
+                f"visible ({gt['n_visible']}): PRM {f(gt['prm_auroc_visible'])}, rules "
+                f"{f(gt['rules_auroc_visible'])}"
+            )
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready Python scalar: NaN -> None, numpy numbers -> int / float."""
+    if value is None:
+        return None
+    if isinstance(value, float) or hasattr(value, "dtype"):
+        value = value.item() if hasattr(value, "item") else value
+        if isinstance(value, float) and math.isnan(value):
+            return None
+    return value
+
+
+def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataFrame:
+    import pyarrow as pa
+
+    con.register("_prm_eval", pa.table({"traj_id": pa.array(traj_ids, pa.string())}))
+    try:
+        return con.execute(
+            """
+            SELECT u.traj_id, u.t, u.is_error,
+                   json_extract_string(u.meta, '$.true_error') AS true_error,
+                   json_exists(u.meta, '$.true_error') AS has_truth
+            FROM turns u WHERE u.traj_id IN (SELECT traj_id FROM _prm_eval)
+            """
+        ).df()
+    finally:
+        con.unregister("_prm_eval")
+
+
+def evaluate_model(
+    con: duckdb.DuckDBPyConnection,
+    model_dir: str | Path,
+    *,
+    split: str = "test",
+    labels: str | None = None,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    aggregate: str = "min",
+    device: str = "auto",
+    batch_tokens: int = 16384,
+) -> EvalReport:
+    """Score one split of the store with a trained PRM and compute every metric.
+
+    Args:
+        con: The store.
+        model_dir: A directory written by ``prm train``.
+        split: ``train``, ``validation``, ``test`` (tasks unseen in training count as test)
+            or ``all``.
+        labels: Label source of the targets; default: the one the model was trained on.
+        ks: Sample counts for Best-of-K.
+        aggregate: How step scores make a trajectory score for Best-of-K.
+        device: ``auto``, ``cuda`` or ``cpu``.
+        batch_tokens: Padded tokens per scoring batch.
+
+    Returns:
+        The report.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from prm.data import TaskSplit, load_step_examples
+    from prm.model import PRMSpec
+    from prm.score import predict_steps
+    from prm.train import SPLIT_FILE
+
+    model_dir = Path(model_dir)
+    spec = PRMSpec.load(model_dir)
+    labels = labels or spec.labels
+    examples = load_step_examples(con, labels, base=spec.label_base)
+    task_split = TaskSplit.load(model_dir / SPLIT_FILE)
+    examples = task_split.select(examples, split)
+    report = EvalReport(model=str(model_dir), split=split, labels=labels,
+                        n_trajectories=len(examples))
+    if not examples:
+        return report
+    scores = predict_steps(model_dir, examples, device=device, batch_tokens=batch_tokens)
+    targets = pd.DataFrame(
+        {
+            "traj_id": np.repeat([e.traj_id for e in examples], [e.n_steps for e in examples]),
+            "t": np.concatenate([np.arange(1, e.n_steps + 1) for e in examples]),
+            "target": np.concatenate([np.asarray(e.targets, float) for e in examples]),
+        }
+    )
+    frame = targets.merge(scores, on=["traj_id", "t"], validate="one_to_one")
+    known = frame.loc[frame["target"].notna()]
+    report.n_turns = len(known)
+    if len(known):
+        report.step_auroc = step_auroc(known["target"], known["score"])
+        report.step_accuracy = step_accuracy(known["target"], known["score"])
+        report.ece = expected_calibration_error(known["target"], known["score"])
+        report.first_error_accuracy = first_error_accuracy(known)
+        report.processbench = processbench_f1(known)
+    outcomes = pd.DataFrame(
+        {"traj_id": [e.traj_id for e in examples], "run": [e.run for e in examples],
+         "task_id": [e.task_id for e in examples], "success": [e.success for e in examples]}
+    ).dropna(subset=["success"])
+    per_trajectory = outcomes.merge(
+        trajectory_scores(frame, aggregate).rename("score").reset_index(), on="traj_id"
+    )
+    per_trajectory["success"] = per_trajectory["success"].astype(bool)
+    report.best_of_k = [
+        {key: _plain(value) for key, value in row.items()}
+        for row in best_of_k(per_trajectory, ks).to_dict("records")
+    ]
+    facts = _turn_facts(con, [e.traj_id for e in examples])
+    if len(facts) and facts["has_truth"].all():
+        report.ground_truth = ground_truth_aurocs(frame.merge(facts, on=["traj_id", "t"]))
+    return report

@@ -1,0 +1,188 @@
+"""Per-turn training targets for a process reward model (DESIGN 7).
+
+Every source gives one target per turn in [0, 1] (1 = a good step), or NaN where the source
+knows nothing about the turn (NaN targets are left out of the loss and of the metrics).
+Soft values stay floats end to end. The sources:
+
+- ``data``: the stored process label, ``(label + 1) / 2`` (DESIGN 3.2); NaN where it is null.
+- ``error``: error marking, 0 on an error turn (``turns.is_error``), else 1.
+- ``outcome``: the episode's outcome on every turn (an outcome reward model, the baseline);
+  NaN when the outcome is unknown.
+- ``mc``: Monte Carlo values from the task state graph: the success rate of the samples that,
+  from the same state as this turn, took the same (normalised) action, i.e. ``Q(s_t, a_t)``.
+  The state value ``V(s_t)`` is the wrong label: it is fixed before the turn's action is taken,
+  so it scores what the earlier turns did and cannot tell a good action from a bad one taken in
+  the same state. ``Q(s_t, a_t)`` is the value after the action, which is what a step label
+  should judge.
+- ``recovery``: recovery-aware: an error turn 0, a recovery turn (``turns.recovery_of`` set) 1,
+  the tail of an unrecovered failure 0 (every turn from the start of a fatal spell on: by
+  DESIGN 4 a fatal spell runs to the end of a failed episode), every other turn from ``mc``
+  (or from ``outcome`` with ``base="outcome"``, or where the state graph has no value).
+
+Example:
+    >>> from prm.labels import step_targets
+    >>> step_targets(con, "recovery").head()  # traj_id, t, target
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+LABEL_SOURCES = ("data", "error", "outcome", "mc", "recovery")
+"""The names :func:`step_targets` accepts."""
+
+_SQL_TARGETS = {
+    "data": "(u.label + 1.0) / 2.0",
+    "error": "CASE WHEN u.is_error THEN 0.0 ELSE 1.0 END",
+    "outcome": "CASE WHEN tr.success THEN 1.0 WHEN NOT tr.success THEN 0.0 END",
+}
+
+
+def _scope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) -> str:
+    """Register the trajectories asked for and return a SQL predicate on ``u.traj_id``."""
+    if traj_ids is None:
+        return "TRUE"
+    import pyarrow as pa
+
+    con.register("_prm_scope", pa.table({"traj_id": pa.array(list(traj_ids), pa.string())}))
+    return "u.traj_id IN (SELECT traj_id FROM _prm_scope)"
+
+
+def _unscope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) -> None:
+    if traj_ids is not None:
+        con.unregister("_prm_scope")
+
+
+def _sql_targets(
+    con: duckdb.DuckDBPyConnection, expression: str, traj_ids: Sequence[str] | None
+) -> pd.DataFrame:
+    scope = _scope(con, traj_ids)
+    try:
+        return con.execute(
+            f"""
+            SELECT u.traj_id, u.t, ({expression})::DOUBLE AS target
+            FROM turns u JOIN trajectories tr USING (traj_id)
+            WHERE {scope}
+            ORDER BY u.traj_id, u.t
+            """
+        ).df()
+    finally:
+        _unscope(con, traj_ids)
+
+
+def mc_targets(
+    con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Monte Carlo step targets ``Q(s_t, a_t)`` from the task state graph.
+
+    Args:
+        con: The store.
+        traj_ids: Trajectories to label; ``None`` = all. The values are computed over every
+            sample of the tasks involved (the state graph is per task).
+
+    Returns:
+        Columns ``traj_id, t, target, n_action``: ``n_action`` is how many samples the value
+        averages over (1 means the turn's own outcome).
+    """
+    from recovery.graph import turn_values
+
+    values = turn_values(con, traj_ids=None if traj_ids is None else list(traj_ids))
+    frame = values[["traj_id", "t", "action_value", "n_action"]].rename(
+        columns={"action_value": "target"}
+    )
+    frame["target"] = frame["target"].astype("float64")
+    return frame.sort_values(["traj_id", "t"], ignore_index=True)
+
+
+def step_targets(
+    con: duckdb.DuckDBPyConnection,
+    source: str,
+    traj_ids: Sequence[str] | None = None,
+    *,
+    base: str = "mc",
+) -> pd.DataFrame:
+    """One training target in [0, 1] per turn, from the named source.
+
+    Args:
+        con: The store.
+        source: One of :data:`LABEL_SOURCES`.
+        traj_ids: Trajectories to label; ``None`` = the whole store.
+        base: For ``recovery``: the source of the turns that are neither errors, recoveries nor
+            a fatal tail (``"mc"`` or ``"outcome"``).
+
+    Returns:
+        Columns ``traj_id, t, target`` (float, NaN where unknown), ordered by ``traj_id, t``.
+
+    Raises:
+        ValueError: for an unknown source or base.
+    """
+    if source not in LABEL_SOURCES:
+        raise ValueError(f"unknown label source {source!r}; known: {', '.join(LABEL_SOURCES)}")
+    if source in _SQL_TARGETS:
+        return _sql_targets(con, _SQL_TARGETS[source], traj_ids)
+    if source == "mc":
+        return mc_targets(con, traj_ids)[["traj_id", "t", "target"]]
+    if base not in ("mc", "outcome"):
+        raise ValueError(f"unknown base {base!r} for recovery labels; use 'mc' or 'outcome'")
+    return recovery_targets(con, traj_ids, base=base)
+
+
+def recovery_targets(
+    con: duckdb.DuckDBPyConnection,
+    traj_ids: Sequence[str] | None = None,
+    *,
+    base: str = "mc",
+) -> pd.DataFrame:
+    """Recovery-aware targets (see the module docstring).
+
+    Args:
+        con: The store.
+        traj_ids: Trajectories to label; ``None`` = all.
+        base: ``"mc"`` (falls back to the outcome where the graph has no value) or
+            ``"outcome"``.
+
+    Returns:
+        Columns ``traj_id, t, target``.
+    """
+    import pyarrow as pa
+
+    scope = _scope(con, traj_ids)
+    try:
+        if base == "mc":
+            con.register(
+                "_prm_base", pa.Table.from_pandas(mc_targets(con, traj_ids), preserve_index=False)
+            )
+            base_join = "LEFT JOIN _prm_base b ON b.traj_id = u.traj_id AND b.t = u.t"
+            base_value = f"coalesce(b.target, {_SQL_TARGETS['outcome']})"
+        else:
+            base_join = ""
+            base_value = _SQL_TARGETS["outcome"]
+        frame = con.execute(
+            f"""
+            WITH fatal AS (
+                SELECT traj_id, min(start_t) AS start_t FROM error_spells
+                WHERE fatal GROUP BY traj_id
+            )
+            SELECT u.traj_id, u.t,
+                   (CASE WHEN u.is_error THEN 0.0
+                         WHEN u.recovery_of IS NOT NULL THEN 1.0
+                         WHEN f.start_t IS NOT NULL AND u.t >= f.start_t THEN 0.0
+                         ELSE {base_value} END)::DOUBLE AS target
+            FROM turns u
+            JOIN trajectories tr USING (traj_id)
+            LEFT JOIN fatal f ON f.traj_id = u.traj_id
+            {base_join}
+            WHERE {scope}
+            ORDER BY u.traj_id, u.t
+            """
+        ).df()
+    finally:
+        if base == "mc":
+            con.unregister("_prm_base")
+        _unscope(con, traj_ids)
+    return frame

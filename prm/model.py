@@ -1,0 +1,534 @@
+"""The neural PRM: a causal transformer that scores every turn at its step marker.
+
+A trajectory is read once, left to right: ``[BOS] prompt  turn_1 <step>  turn_2 <step> ...``.
+The score of turn ``t`` is a linear head on the hidden state at turn ``t``'s marker. Causal
+attention means that state is a function of the tokens up to the marker only, so no turn sees a
+later one, and one forward pass scores every turn (instead of one pass per prefix).
+
+Backbones: ``tiny`` builds a small Qwen2 config locally and trains a byte-level BPE tokenizer on
+the store's own text (fully offline, fast on CPU), or any local (or cached hub) model path
+through ``transformers.AutoModel``, with ``trust_remote_code`` off unless asked. A backbone whose
+attention is not causal (BERT-like) is refused: it would let a turn see later turns. The head
+is trained with binary cross-entropy on soft targets in [0, 1].
+
+Long trajectories are cut into windows that never hold a later turn: turns are packed left to
+right; when the next turn does not fit in ``max_length`` tokens, a new window starts with
+``[BOS]``, the prompt's last tokens and as many of the most recent earlier turns as fit in half
+the window (as context, not scored), then the turn. Where a window starts depends only on the
+lengths of the turns up to it, so appending turns never changes an earlier turn's score. A
+single turn longer than half the window keeps its last tokens (the observation, where errors
+show).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from prm.data import StepExample
+
+STEP_TOKEN = "<|step|>"
+PAD_TOKEN = "<|pad|>"
+BOS_TOKEN = "<|bos|>"
+
+SPEC_FILE = "prm_config.json"
+WEIGHTS_FILE = "model.safetensors"
+BACKBONE_DIR = "backbone"
+
+
+@dataclass
+class TinyConfig:
+    """Size of the ``tiny`` backbone (a Qwen2 decoder) and its tokenizer.
+
+    Attributes:
+        vocab_size: BPE vocabulary size, special tokens included.
+        hidden_size: Width of the residual stream.
+        num_layers: Decoder layers.
+        num_heads: Attention heads (as many key/value heads: no grouping at this size).
+        intermediate_size: MLP width.
+        split_digits: Tokenizer: one token per digit instead of BPE-merged digit runs.
+    """
+
+    vocab_size: int = 4096
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 384
+    split_digits: bool = False
+
+
+@dataclass
+class PRMSpec:
+    """Everything needed to rebuild a trained PRM (saved as ``prm_config.json``).
+
+    Attributes:
+        kind: ``"neural"`` or ``"sklearn"``.
+        backbone: ``"tiny"``, a model path, or ``"sklearn"``.
+        labels: Label source the model was trained on.
+        label_base: Base of ``recovery`` labels.
+        max_length: Tokens per window.
+        max_prompt_tokens: Prompt tokens kept (the last ones).
+        trust_remote_code: Passed to transformers when loading a path.
+        tiny: Size of the tiny backbone (``tiny`` only).
+    """
+
+    kind: str = "neural"
+    backbone: str = "tiny"
+    labels: str = "recovery"
+    label_base: str = "mc"
+    max_length: int = 1024
+    max_prompt_tokens: int = 256
+    trust_remote_code: bool = False
+    tiny: TinyConfig = field(default_factory=TinyConfig)
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``prm_config.json`` into ``directory``."""
+        Path(directory, SPEC_FILE).write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> PRMSpec:
+        """Read ``prm_config.json`` from ``directory``."""
+        raw = json.loads(Path(directory, SPEC_FILE).read_text())
+        raw["tiny"] = TinyConfig(**raw.get("tiny", {}))
+        return cls(**raw)
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 4096, *, split_digits: bool = False
+) -> PreTrainedTokenizerBase:
+    """Train a byte-level BPE tokenizer on ``texts`` (offline), with the PRM's special tokens.
+
+    By default runs of digits are merged by BPE like any other text (a run is never merged
+    across a letter or punctuation), so the same number or id is spelt with the same tokens
+    wherever it occurs, and a number that never occurred before tends to bring a token the
+    context lacks: a one-layer attention lookup can notice that, where single digits (always
+    somewhere in the context) would need a longer n-gram match.
+
+    Args:
+        texts: Training text (the store's prompts and turns).
+        vocab_size: Vocabulary size, special tokens included.
+        split_digits: Split digits one by one before BPE instead.
+
+    Returns:
+        A ``transformers`` fast tokenizer with ``pad``, ``bos`` and the step marker.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits else byte_level
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD_TOKEN, BOS_TOKEN, STEP_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD_TOKEN,
+        bos_token=BOS_TOKEN,
+        extra_special_tokens={"step_token": STEP_TOKEN},
+    )
+
+
+def tiny_backbone(tiny: TinyConfig, vocab_size: int, max_length: int) -> Any:
+    """A freshly initialised small Qwen2 decoder (``transformers.Qwen2Model``).
+
+    Args:
+        tiny: Its size.
+        vocab_size: Tokenizer size.
+        max_length: Longest window (RoPE needs no table, but the config records it).
+    """
+    from transformers import AutoModel, Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=tiny.hidden_size,
+        intermediate_size=tiny.intermediate_size,
+        num_hidden_layers=tiny.num_layers,
+        num_attention_heads=tiny.num_heads,
+        num_key_value_heads=tiny.num_heads,
+        max_position_embeddings=max_length,
+        tie_word_embeddings=False,
+        attention_dropout=0.0,
+    )
+    return AutoModel.from_config(config, attn_implementation="sdpa")
+
+
+def check_causal(backbone: Any) -> None:
+    """Refuse a backbone whose hidden states depend on later tokens.
+
+    Feeds two sequences that differ only in their last token and checks that the earlier
+    positions agree; a bidirectional encoder fails this and would leak later turns.
+
+    Raises:
+        ValueError: when the backbone is not causal.
+    """
+    import torch
+
+    vocab = backbone.get_input_embeddings().num_embeddings
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (1, 12), generator=generator)
+    changed = ids.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % vocab
+    device = next(backbone.parameters()).device
+    was_training = backbone.training
+    backbone.eval()
+    with torch.no_grad():
+        a = backbone(input_ids=ids.to(device), use_cache=False).last_hidden_state[0, :-1]
+        b = backbone(input_ids=changed.to(device), use_cache=False).last_hidden_state[0, :-1]
+    backbone.train(was_training)
+    if not torch.allclose(a.float(), b.float(), atol=1e-4):
+        raise ValueError(
+            "the backbone is not causal (earlier positions change when a later token does): an "
+            "encoder would let a turn see later turns; use a decoder (causal LM) checkpoint"
+        )
+
+
+def _torch_module():
+    from torch import nn
+
+    class StepScorer(nn.Module):
+        """A causal backbone and a linear head read at the step markers."""
+
+        def __init__(self, backbone: Any):
+            super().__init__()
+            self.backbone = backbone
+            self.head = nn.Linear(backbone.config.hidden_size, 1)
+
+        def forward(self, input_ids: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
+            """Logits at the marked positions, in row-major (window, position) order.
+
+            No attention mask: padding is on the right and attention is causal, so a real
+            token never attends to padding, and the kernel takes its plain causal path.
+            """
+            hidden = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
+            # Project only the markers: the head is cheap, but the gather saves the (B, L)
+            # logits tensor and keeps the loss in the order the targets are built.
+            return self.head(hidden[step_mask]).squeeze(-1).float()
+
+    return StepScorer
+
+
+def build_scorer(backbone: Any) -> torch.nn.Module:
+    """Wrap a backbone with a fresh linear head (a ``StepScorer`` module)."""
+    return _torch_module()(backbone)
+
+
+def step_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean binary cross-entropy of step logits against soft targets; NaN targets are skipped.
+
+    Returns a zero that still carries gradient when no target is known, so every process of a
+    distributed run takes part in the same all-reduce.
+    """
+    import torch.nn.functional as F
+
+    known = ~targets.isnan()
+    if not bool(known.any()):
+        return logits.sum() * 0.0
+    return F.binary_cross_entropy_with_logits(logits[known], targets[known])
+
+
+@dataclass(slots=True)
+class Window:
+    """A tokenised stretch of one trajectory, with the turns it scores.
+
+    Attributes:
+        traj_id: The trajectory.
+        input_ids: Tokens, ``[BOS]`` first.
+        step_positions: Index in ``input_ids`` of each scored turn's marker (ascending).
+        step_ts: Turn index (1-based) of each scored marker.
+        targets: Training target of each scored turn (NaN when unknown).
+    """
+
+    traj_id: str
+    input_ids: list[int]
+    step_positions: list[int]
+    step_ts: list[int]
+    targets: list[float]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenIds:
+    """The special token ids of a PRM tokenizer."""
+
+    pad: int
+    bos: int | None
+    step: int
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase) -> TokenIds:
+        """Read them from a tokenizer that has the step marker."""
+        step = tokenizer.convert_tokens_to_ids(STEP_TOKEN)
+        if step is None or step == tokenizer.unk_token_id:
+            raise ValueError(f"tokenizer has no {STEP_TOKEN} token")
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else step
+        return cls(pad=pad, bos=tokenizer.bos_token_id, step=step)
+
+
+def _tokenise(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    # Special-token strings in the data are tokenised as plain text, so data cannot forge a
+    # step marker.
+    return tokenizer(
+        list(texts), add_special_tokens=False, split_special_tokens=True
+    )["input_ids"]
+
+
+def encode_examples(
+    examples: Sequence[StepExample],
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int = 1024,
+    max_prompt_tokens: int = 256,
+) -> list[Window]:
+    """Tokenise examples into windows of at most ``max_length`` tokens (see module docstring).
+
+    Args:
+        examples: Step examples.
+        tokenizer: A tokenizer with the step marker.
+        max_length: Tokens per window; at least 16.
+        max_prompt_tokens: Prompt tokens kept (its last ones); capped at a quarter window.
+
+    Returns:
+        Windows in example order; every turn is scored in exactly one window.
+    """
+    if max_length < 16:
+        raise ValueError("max_length must be at least 16")
+    ids = TokenIds.of(tokenizer)
+    head = [] if ids.bos is None else [ids.bos]
+    prompt_cap = min(max_prompt_tokens, max_length // 4)
+    step_cap = max_length // 2 - 1
+    prompts = _tokenise(tokenizer, [e.prompt for e in examples])
+    flat_steps = _tokenise(tokenizer, [s for e in examples for s in e.steps])
+    windows: list[Window] = []
+    cursor = 0
+    for example, prompt_ids in zip(examples, prompts, strict=True):
+        prefix = head + (prompt_ids[-prompt_cap:] if prompt_cap > 0 else [])
+        context_budget = max_length // 2 - len(prefix)
+        history: list[list[int]] = []
+        current = Window(example.traj_id, list(prefix), [], [], [])
+        for t in range(1, example.n_steps + 1):
+            step_ids = [*flat_steps[cursor][-step_cap:], ids.step]
+            cursor += 1
+            if len(current.input_ids) + len(step_ids) > max_length:
+                if current.step_ts:
+                    windows.append(current)
+                context: list[int] = []
+                for earlier in reversed(history):
+                    if len(context) + len(earlier) > context_budget:
+                        break
+                    context = earlier + context
+                current = Window(example.traj_id, prefix + context, [], [], [])
+            current.input_ids.extend(step_ids)
+            current.step_positions.append(len(current.input_ids) - 1)
+            current.step_ts.append(t)
+            current.targets.append(float(example.targets[t - 1]))
+            history.append(step_ids)
+        if current.step_ts:
+            windows.append(current)
+    return windows
+
+
+@dataclass(slots=True)
+class Batch:
+    """Windows padded on the right into tensors.
+
+    Attributes:
+        input_ids: ``(B, L)`` token ids.
+        step_mask: ``(B, L)`` true at scored markers.
+        targets: Targets of the scored markers, row-major.
+        n_real_tokens: Tokens that are not padding.
+    """
+
+    input_ids: torch.Tensor
+    step_mask: torch.Tensor
+    targets: torch.Tensor
+    n_real_tokens: int
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens including padding."""
+        return int(self.input_ids.numel())
+
+    def to(self, device: Any) -> Batch:
+        """Move the tensors to ``device``."""
+        return Batch(
+            self.input_ids.to(device, non_blocking=True),
+            self.step_mask.to(device, non_blocking=True),
+            self.targets.to(device, non_blocking=True),
+            self.n_real_tokens,
+        )
+
+
+def collate(windows: Sequence[Window], pad_id: int) -> Batch:
+    """Pad windows on the right to the longest one."""
+    import torch
+
+    width = max(len(w) for w in windows)
+    input_ids = torch.full((len(windows), width), pad_id, dtype=torch.long)
+    step_mask = torch.zeros((len(windows), width), dtype=torch.bool)
+    targets: list[float] = []
+    for row, window in enumerate(windows):
+        input_ids[row, : len(window)] = torch.tensor(window.input_ids, dtype=torch.long)
+        step_mask[row, window.step_positions] = True
+        targets.extend(window.targets)
+    return Batch(
+        input_ids=input_ids,
+        step_mask=step_mask,
+        targets=torch.tensor(targets, dtype=torch.float32),
+        n_real_tokens=sum(len(w) for w in windows),
+    )
+
+
+def token_budget_batches(
+    lengths: Sequence[int], batch_tokens: int, order: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Cut windows, visited in ``order``, into batches whose padded size fits ``batch_tokens``.
+
+    A batch holds ``n`` windows when ``n * (its longest window) <= batch_tokens``; a window
+    longer than the budget gets a batch of its own. Visit windows sorted by length to keep
+    padding small.
+
+    Returns:
+        Lists of window indices.
+    """
+    order = range(len(lengths)) if order is None else order
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in order:
+        width = max(longest, lengths[index])
+        if current and width * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, width = [], lengths[index]
+        current.append(index)
+        longest = width
+    if current:
+        batches.append(current)
+    return batches
+
+
+def load_backbone(
+    path: str, *, trust_remote_code: bool = False
+) -> tuple[Any, PreTrainedTokenizerBase]:
+    """A local (or cached hub) decoder and its tokenizer, with the step marker added.
+
+    Args:
+        path: Model directory or hub id (no network is used unless the cache lacks it).
+        trust_remote_code: Allow the checkpoint's own Python code (off by default).
+
+    Returns:
+        The backbone (``transformers.AutoModel``) and its tokenizer.
+
+    Raises:
+        ValueError: when the backbone is not causal.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    tokenizer.add_special_tokens({"additional_special_tokens": [STEP_TOKEN]})
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or STEP_TOKEN
+    backbone = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if backbone.get_input_embeddings().num_embeddings < len(tokenizer):
+        backbone.resize_token_embeddings(len(tokenizer))
+    check_causal(backbone)
+    return backbone, tokenizer
+
+
+def save_scorer(
+    directory: str | Path, scorer: Any, tokenizer: PreTrainedTokenizerBase, spec: PRMSpec
+) -> None:
+    """Write a neural PRM: spec, backbone config, tokenizer and weights (safetensors)."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    spec.save(directory)
+    scorer.backbone.config.save_pretrained(directory / BACKBONE_DIR)
+    tokenizer.save_pretrained(directory)
+    state = {k: v.detach().contiguous().cpu() for k, v in scorer.state_dict().items()}
+    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+@dataclass
+class LoadedPRM:
+    """A neural PRM ready to score.
+
+    Attributes:
+        scorer: The ``StepScorer`` module (eval mode).
+        tokenizer: Its tokenizer.
+        spec: How it was built.
+    """
+
+    scorer: Any
+    tokenizer: PreTrainedTokenizerBase
+    spec: PRMSpec
+
+
+def load_scorer(directory: str | Path, device: str = "cpu") -> LoadedPRM:
+    """Load a neural PRM written by :func:`save_scorer` (or a training checkpoint)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    directory = Path(directory)
+    spec = PRMSpec.load(directory)
+    config = AutoConfig.from_pretrained(
+        directory / BACKBONE_DIR, trust_remote_code=spec.trust_remote_code
+    )
+    backbone = AutoModel.from_config(
+        config, trust_remote_code=spec.trust_remote_code, attn_implementation="sdpa"
+    )
+    scorer = build_scorer(backbone)
+    scorer.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    return LoadedPRM(scorer=scorer.to(device).eval(), tokenizer=tokenizer, spec=spec)
+
+
+def score_windows(
+    scorer: Any,
+    windows: Sequence[Window],
+    pad_id: int,
+    *,
+    device: Any = "cpu",
+    batch_tokens: int = 16384,
+) -> list[Any]:
+    """Step scores (sigmoid of the logits) of every window, as one numpy array per window.
+
+    Windows are scored in length-sorted token-budget batches; on CUDA under bf16 autocast.
+    """
+    import numpy as np
+    import torch
+
+    lengths = [len(w) for w in windows]
+    order = sorted(range(len(windows)), key=lambda i: lengths[i])
+    out: list[Any] = [None] * len(windows)
+    use_cuda = torch.device(device).type == "cuda"
+    scorer.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_cuda):
+        for batch_ids in token_budget_batches(lengths, batch_tokens, order):
+            batch = collate([windows[i] for i in batch_ids], pad_id).to(device)
+            scores = torch.sigmoid(scorer(batch.input_ids, batch.step_mask)).float().cpu()
+            counts = [len(windows[i].step_ts) for i in batch_ids]
+            for i, part in zip(batch_ids, torch.split(scores, counts), strict=True):
+                out[i] = part.numpy().astype(np.float64)
+    return out

@@ -1,0 +1,85 @@
+"""The PRM's claims on simulator runs (slow: about four minutes on 2 CPU cores).
+
+Train and test on different tasks; the tiny PRM trained with recovery-aware labels must beat
+the TF-IDF baseline on step AUROC and pick better trajectories than random choice in
+Best-of-4. Finding silent errors (which no rule marks) is the claim that does not hold at this
+scale: that test is a strict xfail. The same settings with 1600 tasks give docs/prm.md's
+numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prm.evaluate import evaluate_model
+from prm.train import TrainConfig, train
+from recovery.store import connect, ingest_file
+
+pytestmark = pytest.mark.slow
+
+N_TASKS = 1000
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory):
+    from recovery.simulate import PRESETS, SimConfig, write_runs
+
+    root = tmp_path_factory.mktemp("prm-claims")
+    paths = write_runs(
+        SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=N_TASKS,
+                  n_samples=4, budgets=[30], seed=0),
+        root / "runs",
+    )
+    store = root / "sim.duckdb"
+    con = connect(store)
+    for path in paths:
+        ingest_file(con, path)
+    con.close()
+    common = {"store": store, "labels": "recovery", "progress": False}
+    train(TrainConfig(out=root / "tiny", epochs=1, lr=2e-3, hidden_size=64, num_layers=2,
+                      num_heads=4, intermediate_size=192, max_length=512, **common),
+          echo=lambda *_: None)
+    train(TrainConfig(out=root / "tfidf", backbone="sklearn", **common), echo=lambda *_: None)
+    con = connect(store, read_only=True)
+    try:
+        return {name: evaluate_model(con, root / name, ks=(4,)) for name in ("tiny", "tfidf")}
+    finally:
+        con.close()
+
+
+def test_train_and_test_tasks_differ(reports):
+    model = Path(reports["tiny"].model)
+    import json
+
+    tasks = json.loads((model / "split.json").read_text())["tasks"]
+    assert {"train", "test"} <= set(tasks.values())
+    assert reports["tiny"].n_trajectories == 8 * sum(s == "test" for s in tasks.values())
+
+
+def test_tiny_prm_beats_the_tfidf_baseline_on_step_auroc(reports):
+    assert reports["tiny"].step_auroc > reports["tfidf"].step_auroc
+
+
+def test_rules_miss_silent_errors_and_the_prm_finds_the_visible_ones(reports):
+    truth = reports["tiny"].ground_truth
+    assert truth["n_silent"] > 500
+    assert truth["rules_auroc_silent"] == 0.5  # no rule marks a silent error
+    assert truth["prm_auroc_visible"] > 0.99
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured: with mc/recovery labels the tiny PRM scores silent errors at chance "
+    "(AUROC 0.45 here, 0.52 with 1600 tasks); see docs/prm.md. Passing this means the claim "
+    "now holds: update the docs and drop the xfail.",
+)
+def test_tiny_prm_finds_silent_errors_that_rules_cannot(reports):
+    assert reports["tiny"].ground_truth["prm_auroc_silent"] > 0.55
+
+
+def test_best_of_k_with_prm_scores_beats_random_choice(reports):
+    (row,) = reports["tiny"].best_of_k
+    assert row["k"] == 4 and row["n_groups"] > 100
+    assert row["prm"] > row["random"] + 0.03
