@@ -28,11 +28,19 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
+lint: setup
+	$(BIN)/ruff check .
+
 test-slow: setup
 	$(BIN)/pytest -q -m slow
 
+# Side-by-side benchmarks (minutes; not part of the tests). TRL is needed for the PRM one.
 bench: setup
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/passkt.py
+	$(BIN)/python bench/analyze.py
+	$(BIN)/python bench/prm_throughput.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache
