@@ -110,7 +110,8 @@ def ingest_canonical(
         default_run: Run label for records without one (the file's stem).
         run_override: Run label replacing the records' own.
         success_threshold: ``success`` is ``reward >= success_threshold`` when absent.
-        max_record_bytes: Larger records make DuckDB fail, and the path declines.
+        max_record_bytes: The record size limit; the caller has checked that no line is longer
+            (DuckDB treats maximum_object_size as a buffer size, not as a limit).
 
     Returns:
         What was stored.
@@ -125,23 +126,18 @@ def ingest_canonical(
         max_size = int(max_record_bytes)
         # read_json with explicit columns would drop unknown keys silently, so first check that
         # no record has a key the canonical schema does not name (those go to meta in Python).
-        # DuckDB treats maximum_object_size as a buffer size, not a limit, so oversized records
-        # are counted here and left to the Python reader, which names them.
-        n_records, n_unknown, n_oversized = con.execute(
+        n_records, n_unknown = con.execute(
             f"""
             SELECT count(*),
                    count(*) FILTER (WHERE NOT list_has_all([{top_keys}], json_keys(json))
                                        OR NOT list_has_all([{turn_keys}],
-                                                           flatten(json_keys(json, '$.turns[*]')))),
-                   count(*) FILTER (WHERE strlen(json::VARCHAR) > {max_size})
+                                                           flatten(json_keys(json, '$.turns[*]'))))
             FROM read_json_objects({file}, format = 'newline_delimited',
                                    maximum_object_size = {max(max_size, 1 << 24)})
             """
         ).fetchall()[0]
         if n_unknown:
             raise Declined("unknown keys go to meta")
-        if n_oversized:
-            raise Declined("oversized records")
         if n_records != n_lines:
             raise Declined("blank lines: record numbers would not be line numbers")
         con.execute(

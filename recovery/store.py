@@ -215,20 +215,42 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 def file_sha256(path: str | Path) -> str:
     """sha256 of the file's bytes (streamed)."""
-    return file_digest(path)[0]
+    return file_digest(path).sha256
 
 
-def file_digest(path: str | Path) -> tuple[str, int]:
-    """sha256 of the file's bytes and its number of lines, in one streamed pass."""
+@dataclass(frozen=True, slots=True)
+class FileDigest:
+    """What one streamed pass over a file's bytes tells.
+
+    Attributes:
+        sha256: Hex digest of the bytes.
+        n_lines: Number of lines (a last line without a newline counts).
+        longest_line: Bytes of the longest line, without its newline.
+    """
+
+    sha256: str
+    n_lines: int
+    longest_line: int
+
+
+def file_digest(path: str | Path) -> FileDigest:
+    """sha256, line count and longest line of a file, in one streamed pass."""
+    import numpy as np
+
     digest = hashlib.sha256()
-    newlines = 0
-    last = b"\n"
+    newlines = longest = offset = 0
+    last_newline = -1  # absolute position of the last newline seen
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
             digest.update(chunk)
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
-    return digest.hexdigest(), newlines + (last != b"\n")
+            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
+            if len(ends):
+                longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
+                last_newline = int(ends[-1])
+                newlines += len(ends)
+            offset += len(chunk)
+    tail = offset - last_newline - 1
+    return FileDigest(digest.hexdigest(), newlines + (tail > 0), max(longest, tail))
 
 
 def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:
@@ -489,10 +511,11 @@ def ingest_file(
     if not path.is_file():
         raise IngestError(f"{path}: no such file")
     try:
-        sha, n_lines = file_digest(path)
+        digest = file_digest(path)
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     fmt = options.format or detect_format(path)
+    sha = digest.sha256
     if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
         return IngestResult(file=str(path), format=fmt, status="skipped")
     read_options = ReadOptions(
@@ -505,7 +528,7 @@ def ingest_file(
 
     def body(fast: bool) -> IngestResult:
         if fast:
-            stored = _ingest_canonical_fast(con, path, n_lines, options)
+            stored = _ingest_canonical_fast(con, path, digest, options)
             traj_ids, n_turns, skipped = stored.traj_ids, stored.n_turns, []
         else:
             writer, skipped = _write_trajectories(
@@ -529,7 +552,7 @@ def ingest_file(
             skipped=skipped,
         )
 
-    if _fast_path_applies(path, fmt, options):
+    if _fast_path_applies(path, fmt, digest, options):
         from recovery.canonical_sql import Declined
 
         try:
@@ -542,15 +565,23 @@ def ingest_file(
         raise IngestError(f"{err}; nothing from this file was stored") from None
 
 
-def _fast_path_applies(path: Path, fmt: str, options: IngestOptions) -> bool:
+def _fast_path_applies(
+    path: Path, fmt: str, digest: FileDigest, options: IngestOptions
+) -> bool:
+    """Canonical, plain, and no line over the record limit (the reader names those)."""
     from recovery.canonical_sql import eligible
     from recovery.formats import head_bytes
 
-    return fmt == "canonical" and options.fast and eligible(path, head_bytes(path, 4))
+    return (
+        fmt == "canonical"
+        and options.fast
+        and digest.longest_line <= options.max_record_bytes
+        and eligible(path, head_bytes(path, 4))
+    )
 
 
 def _ingest_canonical_fast(
-    con: duckdb.DuckDBPyConnection, path: Path, n_lines: int, options: IngestOptions
+    con: duckdb.DuckDBPyConnection, path: Path, digest: FileDigest, options: IngestOptions
 ) -> FastIngest:
     """DuckDB-native ingest of a plainly valid canonical file (raises Declined otherwise)."""
     from recovery.canonical_sql import ingest_canonical
@@ -559,7 +590,7 @@ def _ingest_canonical_fast(
     return ingest_canonical(
         con,
         path,
-        n_lines=n_lines,
+        n_lines=digest.n_lines,
         default_run=stem(path),
         run_override=options.run,
         success_threshold=options.success_threshold,
