@@ -37,6 +37,7 @@ import click
 
 if TYPE_CHECKING:
     import duckdb
+    import pandas as pd
 
 KINDS: tuple[str, ...] = (
     "tool_error",
@@ -507,7 +508,9 @@ MAX_PREFILTER_PATTERNS = 64
 """Above this many patterns on one text column, no union prefilter is built."""
 
 
-def compile_rules(rules: Sequence[Rule], formats: set[str]) -> CompiledRules:
+def compile_rules(
+    rules: Sequence[Rule], formats: set[str], *, labels: bool = True
+) -> CompiledRules:
     """Compile explicit marks, labels and content rules, in precedence order, to SQL.
 
     The row-wise ``repeat`` and ``prm`` rules come after (see :func:`mark_store`).
@@ -516,6 +519,7 @@ def compile_rules(rules: Sequence[Rule], formats: set[str]) -> CompiledRules:
         rules: User rules then built-in rules, in precedence order.
         formats: The formats of the trajectories being marked; rules for other formats are
             left out, and a format test is written only when several formats are present.
+        labels: Include the ``labelled`` source (process labels below 0).
     """
     applicable = _applicable(rules, formats)
     prefilter_columns: dict[str, str] = {}
@@ -531,10 +535,9 @@ def compile_rules(rules: Sequence[Rule], formats: set[str]) -> CompiledRules:
             union = "|".join(dict.fromkeys(patterns))
             prefilter_columns[name] = f"coalesce(regexp_matches({column}, {_sql_str(union)}), false)"
             prefilters[column] = name
-    branches = [
-        "WHEN explicit_error IS NOT NULL THEN explicit_error",
-        "WHEN label < 0 THEN 'labelled'",
-    ]
+    branches = ["WHEN explicit_error IS NOT NULL THEN explicit_error"]
+    if labels:
+        branches.append("WHEN label < 0 THEN 'labelled'")
     for rule in applicable:
         condition = rule_condition(rule, prefilters)
         if rule.formats and not formats <= set(rule.formats):
@@ -567,6 +570,68 @@ def _scope_clause(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None
 def _drop_scope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) -> None:
     if traj_ids is not None:
         con.execute("DROP TABLE IF EXISTS _mark_scope")
+
+
+def rule_marks(
+    con: duckdb.DuckDBPyConnection,
+    traj_ids: Sequence[str],
+    rules: RuleSet | None = None,
+) -> pd.DataFrame:
+    """What the rules alone say of each turn, without process labels; writes nothing.
+
+    Marking lets a process label below 0 (``labelled``) win over the content rules. To ask
+    what reading the text finds (e.g. to compare a PRM with the rules on data whose labels are
+    Monte Carlo values), this evaluates explicit marks, the content rules and ``repeat`` only.
+
+    Args:
+        con: The store (a read-only connection will do).
+        traj_ids: The trajectories.
+        rules: As for :func:`mark_store`.
+
+    Returns:
+        Columns ``traj_id, t, kind`` (``None`` where no rule fires), one row per turn.
+    """
+    rules = rules or RuleSet()
+    scope = _scope_clause(con, list(traj_ids))
+    try:
+        formats = {
+            row[0]
+            for row in con.execute(
+                f"SELECT DISTINCT format FROM trajectories WHERE {scope}"
+            ).fetchall()
+        }
+        compiled = compile_rules(
+            list(rules.rules) + (builtin_rules() if rules.builtin else []), formats, labels=False
+        )
+        prefilter_sql = "".join(
+            f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
+        )
+        repeat = (
+            "WHEN content_kind IS NULL AND hash(action, observation) = "
+            "lag(hash(action, observation)) OVER (PARTITION BY traj_id ORDER BY t) "
+            "THEN 'repeat' "
+            if rules.repeat
+            else ""
+        )
+        frame = con.execute(
+            f"""
+            WITH scoped AS (
+                SELECT turns.*, tr.format{prefilter_sql}
+                FROM turns JOIN (SELECT traj_id, format FROM trajectories) tr USING (traj_id)
+                WHERE {scope}
+            ),
+            content AS (SELECT traj_id, t, action, observation,
+                               {compiled.kind_sql} AS content_kind FROM scoped)
+            SELECT traj_id, t,
+                   CASE WHEN content_kind = 'none' THEN NULL {repeat}
+                        ELSE content_kind END AS kind
+            FROM content ORDER BY traj_id, t
+            """
+        ).df()
+    finally:
+        _drop_scope(con, traj_ids)
+    frame["kind"] = frame["kind"].astype(object).where(frame["kind"].notna(), None)
+    return frame
 
 
 def mark_store(

@@ -229,6 +229,24 @@ def test_labelled_below_zero_and_precedence_over_rules(con):
     assert _kinds(con) == ["labelled", None, "labelled", None]
 
 
+def test_rule_marks_leave_labels_out_and_write_nothing(con):
+    from recovery.marking import rule_marks
+
+    turns = [
+        Turn(action="a()", observation="ok", label=-0.5),
+        Turn(action="c()", observation="Error: boom", label=-1.0),
+        Turn(action="c()", observation="Error: boom", label=0.5),
+        Turn(action="e()", observation="fine", error="timeout"),
+    ]
+    ingest_trajectories(con, [_traj("a", turns)])
+    traj_id = _only_traj_id(con)
+    marks = rule_marks(con, [traj_id])
+    assert marks["t"].tolist() == [1, 2, 3, 4]
+    assert marks["kind"].tolist() == [None, "tool_error", "tool_error", "timeout"]
+    assert _kinds(con) == ["labelled", "labelled", "tool_error", "timeout"]  # unchanged
+    assert rule_marks(con, ["no-such-trajectory"]).empty
+
+
 def test_repeat_needs_same_action_and_same_observation(con):
     turns = [
         Turn(action="search(q=1)", observation="no results"),
@@ -649,3 +667,24 @@ def test_cli_mark_prints_counts_and_rejects_bad_rules(tmp_path):
         assert check.execute("SELECT count(*) FROM error_spells").fetchone()[0] == 2
     finally:
         check.close()
+
+
+def test_rule_marks_on_monte_carlo_labelled_runs_equal_marking_without_labels():
+    import dataclasses
+
+    from recovery.marking import rule_marks
+    from recovery.simulate import SimConfig, simulate
+
+    plain = SimConfig(n_tasks=20, n_samples=3, budgets=[20], seed=4)
+    stores = []
+    for config in (plain, dataclasses.replace(plain, mc_rollouts=8)):
+        store = connect(None)
+        for trajectories in simulate(config).values():
+            ingest_trajectories(store, trajectories)
+        stores.append(store)
+    unlabelled, labelled = stores
+    assert labelled.execute("SELECT count(*) FROM turns WHERE error_kind = 'labelled'").fetchone()[0]
+    ids = [r[0] for r in labelled.execute("SELECT traj_id FROM trajectories").fetchall()]
+    marks = rule_marks(labelled, ids)
+    expected = unlabelled.execute("SELECT traj_id, t, error_kind FROM turns ORDER BY ALL").fetchall()
+    assert list(marks.itertuples(index=False, name=None)) == expected
