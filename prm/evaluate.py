@@ -38,6 +38,57 @@ def step_auroc(targets: Sequence[float] | np.ndarray, scores: Sequence[float] | 
     return float(roc_auc_score(good, np.asarray(scores, dtype=float)))
 
 
+def grouped_bootstrap_auroc(
+    targets: Sequence[float] | np.ndarray,
+    scores: Sequence[float] | np.ndarray,
+    groups: Sequence[Any] | np.ndarray,
+    *,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of :func:`step_auroc`, resampling whole groups (tasks).
+
+    Each replicate draws as many groups as there are, with replacement, and weighs every row
+    by how often its group was drawn; the AUROC of a replicate is computed exactly from those
+    weights (ties count one half), so no rows are copied.
+
+    Args:
+        targets: Targets in [0, 1] (good = ``>= 0.5``).
+        scores: Scores, high = good.
+        groups: The group (e.g. ``task_id``) of each row.
+        n_boot: Replicates.
+        level: Coverage of the interval.
+        seed: Seed of the resampling.
+
+    Returns:
+        ``(low, high)``, or ``None`` when only one class is present. Replicates that draw only
+        one class are left out.
+    """
+    import numpy as np
+
+    good = np.asarray(targets, dtype=float) >= THRESHOLD
+    if good.all() or not good.any():
+        return None
+    _, score_bin = np.unique(np.asarray(scores, dtype=float), return_inverse=True)
+    _, group = np.unique(np.asarray(groups), return_inverse=True)
+    n_groups, n_bins = int(group.max()) + 1, int(score_bin.max()) + 1
+    draws = np.random.default_rng(seed).multinomial(
+        n_groups, np.full(n_groups, 1.0 / n_groups), size=n_boot
+    )
+    values = []
+    for counts in draws:
+        weight = counts[group].astype(float)
+        pos = np.bincount(score_bin, weight * good, n_bins)
+        neg = np.bincount(score_bin, weight * ~good, n_bins)
+        total = pos.sum() * neg.sum()
+        if total > 0:
+            values.append(float((pos * (np.cumsum(neg) - 0.5 * neg)).sum() / total))
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
 def step_accuracy(targets: Sequence[float] | np.ndarray, scores: Sequence[float] | np.ndarray,
                   threshold: float = THRESHOLD) -> float:
     """Share of steps where ``score >= threshold`` agrees with ``target >= 0.5``."""
@@ -196,11 +247,13 @@ def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
 
     Args:
         frame: Turns with ``score``, ``true_error`` (None, ``"visible"`` or ``"silent"``) and
-            ``is_error`` (the rules' mark).
+            ``is_error`` (the rules' mark); optionally ``task_id``.
 
     Returns:
         For silent and visible errors against clean turns (``true_error`` null): the PRM's
-        AUROC, the rules' AUROC (score ``1 - is_error``), and the counts.
+        AUROC, the rules' AUROC (score ``1 - is_error``), and the counts; with ``task_id``
+        also ``prm_auroc_silent_ci``, a 95% bootstrap interval over tasks
+        (:func:`grouped_bootstrap_auroc`).
     """
     import numpy as np
 
@@ -214,6 +267,10 @@ def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
         out[f"prm_auroc_{kind}"] = step_auroc(targets, frame["score"].to_numpy()[keep])
         rule_scores = 1.0 - frame["is_error"].to_numpy(dtype=float)[keep]
         out[f"rules_auroc_{kind}"] = step_auroc(targets, rule_scores)
+        if kind == "silent" and "task_id" in frame:
+            interval = grouped_bootstrap_auroc(targets, frame["score"].to_numpy()[keep],
+                                               frame["task_id"].to_numpy()[keep])
+            out["prm_auroc_silent_ci"] = None if interval is None else list(interval)
     out["n_clean"] = int(clean.sum())
     out["prm_recall_silent"] = (
         float(np.mean(frame.loc[frame["true_error"] == "silent", "score"] < THRESHOLD))
@@ -280,9 +337,11 @@ class EvalReport:
             )
         if self.ground_truth:
             gt = self.ground_truth
+            ci = gt.get("prm_auroc_silent_ci")
+            interval = f" [{f(ci[0])}, {f(ci[1])}]" if ci else ""
             out.append(
                 f"  ground truth: silent errors ({gt['n_silent']}) vs clean ({gt['n_clean']}): "
-                f"PRM AUROC {f(gt['prm_auroc_silent'])}, rules {f(gt['rules_auroc_silent'])}; "
+                f"PRM AUROC {f(gt['prm_auroc_silent'])}{interval}, rules {f(gt['rules_auroc_silent'])}; "
                 f"visible ({gt['n_visible']}): PRM {f(gt['prm_auroc_visible'])}, rules "
                 f"{f(gt['rules_auroc_visible'])}"
             )
@@ -301,13 +360,22 @@ def _plain(value: Any) -> Any:
 
 
 def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataFrame:
+    """Per turn: the simulator's truth and what the rules alone mark (``is_error``).
+
+    The rules' mark leaves process labels out (:func:`recovery.marking.rule_marks`): on runs
+    labelled with Monte Carlo values a turn below 0 is marked ``labelled``, which is not the
+    rules reading the text.
+    """
     import pyarrow as pa
 
+    from recovery.marking import rule_marks
+
+    marks = rule_marks(con, traj_ids)
     con.register("_prm_eval", pa.table({"traj_id": pa.array(traj_ids, pa.string())}))
     try:
-        return con.execute(
+        truth = con.execute(
             """
-            SELECT u.traj_id, u.t, u.is_error,
+            SELECT u.traj_id, u.t,
                    json_extract_string(u.meta, '$.true_error') AS true_error,
                    json_exists(u.meta, '$.true_error') AS has_truth
             FROM turns u WHERE u.traj_id IN (SELECT traj_id FROM _prm_eval)
@@ -315,6 +383,8 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
         ).df()
     finally:
         con.unregister("_prm_eval")
+    marks["is_error"] = marks.pop("kind").notna()
+    return truth.merge(marks, on=["traj_id", "t"])
 
 
 def evaluate_model(
@@ -393,5 +463,10 @@ def evaluate_model(
     ]
     facts = _turn_facts(con, [e.traj_id for e in examples])
     if len(facts) and facts["has_truth"].all():
-        report.ground_truth = ground_truth_aurocs(frame.merge(facts, on=["traj_id", "t"]))
+        tasks = pd.DataFrame(
+            {"traj_id": [e.traj_id for e in examples], "task_id": [e.task_id for e in examples]}
+        )
+        report.ground_truth = ground_truth_aurocs(
+            frame.merge(facts, on=["traj_id", "t"]).merge(tasks, on="traj_id")
+        )
     return report

@@ -16,6 +16,7 @@ from prm.evaluate import (
     evaluate_model,
     expected_calibration_error,
     first_error_accuracy,
+    grouped_bootstrap_auroc,
     processbench_f1,
     step_accuracy,
     step_auroc,
@@ -130,6 +131,33 @@ def test_evaluate_model_reports_every_metric(trained_tiny, sim_store):
     assert gt is not None and gt["n_silent"] > 0 and gt["n_visible"] > 0
     assert gt["rules_auroc_silent"] == 0.5  # the rules never mark a silent error
     assert gt["rules_auroc_visible"] == 1.0
+    low, high = gt["prm_auroc_silent_ci"]
+    assert low <= gt["prm_auroc_silent"] <= high
     assert 0 < test_only.n_trajectories < report.n_trajectories
     json.dumps(report.to_dict())  # JSON-ready
     assert not any(isinstance(v, float) and math.isnan(v) for v in report.to_dict().values())
+
+
+def test_grouped_bootstrap_auroc_resamples_whole_groups():
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(40), 10)
+    targets = rng.integers(0, 2, groups.size).astype(float)
+    scores = np.round(targets * 0.3 + rng.random(groups.size), 1)  # with ties
+    low, high = grouped_bootstrap_auroc(targets, scores, groups, n_boot=400)
+    point = roc_auc_score(targets, scores)
+    assert low < point < high and high - low < 0.2
+    # the weighted AUROC of one replicate, checked against sklearn on copied rows
+    draw = np.random.default_rng(0).multinomial(40, np.full(40, 1 / 40), size=1)[0]
+    rows = np.repeat(np.arange(groups.size), draw[groups])
+    one = grouped_bootstrap_auroc(targets, scores, groups, n_boot=1, level=0.0)
+    assert one[0] == pytest.approx(roc_auc_score(targets[rows], scores[rows]))
+    # groups that each separate perfectly: every replicate is 1
+    assert grouped_bootstrap_auroc([0, 1, 0, 1], [0.1, 0.9, 0.2, 0.8], [0, 0, 1, 1]) == (1.0, 1.0)
+    # a group that disagrees with the others widens the interval; rows within a group do not
+    mixed = grouped_bootstrap_auroc([0, 1, 0, 1, 0, 1], [0.1, 0.9, 0.2, 0.8, 0.9, 0.1],
+                                    [0, 0, 1, 1, 2, 2], n_boot=400)
+    assert mixed[0] < 0.5 < mixed[1]
+    assert grouped_bootstrap_auroc([1, 1], [0.2, 0.3], [0, 1]) is None
