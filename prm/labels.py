@@ -14,6 +14,15 @@ Soft values stay floats end to end. The sources:
   so it scores what the earlier turns did and cannot tell a good action from a bad one taken in
   the same state. ``Q(s_t, a_t)`` is the value after the action, which is what a step label
   should judge.
+- ``advantage``: for Monte Carlo value labels (``label = 2v - 1``, ``v`` the success rate of
+  rollouts from the state after the turn, as ``recovery simulate --mc-rollouts`` writes, or a
+  Math-Shepherd-style dataset): the step's advantage ``A_t = v_t - v_{t-1}``, how much the
+  turn changed the chance of success, squashed to ``sigmoid(A_t / 0.05)``
+  (:data:`ADVANTAGE_TEMPERATURE`). ``v_0``, the value of the start, is the mean ``v_1`` over
+  the samples of the same run, task and budget (they share the start state). A value label
+  judges where a turn left the episode, so an error late in a failing episode and a good
+  turn there look alike; the advantage judges what the turn itself did (as in process
+  advantage verifiers, Setlur et al. 2024). NaN where the turn or its predecessor has no label.
 - ``recovery``: recovery-aware: an error turn 0, a recovery turn (``turns.recovery_of`` set) 1,
   the tail of an unrecovered failure 0 (every turn from the start of a fatal spell on: by
   DESIGN 4 a fatal spell runs to the end of a failed episode), every other turn from ``mc``
@@ -33,8 +42,13 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-LABEL_SOURCES = ("data", "error", "outcome", "mc", "recovery")
+LABEL_SOURCES = ("data", "error", "outcome", "mc", "advantage", "recovery")
 """The names :func:`step_targets` accepts."""
+
+ADVANTAGE_TEMPERATURE = 0.05
+"""Scale of the advantage in the ``advantage`` targets: ``sigmoid(A / 0.05)``, so a turn that
+costs 0.14 of success probability (a typical error in the simulator) gets 0.06, one that gains
+0.05 (a typical step of progress) gets 0.73, and one that changes nothing 0.5."""
 
 _SQL_TARGETS = {
     "data": "(u.label + 1.0) / 2.0",
@@ -127,9 +141,59 @@ def step_targets(
         return _sql_targets(con, _SQL_TARGETS[source], traj_ids)
     if source == "mc":
         return mc_targets(con, traj_ids)[["traj_id", "t", "target"]]
+    if source == "advantage":
+        return advantage_targets(con, traj_ids)
     if base not in ("mc", "outcome"):
         raise ValueError(f"unknown base {base!r} for recovery labels; use 'mc' or 'outcome'")
     return recovery_targets(con, traj_ids, base=base)
+
+
+def advantage_targets(
+    con: duckdb.DuckDBPyConnection,
+    traj_ids: Sequence[str] | None = None,
+    *,
+    temperature: float = ADVANTAGE_TEMPERATURE,
+) -> pd.DataFrame:
+    """Advantage targets from Monte Carlo value labels (see the module docstring).
+
+    Args:
+        con: The store.
+        traj_ids: Trajectories to label; ``None`` = all. ``v_0`` is averaged over every sample
+            of the same run, task and budget, asked for or not.
+        temperature: The advantage scale ``tau`` of ``sigmoid(A / tau)``.
+
+    Returns:
+        Columns ``traj_id, t, target``.
+    """
+    scope = _scope(con, traj_ids)
+    try:
+        return con.execute(
+            f"""
+            WITH start AS (
+                SELECT tr.run, tr.task_id, tr.budget, avg((u.label + 1.0) / 2.0) AS v0
+                FROM turns u JOIN trajectories tr USING (traj_id)
+                WHERE u.t = 1 GROUP BY ALL
+            ),
+            steps AS (
+                SELECT u.traj_id, u.t, (u.label + 1.0) / 2.0 AS v,
+                       CASE WHEN u.t = 1 THEN s.v0
+                            ELSE (lag(u.label) OVER (PARTITION BY u.traj_id ORDER BY u.t)
+                                  + 1.0) / 2.0 END AS v_before,
+                       lag(u.t) OVER (PARTITION BY u.traj_id ORDER BY u.t) AS t_before
+                FROM turns u JOIN trajectories tr USING (traj_id)
+                LEFT JOIN start s ON s.run = tr.run AND s.task_id = tr.task_id
+                                 AND s.budget IS NOT DISTINCT FROM tr.budget
+                WHERE {scope}
+            )
+            SELECT traj_id, t,
+                   CASE WHEN t = 1 OR t_before = t - 1
+                        THEN 1.0 / (1.0 + exp(-(v - v_before) / {float(temperature)!r}))
+                   END::DOUBLE AS target
+            FROM steps ORDER BY traj_id, t
+            """
+        ).df()
+    finally:
+        _unscope(con, traj_ids)
 
 
 def recovery_targets(

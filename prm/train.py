@@ -427,6 +427,15 @@ def train(config: TrainConfig, *, echo: Any = print) -> TrainResult:
         examples = [e for e in examples if e.run in set(config.runs)]
     if not examples:
         raise ValueError(f"no trajectories to train on in {config.store}")
+    if not any(target == target for e in examples for target in e.targets):
+        hint = {
+            "data": " (the store's turns carry no process labels)",
+            "advantage": " (it needs Monte Carlo value labels in turns.label, e.g. from "
+            "`recovery simulate --mc-rollouts N`)",
+        }.get(config.labels, "")
+        raise ValueError(
+            f"no turn of {config.store} has a target from labels {config.labels!r}{hint}"
+        )
     out = Path(config.out)
     resume_from = latest_checkpoint(out) if config.resume else None
     if resume_from is not None:

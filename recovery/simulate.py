@@ -35,7 +35,7 @@ import bisect
 import dataclasses
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -415,6 +415,12 @@ class SimConfig:
         budgets: Turn budgets; every budget gets ``n_samples`` samples per task.
         seed: Seed of everything.
         tasks: How tasks are drawn.
+        mc_rollouts: When positive, every turn gets a Monte Carlo process label (DESIGN 3.2:
+            ``2v - 1``): ``v`` is the success rate of this many continuations of the same
+            policy from the hidden state right after the turn (Math-Shepherd-style rollouts,
+            the labels a PRM is trained on where the environment can be restarted). 0 = no
+            labels. The rollouts draw from their own random stream, so the trajectories are
+            the same with or without them.
     """
 
     policies: dict[str, PolicyParams] = field(default_factory=lambda: dict(PRESETS))
@@ -423,6 +429,7 @@ class SimConfig:
     budgets: list[int] = field(default_factory=lambda: [40])
     seed: int = 0
     tasks: TaskParams = field(default_factory=TaskParams)
+    mc_rollouts: int = 0
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -441,6 +448,8 @@ class SimConfig:
             raise ValueError(f"SimConfig.budgets: repeated budget in {self.budgets}")
         if self.seed < 0:
             raise ValueError("SimConfig.seed must be non-negative")
+        if self.mc_rollouts < 0:
+            raise ValueError("SimConfig.mc_rollouts must be non-negative")
 
 
 # --------------------------------------------------------------------------------------------
@@ -853,6 +862,8 @@ def _run_episode(
     spell_start: int | None = None
     spell_kind = ""
     end = "budget"
+    # The hidden state after each turn: (progress, in a spell, episode over), for rollouts.
+    after: list[tuple[int, bool, bool]] = []
     for t in range(1, budget + 1):
         u_event, u_sub, pick_seed = next(draws)
         pick = _Pick(pick_seed)
@@ -933,11 +944,19 @@ def _run_episode(
             episode.visible_turn = None
         if progress >= task.length:
             end = "success"
-            break
-        if event == "fatal":
+        elif event == "fatal":
             end = "fatal"
+        after.append((progress, spell_start is not None, end != "budget"))
+        if end != "budget":
             break
     success = end == "success"
+    if config.mc_rollouts:
+        values = rollout_values(
+            policy, probs, hurry_probs, task.length, budget, after, config.mc_rollouts,
+            np.random.default_rng([config.seed, 3, task.index, sample, budget]),
+        )
+        for turn, value in zip(turns, values.tolist(), strict=True):
+            turn.label = round(2.0 * value - 1.0, 6)
     return Trajectory(
         run=name,
         task_id=task.task_id,
@@ -956,6 +975,68 @@ def _run_episode(
             "end": end,
         },
     )
+
+
+def rollout_values(
+    policy: PolicyParams,
+    probs: tuple[float, float],
+    hurry_probs: tuple[float, float],
+    length: int,
+    budget: int,
+    after: Sequence[tuple[int, bool, bool]],
+    n_rollouts: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Monte Carlo value of the state after each turn of one episode.
+
+    From the hidden state after turn ``t`` (progress, whether a spell is open), ``n_rollouts``
+    continuations of the same policy run to success, a fatal turn or the budget, with the
+    dynamics of the episode loop (text is irrelevant to the outcome, so it is not made); the
+    value is their success rate. A turn that ended the episode has the value of its outcome.
+    All continuations of all turns advance together, one turn per step.
+
+    Args:
+        policy: The policy.
+        probs: ``(p_progress, p_error)`` of the task outside a spell.
+        hurry_probs: The same when hurried (budget-aware policies).
+        length: Progress the task needs.
+        budget: The turn budget.
+        after: Per turn ``t = 1..n``: ``(progress, in_spell, ended)`` after it.
+        n_rollouts: Continuations per turn.
+        rng: The random stream of the rollouts.
+
+    Returns:
+        One value in [0, 1] per turn.
+    """
+    n_turns = len(after)
+    state = np.asarray(after, dtype=np.int64).reshape(n_turns, 3)
+    turn = np.repeat(np.arange(1, n_turns + 1), n_rollouts)
+    progress = np.repeat(state[:, 0], n_rollouts)
+    in_spell = np.repeat(state[:, 1].astype(bool), n_rollouts)
+    alive = ~np.repeat(state[:, 2].astype(bool), n_rollouts)
+    won = progress >= length
+    while True:
+        turn = turn + 1
+        alive &= turn <= budget
+        if not alive.any():
+            break
+        hurry = policy.budget_aware & (budget - turn < policy.hurry_turns)
+        p_progress = np.where(hurry, hurry_probs[0], probs[0])
+        p_error = np.where(hurry, hurry_probs[1], probs[1])
+        u_event = rng.random(turn.size)
+        u_sub = rng.random(turn.size)
+        clean = alive & ~in_spell
+        spell = alive & in_spell
+        recover = spell & (u_event < policy.p_recover)
+        fatal = spell & ~recover & (u_event < policy.p_recover + policy.p_fatal)
+        q = np.where(p_error < 1.0, p_progress / np.maximum(1.0 - p_error, 1e-300), 0.0)
+        step = (clean & (u_event < p_progress)) | (recover & (u_sub < q))
+        error = clean & (u_event >= p_progress) & (u_event < p_progress + p_error)
+        progress = progress + step
+        in_spell = (in_spell & ~recover) | error
+        won |= alive & (progress >= length)
+        alive &= ~(won | fatal)
+    return won.reshape(n_turns, n_rollouts).mean(axis=1)
 
 
 def _policy_dict(policy: PolicyParams) -> dict[str, Any]:
@@ -1056,7 +1137,7 @@ PRESETS_DIR = Path(__file__).parent / "presets"
 
 _POLICY_FIELDS = {f.name for f in dataclasses.fields(PolicyParams)}
 _TASK_FIELDS = {f.name for f in dataclasses.fields(TaskParams)}
-_CONFIG_FIELDS = {"policies", "n_tasks", "n_samples", "budgets", "seed", "tasks"}
+_CONFIG_FIELDS = {"policies", "n_tasks", "n_samples", "budgets", "seed", "tasks", "mc_rollouts"}
 
 
 def policy_from_dict(data: Mapping[str, Any], where: str = "policy") -> PolicyParams:
@@ -1096,7 +1177,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         raise ValueError(
             f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_CONFIG_FIELDS))}"
         )
-    kwargs: dict[str, Any] = {k: data[k] for k in ("n_tasks", "n_samples", "budgets", "seed")
+    kwargs: dict[str, Any] = {k: data[k]
+                              for k in ("n_tasks", "n_samples", "budgets", "seed", "mc_rollouts")
                               if k in data}
     if "policies" in data:
         policies = data["policies"]

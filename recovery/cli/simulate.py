@@ -34,6 +34,12 @@ class SimulateCliConfig:
         None, "Several budgets, comma-separated (e.g. 5,10,20); trajectories at each."
     )
     seed: int | None = opt(None, "Seed; the same seed gives byte-identical files [default: 0].")
+    mc_rollouts: int | None = opt(
+        None,
+        "Give every turn a Monte Carlo process label from this many continuations of the "
+        "policy from the state after it (label = 2v - 1; for PRM training with --labels data; "
+        "note that labels below 0 are marked as 'labelled' errors) [default: 0, no labels].",
+    )
 
 
 def build_sim_config(options: SimulateCliConfig):
@@ -78,6 +84,8 @@ def build_sim_config(options: SimulateCliConfig):
         changes["budgets"] = list(options.budgets)
     if options.seed is not None:
         changes["seed"] = options.seed
+    if options.mc_rollouts is not None:
+        changes["mc_rollouts"] = options.mc_rollouts
     try:
         return dataclasses.replace(config, **changes)
     except (TypeError, ValueError) as err:

@@ -109,7 +109,39 @@ def test_recovery_labels_take_other_turns_from_mc(con):
     assert recovery[("r/0", 1)] == pytest.approx(0.5)
 
 
+def test_advantage_labels_are_the_squashed_change_in_monte_carlo_value(con):
+    from prm.labels import ADVANTAGE_TEMPERATURE
+
+    def traj(run: str, sample: int, values: list[float | None]) -> Trajectory:
+        turns = [Turn(f"a{i}", "o", label=None if v is None else 2 * v - 1)
+                 for i, v in enumerate(values)]
+        return Trajectory(run=run, task_id="m", sample=sample, success=True, turns=turns)
+
+    ingest_trajectories(con, [
+        traj("p", 0, [0.6, 0.4, 0.4, 1.0]),
+        traj("p", 1, [0.2, None, 0.5]),
+        traj("q", 0, [0.9]),  # another run: its own start value
+    ])
+
+    def squash(advantage: float) -> float:
+        return 1.0 / (1.0 + math.exp(-advantage / ADVANTAGE_TEMPERATURE))
+
+    got = _targets(con, "advantage")
+    start = (0.6 + 0.2) / 2  # the start state is shared by the samples of run p on task m
+    assert got[("m/0", 1)] == pytest.approx(squash(0.6 - start))
+    assert got[("m/0", 2)] == pytest.approx(squash(0.4 - 0.6))  # an error: well below 0.5
+    assert got[("m/0", 3)] == pytest.approx(0.5)  # changed nothing
+    assert got[("m/0", 4)] == pytest.approx(squash(0.6))
+    assert got[("m/1", 1)] == pytest.approx(squash(0.2 - start))
+    assert math.isnan(got[("m/1", 2)]) and math.isnan(got[("m/1", 3)])  # no value before it
+    runs = dict(con.execute("SELECT traj_id, run FROM trajectories").fetchall())
+    frame = step_targets(con, "advantage")
+    q_first = frame[[runs[x] == "q" for x in frame["traj_id"]]]["target"].tolist()
+    assert q_first == [pytest.approx(0.5)]
+    assert got[("m/0", 2)] < 0.02 and got[("m/0", 4)] > 0.99
+
+
 def test_unknown_source_is_refused(con):
     with pytest.raises(ValueError, match="unknown label source"):
         step_targets(con, "oracle")
-    assert set(LABEL_SOURCES) == {"data", "error", "outcome", "mc", "recovery"}
+    assert set(LABEL_SOURCES) == {"data", "error", "outcome", "mc", "advantage", "recovery"}

@@ -116,6 +116,15 @@ def test_sklearn_backbone_trains_the_baseline(error_store, tmp_path):
     assert spec["kind"] == "sklearn"
 
 
+def test_labels_with_no_target_are_refused_with_a_hint(error_store, tmp_path):
+    # error_store has no process labels, so neither data nor advantage targets exist
+    for labels, hint in (("data", "no process labels"), ("advantage", "--mc-rollouts")):
+        with pytest.raises(ValueError, match=hint):
+            train(tiny_train_config(error_store, tmp_path / labels, backbone="sklearn",
+                                    labels=labels))
+        assert not (tmp_path / labels).exists()
+
+
 def test_a_local_model_path_is_a_backbone(error_store, tmp_path):
     """Any local decoder checkpoint works: here a small Qwen2 causal LM saved to disk."""
     import torch

@@ -765,3 +765,92 @@ def test_builtin_rules_mark_exactly_the_visible_errors(con, tmp_path):
         """
     ).fetchone()
     assert spells[0] == spells[1] == spells[2]
+
+
+# --- Monte Carlo process labels -------------------------------------------------------------
+
+
+def exact_values(policy: PolicyParams, probs, hurry_probs, length: int, budget: int):
+    """``V[t][(progress, in_spell)]``: the exact success probability after turn ``t``."""
+    values = {budget: {(p, s): 0.0 for p in range(length) for s in (False, True)}}
+
+    def done_or(t: int, p: int, s: bool) -> float:
+        return 1.0 if p >= length else values[t][(p, s)]
+
+    for t in range(budget - 1, -1, -1):
+        hurry = policy.budget_aware and budget - (t + 1) < policy.hurry_turns
+        pp, pe = hurry_probs if hurry else probs
+        q = pp / (1.0 - pe)
+        values[t] = {}
+        for p in range(length):
+            values[t][(p, False)] = (pp * done_or(t + 1, p + 1, False) + pe * values[t + 1][(p, True)]
+                                     + (1.0 - pp - pe) * values[t + 1][(p, False)])
+            recover = q * done_or(t + 1, p + 1, False) + (1.0 - q) * values[t + 1][(p, False)]
+            values[t][(p, True)] = (policy.p_recover * recover
+                                    + (1.0 - policy.p_recover - policy.p_fatal)
+                                    * values[t + 1][(p, True)])
+    return values
+
+
+@pytest.mark.parametrize("aware", [False, True])
+def test_rollout_values_equal_the_exact_dynamic_programme(aware):
+    import numpy as np
+
+    from recovery.simulate import rollout_values
+
+    policy = dataclasses.replace(POLICY_A, budget_aware=aware, hurry_turns=3)
+    probs = turn_probabilities(policy, FLAT, 0.5)
+    hurry_probs = turn_probabilities(policy, FLAT, 0.5, hurry=True)
+    length, budget, n = 4, 9, 40_000
+    exact = exact_values(policy, probs, hurry_probs, length, budget)
+    after = [(0, False, False), (1, False, False), (1, True, False), (2, True, False),
+             (3, False, False), (3, True, False), (3, False, False), (3, False, False),
+             (3, True, False)]
+    got = rollout_values(policy, probs, hurry_probs, length, budget, after, n,
+                         np.random.default_rng(0))
+    for t, ((p, s, _), value) in enumerate(zip(after, got, strict=True), start=1):
+        want = exact[t][(p, bool(s))]
+        assert abs(value - want) <= Z * math.sqrt(max(want * (1 - want), 1e-4) / n), (t, value, want)
+    assert got[-1] == 0.0  # after the last turn of the budget nothing is left
+    # an episode that ended at a turn has the value of its outcome
+    ended = rollout_values(policy, probs, hurry_probs, length, budget,
+                           [(1, False, False), (4, False, True)], 8, np.random.default_rng(0))
+    assert ended[1] == 1.0 and 0.0 <= ended[0] <= 1.0
+    fatal = rollout_values(policy, probs, hurry_probs, length, budget, [(2, True, True)], 8,
+                           np.random.default_rng(0))
+    assert fatal[0] == 0.0
+
+
+def test_mc_rollouts_label_turns_without_changing_the_trajectories():
+    plain = SimConfig(n_tasks=30, n_samples=3, budgets=[12], seed=3)
+    labelled = dataclasses.replace(plain, mc_rollouts=32)
+    by_event: dict[str, list[float]] = {}
+    for name in plain.policies:
+        for a, b in zip(simulate(plain)[name], simulate(labelled)[name], strict=True):
+            assert [(t.action, t.observation, t.meta) for t in a.turns] == [
+                (t.action, t.observation, t.meta) for t in b.turns
+            ]
+            assert all(t.label is None for t in a.turns)
+            assert all(-1.0 <= t.label <= 1.0 for t in b.turns)
+            # the last turn's value is the outcome: success, a fatal turn, or no turns left
+            assert b.turns[-1].label == (1.0 if b.success else -1.0)
+            for turn in b.turns:
+                key = turn.meta["true_error"] or turn.meta["event"]
+                by_event.setdefault(key, []).append(turn.label)
+    mean = {k: sum(v) / len(v) for k, v in by_event.items()}
+    # an error (silent ones included) lowers the value of the state after it
+    assert mean["silent"] < mean["progress"] and mean["visible"] < mean["progress"]
+    with pytest.raises(ValueError, match="mc_rollouts"):
+        SimConfig(mc_rollouts=-1)
+
+
+def test_cli_mc_rollouts_and_config_key(tmp_path):
+    from recovery.cli import main
+
+    result = CliRunner().invoke(main, ["simulate", "--out", str(tmp_path / "a"), "--tasks", "5",
+                                       "--samples", "2", "--mc-rollouts", "4"])
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl(tmp_path / "a" / "base.jsonl")
+    assert all(t["label"] is not None for r in rows for t in r["turns"])
+    (tmp_path / "c.toml").write_text("mc_rollouts = 3\nn_tasks = 2\n")
+    assert load_config(tmp_path / "c.toml").mc_rollouts == 3
