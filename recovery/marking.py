@@ -567,6 +567,12 @@ def _scope_clause(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None
     return "traj_id IN (SELECT traj_id FROM _mark_scope)"
 
 
+def _formats(con: duckdb.DuckDBPyConnection, scope: str) -> set[str]:
+    """The formats of the trajectories in ``scope`` (a SQL predicate)."""
+    rows = con.execute(f"SELECT DISTINCT format FROM trajectories WHERE {scope}").fetchall()
+    return {row[0] for row in rows}
+
+
 def _drop_scope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) -> None:
     if traj_ids is not None:
         con.execute("DROP TABLE IF EXISTS _mark_scope")
@@ -594,12 +600,7 @@ def rule_marks(
     rules = rules or RuleSet()
     scope = _scope_clause(con, list(traj_ids))
     try:
-        formats = {
-            row[0]
-            for row in con.execute(
-                f"SELECT DISTINCT format FROM trajectories WHERE {scope}"
-            ).fetchall()
-        }
+        formats = _formats(con, scope)
         compiled = compile_rules(
             list(rules.rules) + (builtin_rules() if rules.builtin else []), formats, labels=False
         )
@@ -661,12 +662,7 @@ def mark_store(
     rules = rules or RuleSet()
     scope = _scope_clause(con, traj_ids)
     try:
-        formats = {
-            row[0]
-            for row in con.execute(
-                f"SELECT DISTINCT format FROM trajectories WHERE {scope}"
-            ).fetchall()
-        }
+        formats = _formats(con, scope)
         all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
         compiled = compile_rules(all_rules, formats)
         needs_format = any(
