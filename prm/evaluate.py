@@ -247,13 +247,19 @@ def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
 
     Args:
         frame: Turns with ``score``, ``true_error`` (None, ``"visible"`` or ``"silent"``) and
-            ``is_error`` (the rules' mark); optionally ``task_id``.
+            ``is_error`` (the rules' mark); optionally ``task_id`` and ``event`` (the
+            simulator's true event: ``progress``, ``error``, ...).
 
     Returns:
         For silent and visible errors against clean turns (``true_error`` null): the PRM's
         AUROC, the rules' AUROC (score ``1 - is_error``), and the counts; with ``task_id``
         also ``prm_auroc_silent_ci``, a 95% bootstrap interval over tasks
-        (:func:`grouped_bootstrap_auroc`).
+        (:func:`grouped_bootstrap_auroc`); with ``event`` also
+        ``prm_auroc_first_silent_vs_progress``: the first turn of each silent spell against
+        the clean turns that made progress. Those two look alike on the surface (a call that
+        changes something, answered normally), so only a model that compares the call's ids and
+        amounts with the history beats 0.5 there; against all clean turns a model can score
+        above 0.5 just by trusting lookups and stalls more than calls that change something.
     """
     import numpy as np
 
@@ -271,6 +277,13 @@ def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
             interval = grouped_bootstrap_auroc(targets, frame["score"].to_numpy()[keep],
                                                frame["task_id"].to_numpy()[keep])
             out["prm_auroc_silent_ci"] = None if interval is None else list(interval)
+    if "event" in frame:
+        first = (frame["true_error"] == "silent") & (frame["event"] == "error")
+        progress = clean & (frame["event"] == "progress")
+        keep = (first | progress).to_numpy()
+        out["prm_auroc_first_silent_vs_progress"] = step_auroc(
+            progress.to_numpy()[keep].astype(float), frame["score"].to_numpy()[keep]
+        )
     out["n_clean"] = int(clean.sum())
     out["prm_recall_silent"] = (
         float(np.mean(frame.loc[frame["true_error"] == "silent", "score"] < THRESHOLD))
@@ -345,6 +358,11 @@ class EvalReport:
                 f"visible ({gt['n_visible']}): PRM {f(gt['prm_auroc_visible'])}, rules "
                 f"{f(gt['rules_auroc_visible'])}"
             )
+            if gt.get("prm_auroc_first_silent_vs_progress") is not None:
+                out.append(
+                    "  first silent-error turns vs progress turns (alike on the surface): PRM "
+                    f"AUROC {f(gt['prm_auroc_first_silent_vs_progress'])}"
+                )
         return out
 
 
@@ -377,6 +395,7 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
             """
             SELECT u.traj_id, u.t,
                    json_extract_string(u.meta, '$.true_error') AS true_error,
+                   json_extract_string(u.meta, '$.event') AS event,
                    json_exists(u.meta, '$.true_error') AS has_truth
             FROM turns u WHERE u.traj_id IN (SELECT traj_id FROM _prm_eval)
             """

@@ -133,6 +133,7 @@ def test_evaluate_model_reports_every_metric(trained_tiny, sim_store):
     assert gt["rules_auroc_visible"] == 1.0
     low, high = gt["prm_auroc_silent_ci"]
     assert low <= gt["prm_auroc_silent"] <= high
+    assert 0.0 <= gt["prm_auroc_first_silent_vs_progress"] <= 1.0
     assert 0 < test_only.n_trajectories < report.n_trajectories
     json.dumps(report.to_dict())  # JSON-ready
     assert not any(isinstance(v, float) and math.isnan(v) for v in report.to_dict().values())
@@ -161,3 +162,20 @@ def test_grouped_bootstrap_auroc_resamples_whole_groups():
                                     [0, 0, 1, 1, 2, 2], n_boot=400)
     assert mixed[0] < 0.5 < mixed[1]
     assert grouped_bootstrap_auroc([1, 1], [0.2, 0.3], [0, 1]) is None
+
+
+def test_first_silent_versus_progress_sees_through_a_surface_scorer():
+    import pandas as pd
+
+    from prm.evaluate import ground_truth_aurocs
+
+    events = ["progress", "progress", "stall", "stall", "error", "repeat", "error"]
+    truth = [None, None, None, None, "silent", "silent", "visible"]
+    frame = pd.DataFrame({"true_error": truth, "event": events, "is_error": [False] * 6 + [True]})
+    # scores a turn by its type: calls that change something 0.6, stalls 0.9, a visible error 0
+    frame["score"] = [0.6, 0.6, 0.9, 0.9, 0.6, 0.6, 0.0]
+    surface = ground_truth_aurocs(frame)
+    assert surface["prm_auroc_silent"] > 0.6  # looks like it finds silent errors ...
+    assert surface["prm_auroc_first_silent_vs_progress"] == 0.5  # ... but it does not
+    frame["score"] = [0.6, 0.7, 0.9, 0.9, 0.2, 0.3, 0.0]  # one that reads the ids
+    assert ground_truth_aurocs(frame)["prm_auroc_first_silent_vs_progress"] == 1.0
