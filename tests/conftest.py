@@ -11,6 +11,25 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 TAU_AIRLINE = SHARED_DATA / "tau-bench" / "gpt-4o-airline.json"
 
 
+def simulated_store(config, path: str | Path | None = None):
+    """A store (in memory, or the DuckDB file ``path``) holding every run of a simulator config.
+
+    Args:
+        config: A :class:`recovery.simulate.SimConfig`.
+        path: The store file; ``None`` = in memory.
+
+    Returns:
+        The open connection; the caller closes it.
+    """
+    from recovery.simulate import simulate
+    from recovery.store import connect, ingest_trajectories
+
+    connection = connect(path)
+    for trajectories in simulate(config).values():
+        ingest_trajectories(connection, trajectories)
+    return connection
+
+
 @pytest.fixture
 def tau_airline() -> Path:
     """The real tau-bench airline trajectories (skips when ../shared/data is absent)."""

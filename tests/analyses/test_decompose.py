@@ -654,8 +654,8 @@ def simulated(case: str, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.
     import dataclasses
 
     from analyses.frames import trajectories_frame
-    from recovery.simulate import PRESETS, SimConfig, simulate
-    from recovery.store import connect, ingest_trajectories
+    from recovery.simulate import PRESETS, SimConfig
+    from tests.conftest import simulated_store
 
     base = PRESETS["base"]
     candidate = {
@@ -667,10 +667,8 @@ def simulated(case: str, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.
         policies={"base": base, "cand": candidate}, n_tasks=1000, n_samples=8, budgets=[40],
         seed=seed,
     )
-    con = connect(None)
+    con = simulated_store(config)
     try:
-        for trajectories in simulate(config).values():
-            ingest_trajectories(con, trajectories)
         traj = trajectories_frame(con)
         flags = {}
         for name, condition in (

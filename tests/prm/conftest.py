@@ -44,20 +44,15 @@ def make_trajectory(task: str, sample: int, outcomes: list[str], *, run: str = "
 @pytest.fixture(scope="session")
 def sim_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A DuckDB store of simulator runs: 16 tasks x 3 samples x 2 policies, budget 12."""
-    from recovery.simulate import PRESETS, SimConfig, write_runs
-    from recovery.store import connect, ingest_file
+    from recovery.simulate import PRESETS, SimConfig
+    from tests.conftest import simulated_store
 
-    root = tmp_path_factory.mktemp("prm-sim")
-    paths = write_runs(
+    store = tmp_path_factory.mktemp("prm-sim") / "sim.duckdb"
+    simulated_store(
         SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=16,
                   n_samples=3, budgets=[12], seed=5),
-        root / "runs",
-    )
-    store = root / "sim.duckdb"
-    con = connect(store)
-    for path in paths:
-        ingest_file(con, path)
-    con.close()
+        store,
+    ).close()
     return store
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from prm.evaluate import evaluate_model
 from prm.train import TrainConfig, train
-from recovery.store import connect, ingest_file
+from recovery.store import connect
 
 pytestmark = pytest.mark.slow
 
@@ -24,19 +24,16 @@ N_TASKS = 1000
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory):
-    from recovery.simulate import PRESETS, SimConfig, write_runs
+    from recovery.simulate import PRESETS, SimConfig
+    from tests.conftest import simulated_store
 
     root = tmp_path_factory.mktemp("prm-claims")
-    paths = write_runs(
+    store = root / "sim.duckdb"
+    simulated_store(
         SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=N_TASKS,
                   n_samples=4, budgets=[30], seed=0),
-        root / "runs",
-    )
-    store = root / "sim.duckdb"
-    con = connect(store)
-    for path in paths:
-        ingest_file(con, path)
-    con.close()
+        store,
+    ).close()
     common = {"store": store, "labels": "recovery", "progress": False}
     train(TrainConfig(out=root / "tiny", epochs=1, lr=2e-3, hidden_size=64, num_layers=2,
                       num_heads=4, intermediate_size=192, max_length=512, **common),

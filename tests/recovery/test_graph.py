@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from recovery.graph import state_graph, turn_graph, turn_values, write_graph
 from recovery.schema import Trajectory, Turn
-from recovery.store import connect, ingest_trajectories
+from recovery.store import ingest_trajectories
+from tests.conftest import simulated_store
 
 # --------------------------------------------------------------------------------------------
 # Fixtures
@@ -23,15 +24,12 @@ from recovery.store import connect, ingest_trajectories
 @pytest.fixture(scope="module")
 def sim_con():
     """Two simulator policies on shared tasks (common random numbers: many shared states)."""
-    from recovery.simulate import PRESETS, SimConfig, simulate
+    from recovery.simulate import PRESETS, SimConfig
 
-    config = SimConfig(
+    con = simulated_store(SimConfig(
         policies={"base": PRESETS["base"], "rl": PRESETS["rl"]},
         n_tasks=8, n_samples=10, budgets=[20], seed=11,
-    )
-    con = connect(None)
-    for trajectories in simulate(config).values():
-        ingest_trajectories(con, trajectories)
+    ))
     yield con
     con.close()
 

@@ -22,6 +22,7 @@ from recovery.marking import (
 )
 from recovery.schema import Trajectory, Turn
 from recovery.store import IngestOptions, connect, ingest_file, ingest_trajectories
+from tests.conftest import simulated_store
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -546,15 +547,12 @@ def test_ingest_marks_only_the_new_file(con, tmp_path):
 
 @pytest.fixture(scope="module")
 def sim_store():
-    from recovery.simulate import PRESETS, SimConfig, simulate
+    from recovery.simulate import PRESETS, SimConfig
 
-    config = SimConfig(
+    con = simulated_store(SimConfig(
         policies={"base": PRESETS["base"], "rl": PRESETS["rl"]},
         n_tasks=60, n_samples=6, budgets=[30], seed=3,
-    )
-    con = connect(None)
-    for trajectories in simulate(config).values():
-        ingest_trajectories(con, trajectories)
+    ))
     yield con
     con.close()
 
@@ -673,16 +671,11 @@ def test_rule_marks_on_monte_carlo_labelled_runs_equal_marking_without_labels():
     import dataclasses
 
     from recovery.marking import rule_marks
-    from recovery.simulate import SimConfig, simulate
+    from recovery.simulate import SimConfig
 
     plain = SimConfig(n_tasks=20, n_samples=3, budgets=[20], seed=4)
-    stores = []
-    for config in (plain, dataclasses.replace(plain, mc_rollouts=8)):
-        store = connect(None)
-        for trajectories in simulate(config).values():
-            ingest_trajectories(store, trajectories)
-        stores.append(store)
-    unlabelled, labelled = stores
+    unlabelled = simulated_store(plain)
+    labelled = simulated_store(dataclasses.replace(plain, mc_rollouts=8))
     assert labelled.execute("SELECT count(*) FROM turns WHERE error_kind = 'labelled'").fetchone()[0]
     ids = [r[0] for r in labelled.execute("SELECT traj_id FROM trajectories").fetchall()]
     marks = rule_marks(labelled, ids)
