@@ -123,6 +123,7 @@ def run_prm_train(args: argparse.Namespace, store: Path, out: Path, device: str)
         stop_after=args.steps, log_every=1, progress=False, threads=args.threads,
         vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
         num_heads=args.num_heads, intermediate_size=args.intermediate_size,
+        novelty=False,  # the same model as TRL's: no word-novelty inputs
     )
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()

@@ -76,6 +76,7 @@ class PRMSpec:
         max_length: Tokens per window.
         max_prompt_tokens: Prompt tokens kept (the last ones).
         trust_remote_code: Passed to transformers when loading a path.
+        novelty: Word-novelty inputs (``StepScorer``).
         tiny: Size of the tiny backbone (``tiny`` only).
     """
 
@@ -86,6 +87,7 @@ class PRMSpec:
     max_length: int = 1024
     max_prompt_tokens: int = 256
     trust_remote_code: bool = False
+    novelty: bool = False
     tiny: TinyConfig = field(default_factory=TinyConfig)
 
     def save(self, directory: str | Path) -> None:
@@ -198,16 +200,108 @@ def check_causal(backbone: Any) -> None:
         )
 
 
+NOVELTY_MAX_PIECES = 16
+"""Word pieces a word-prefix hash covers (a longer word is hashed by its last pieces)."""
+
+_HASH_PRIMES = (2_147_483_629, 2_147_483_587)  # two primes below 2**31: products fit int64
+
+
+def word_piece_tables(tokenizer: PreTrainedTokenizerBase, size: int | None = None) -> Any:
+    """Per-token tables for :func:`novelty_codes`, shape ``(3, size)`` int64.
+
+    Row 0: 1 where the token is a word piece (letters and digits only, after any leading
+    whitespace). Row 1: 1 where it starts with whitespace (so starts a word). Row 2: an id of its
+    text without the leading whitespace, equal for ``" 52"`` and ``"52"``, so a value reads the
+    same in ``amount=52`` and in ``"balance": 52``.
+    """
+    import torch
+
+    size = size or len(tokenizer)
+    tables = torch.zeros((3, size), dtype=torch.long)
+    canonical: dict[str, int] = {}
+    special = set(tokenizer.all_special_ids)
+    for token_id in range(min(size, len(tokenizer))):
+        text = "" if token_id in special else tokenizer.decode([token_id])
+        stripped = text.lstrip()
+        tables[0, token_id] = int(stripped.isalnum())
+        tables[1, token_id] = int(len(stripped) < len(text))
+        tables[2, token_id] = canonical.setdefault(stripped, len(canonical) + 1)
+    return tables
+
+
+def novelty_codes(input_ids: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+    """Whether each word piece continues a word the row has not shown before.
+
+    A word is a run of word pieces (letters and digits; a piece with leading whitespace, or
+    after punctuation, starts a new one). Code 0: not a word piece; 1: the word so far (its
+    pieces from the word's start up to this one) began an earlier word of the row; 2: it did not.
+    So a wrong id or amount gets a 2 at its first piece that no earlier word had, while a value
+    copied from an earlier observation gets 1s. The code of a token depends only on the tokens
+    up to it: the model stays causal.
+
+    Args:
+        input_ids: ``(B, L)`` token ids.
+        tables: :func:`word_piece_tables` of the tokenizer.
+
+    Returns:
+        ``(B, L)`` int64 codes in ``{0, 1, 2}``.
+    """
+    import torch
+
+    wordy, spaced, canonical = (row[input_ids] for row in tables)
+    is_word = wordy.bool()
+    before = torch.zeros_like(is_word)
+    before[:, 1:] = is_word[:, :-1]
+    starts = is_word & (spaced.bool() | ~before)
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+    word_start = torch.where(starts, positions, torch.zeros_like(positions)).cummax(dim=1).values
+    depth = positions - word_start  # pieces before this one in its word
+    keys = []
+    for prime in _HASH_PRIMES:
+        base = int(tables[2].max()) + 2
+        key = depth.clamp(max=NOVELTY_MAX_PIECES) + 1  # the length is part of the key
+        power = 1
+        for k in range(NOVELTY_MAX_PIECES):
+            piece = torch.zeros_like(canonical)
+            piece[:, k:] = canonical[:, : canonical.shape[1] - k]
+            key = (key + (depth >= k).long() * piece * power) % prime
+            power = power * base % prime
+        keys.append(key)
+    key = keys[0] * _HASH_PRIMES[1] + keys[1]
+    key = torch.where(is_word, key, torch.full_like(key, -1))
+    # A stable sort keeps equal keys in position order: the first of each run is new.
+    ordered, order = torch.sort(key, dim=1, stable=True)
+    first = torch.ones_like(ordered, dtype=torch.bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    new = torch.zeros_like(first).scatter_(1, order, first)
+    return torch.where(is_word, 1 + new.long(), torch.zeros_like(key))
+
+
 def _torch_module():
     from torch import nn
 
     class StepScorer(nn.Module):
-        """A causal backbone and a linear head read at the step markers."""
+        """A causal backbone and a linear head read at the step markers.
 
-        def __init__(self, backbone: Any):
+        With ``novelty`` each token's input embedding gets a learned vector for its
+        :func:`novelty_codes`: whether the word it belongs to, up to it, is new to the window.
+        A wrong id or amount is a word the history never showed; finding that by attention
+        alone takes a previous-token head, an induction head and a head that carries the result
+        to the marker, which a small model trained briefly on CPU did not learn (docs/prm.md
+        measures it). The codes hand it the comparison; the model still learns which new words
+        matter (a new confirmation number in an observation is normal, a new id in an action
+        is not).
+        """
+
+        def __init__(self, backbone: Any, novelty_tables: torch.Tensor | None = None):
             super().__init__()
             self.backbone = backbone
             self.head = nn.Linear(backbone.config.hidden_size, 1)
+            self.novelty = None
+            if novelty_tables is not None:
+                self.register_buffer("word_pieces", novelty_tables.clone())
+                self.novelty = nn.Embedding(3, backbone.config.hidden_size)
+                nn.init.normal_(self.novelty.weight, std=0.02)
 
         def forward(self, input_ids: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
             """Logits at the marked positions, in row-major (window, position) order.
@@ -215,7 +309,14 @@ def _torch_module():
             No attention mask: padding is on the right and attention is causal, so a real
             token never attends to padding, and the kernel takes its plain causal path.
             """
-            hidden = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
+            if self.novelty is not None:
+                embed = self.backbone.get_input_embeddings()
+                codes = novelty_codes(input_ids, self.word_pieces)
+                hidden = self.backbone(
+                    inputs_embeds=embed(input_ids) + self.novelty(codes), use_cache=False
+                ).last_hidden_state
+            else:
+                hidden = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
             # Project only the markers: the head is cheap, but the gather saves the (B, L)
             # logits tensor and keeps the loss in the order the targets are built.
             return self.head(hidden[step_mask]).squeeze(-1).float()
@@ -223,9 +324,23 @@ def _torch_module():
     return StepScorer
 
 
-def build_scorer(backbone: Any) -> torch.nn.Module:
-    """Wrap a backbone with a fresh linear head (a ``StepScorer`` module)."""
-    return _torch_module()(backbone)
+def build_scorer(
+    backbone: Any, tokenizer: PreTrainedTokenizerBase | None = None, *, novelty: bool = False
+) -> torch.nn.Module:
+    """Wrap a backbone with a fresh linear head (a ``StepScorer`` module).
+
+    Args:
+        backbone: A causal ``transformers`` model.
+        tokenizer: Its tokenizer (needed for ``novelty``).
+        novelty: Add word-novelty inputs (see ``StepScorer``).
+    """
+    tables = None
+    if novelty:
+        if tokenizer is None:
+            raise ValueError("novelty inputs need the tokenizer")
+        size = backbone.get_input_embeddings().num_embeddings
+        tables = word_piece_tables(tokenizer, max(size, len(tokenizer)))
+    return _torch_module()(backbone, tables)
 
 
 def step_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -498,9 +613,9 @@ def load_scorer(directory: str | Path, device: str = "cpu") -> LoadedPRM:
     backbone = AutoModel.from_config(
         config, trust_remote_code=spec.trust_remote_code, attn_implementation="sdpa"
     )
-    scorer = build_scorer(backbone)
-    scorer.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
     tokenizer = AutoTokenizer.from_pretrained(directory)
+    scorer = build_scorer(backbone, tokenizer, novelty=spec.novelty)
+    scorer.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
     return LoadedPRM(scorer=scorer.to(device).eval(), tokenizer=tokenizer, spec=spec)
 
 

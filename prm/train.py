@@ -101,6 +101,11 @@ class TrainConfig:
     threads: int | None = opt(
         None, "CPU threads per process for torch (default: torch's choice; 1 on a busy machine)."
     )
+    novelty: bool = opt(
+        True, "Give the model, per token, whether its word so far is new to the window "
+        "(a wrong id or amount is a word no earlier text showed; docs/prm.md).",
+        flag="--novelty/--no-novelty",
+    )
     vocab_size: int = opt(TinyConfig.vocab_size, "tiny: tokenizer vocabulary size.")
     hidden_size: int = opt(TinyConfig.hidden_size, "tiny: hidden size.")
     num_layers: int = opt(TinyConfig.num_layers, "tiny: decoder layers.")
@@ -565,7 +570,7 @@ def _train_neural(
         kind="neural", backbone=config.backbone, labels=config.labels,
         label_base=config.label_base, max_length=config.max_length,
         max_prompt_tokens=config.max_prompt_tokens, trust_remote_code=config.trust_remote_code,
-        tiny=config.tiny,
+        novelty=config.novelty, tiny=config.tiny,
     )
     train_examples = split.select(examples, "train")
     val_examples = split.select(examples, "validation")
@@ -581,7 +586,7 @@ def _train_neural(
             backbone, tokenizer = load_backbone(
                 config.backbone, trust_remote_code=config.trust_remote_code
             )
-        scorer = build_scorer(backbone)
+        scorer = build_scorer(backbone, tokenizer, novelty=config.novelty)
     if config.gradient_checkpointing:
         backbone = scorer.backbone
         kwargs = {"use_reentrant": False}

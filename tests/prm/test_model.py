@@ -104,19 +104,54 @@ def test_collate_pads_on_the_right_and_orders_targets_row_major(tokenizer):
     assert batch.targets.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
 
-def _tiny_scorer(tokenizer):
+def _tiny_scorer(tokenizer, novelty: bool = False):
     import torch
 
     torch.manual_seed(0)
     tiny = TinyConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=2,
                       intermediate_size=64)
-    return build_scorer(tiny_backbone(tiny, len(tokenizer), 512)).eval()
+    return build_scorer(tiny_backbone(tiny, len(tokenizer), 512), tokenizer,
+                        novelty=novelty).eval()
 
 
-def test_scores_of_a_turn_do_not_depend_on_later_turns(tokenizer):
+def test_novelty_codes_mark_word_pieces_that_continue_no_earlier_word(tokenizer):
+    import torch
+
+    from prm.model import novelty_codes, word_piece_tables
+
+    text = ('Observation: order #W0000012 has "balance": 52. Action: get(order_id="#W0000012",'
+            ' amount=52) get(order_id="#W0000021", amount=53) get(order_id="#W0000021")')
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    codes = novelty_codes(torch.tensor([ids]), word_piece_tables(tokenizer))[0].tolist()
+    # reference: split into words of pieces by hand, compare each word prefix with every
+    # prefix of the earlier words (pieces compared without their leading whitespace)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    seen: set[tuple[str, ...]] = set()
+    word: tuple[str, ...] = ()
+    expected = []
+    for k, piece in enumerate(pieces):
+        stripped = piece.lstrip()
+        if not stripped.isalnum():
+            word = ()
+            expected.append(0)
+            continue
+        starts = stripped != piece or k == 0 or not pieces[k - 1].lstrip().isalnum()
+        word = (stripped,) if starts else (*word, stripped)
+        expected.append(1 if word in seen else 2)
+        seen.add(word)
+    assert codes == expected
+    # after the first call, only the changed id and amount are new words; the last call
+    # copies everything it says from earlier text
+    calls = [k for k, piece in enumerate(pieces) if piece.strip() == "get"]
+    second, third = codes[calls[1] + 1 : calls[2]], codes[calls[2] + 1 :]
+    assert 2 in second and 2 not in third and codes[calls[2]] == 1
+
+
+@pytest.mark.parametrize("novelty", [False, True])
+def test_scores_of_a_turn_do_not_depend_on_later_turns(tokenizer, novelty):
     import numpy as np
 
-    scorer = _tiny_scorer(tokenizer)
+    scorer = _tiny_scorer(tokenizer, novelty)
     pad = TokenIds.of(tokenizer).pad
     original = _example(8)
     changed = dataclasses.replace(original, traj_id="changed",
