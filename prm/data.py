@@ -62,9 +62,13 @@ class StepExample:
         return len(self.steps)
 
 
+OBSERVATION_SEPARATOR = "\nObservation: "
+"""What separates a turn's action from its observation in :func:`step_text`."""
+
+
 def step_text(action: str | None, observation: str | None) -> str:
     """The text of one turn as the model reads it: the action, then the observation."""
-    return f"Action: {action or ''}\nObservation: {observation or ''}"
+    return f"Action: {action or ''}{OBSERVATION_SEPARATOR}{observation or ''}"
 
 
 def load_step_examples(
@@ -105,7 +109,7 @@ def load_step_examples(
         if traj_ids is not None:
             con.unregister("_prm_examples")
     # The same text as step_text(), built column-wise.
-    turns["text"] = ("Action: " + turns["action"].fillna("") + "\nObservation: "
+    turns["text"] = ("Action: " + turns["action"].fillna("") + OBSERVATION_SEPARATOR
                      + turns["observation"].fillna(""))
     if labels is None:
         turns["target"] = math.nan

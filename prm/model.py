@@ -18,6 +18,10 @@ the window (as context, not scored), then the turn. Where a window starts depend
 lengths of the turns up to it, so appending turns never changes an earlier turn's score. A
 single turn longer than half the window keeps its last tokens (the observation, where errors
 show).
+
+Word-novelty inputs (on by default in ``prm train``): each token also carries whether it belongs
+to an action and whether its word is one the window's prompt and observations never showed
+(:func:`novelty_codes`), the comparison a silent error (a wrong id or amount) needs.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from prm.data import OBSERVATION_SEPARATOR
 
 if TYPE_CHECKING:
     import torch
@@ -229,19 +235,24 @@ def word_piece_tables(tokenizer: PreTrainedTokenizerBase, size: int | None = Non
     return tables
 
 
-def novelty_codes(input_ids: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+def novelty_codes(
+    input_ids: torch.Tensor, tables: torch.Tensor, evidence: torch.Tensor | None = None
+) -> torch.Tensor:
     """Whether each word piece continues a word the row has not shown before.
 
     A word is a run of word pieces (letters and digits; a piece with leading whitespace, or
     after punctuation, starts a new one). Code 0: not a word piece; 1: the word so far (its
     pieces from the word's start up to this one) began an earlier word of the row; 2: it did not.
     So a wrong id or amount gets a 2 at its first piece that no earlier word had, while a value
-    copied from an earlier observation gets 1s. The code of a token depends only on the tokens
-    up to it: the model stays causal.
+    copied from an earlier observation gets 1s. With ``evidence``, only earlier words at
+    evidence positions count (the prompt and the observations, not the agent's own actions), so
+    a wrong id stays new when the agent repeats it. The code of a token depends only on the
+    tokens up to it: the model stays causal.
 
     Args:
         input_ids: ``(B, L)`` token ids.
         tables: :func:`word_piece_tables` of the tokenizer.
+        evidence: ``(B, L)`` bool, the positions whose words count as shown (default: all).
 
     Returns:
         ``(B, L)`` int64 codes in ``{0, 1, 2}``.
@@ -269,11 +280,18 @@ def novelty_codes(input_ids: torch.Tensor, tables: torch.Tensor) -> torch.Tensor
         keys.append(key)
     key = keys[0] * _HASH_PRIMES[1] + keys[1]
     key = torch.where(is_word, key, torch.full_like(key, -1))
-    # A stable sort keeps equal keys in position order: the first of each run is new.
+    # A stable sort keeps equal keys in position order; within a run of equal keys, a word is
+    # new when no earlier member of its run is evidence.
     ordered, order = torch.sort(key, dim=1, stable=True)
-    first = torch.ones_like(ordered, dtype=torch.bool)
-    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    new = torch.zeros_like(first).scatter_(1, order, first)
+    run_start = torch.ones_like(ordered, dtype=torch.bool)
+    run_start[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    shown = torch.ones_like(input_ids) if evidence is None else evidence.long()
+    shown = shown.gather(1, order)
+    before = shown.cumsum(dim=1) - shown  # evidence strictly before, in sorted order
+    ranks = torch.arange(key.shape[1], device=key.device).expand_as(key)
+    start_rank = torch.where(run_start, ranks, torch.zeros_like(ranks)).cummax(dim=1).values
+    new_sorted = before == before.gather(1, start_rank)
+    new = torch.zeros_like(new_sorted).scatter_(1, order, new_sorted)
     return torch.where(is_word, 1 + new.long(), torch.zeros_like(key))
 
 
@@ -284,11 +302,12 @@ def _torch_module():
         """A causal backbone and a linear head read at the step markers.
 
         With ``novelty`` each token's input embedding gets a learned vector for its
-        :func:`novelty_codes`: whether the word it belongs to, up to it, is new to the window.
-        A wrong id or amount is a word the history never showed; finding that by attention
-        alone takes a previous-token head, an induction head and a head that carries the result
-        to the marker, which a small model trained briefly on CPU did not learn (docs/prm.md
-        measures it). The codes hand it the comparison; the model still learns which new words
+        :func:`novelty_codes` and its role: whether the word it belongs to, up to it, is new to
+        what the prompt and the observations of the window said, and whether the token is part
+        of an action. A wrong id or amount is a word the history never showed; finding that by
+        attention alone takes a previous-token head, an induction head and a head that carries
+        the result to the marker, which a small model trained briefly on CPU did not learn
+        (docs/prm.md measures it). The codes hand it the comparison; the model still learns which new words
         matter (a new confirmation number in an observation is normal, a new id in an action
         is not).
         """
@@ -300,18 +319,29 @@ def _torch_module():
             self.novelty = None
             if novelty_tables is not None:
                 self.register_buffer("word_pieces", novelty_tables.clone())
-                self.novelty = nn.Embedding(3, backbone.config.hidden_size)
+                self.novelty = nn.Embedding(6, backbone.config.hidden_size)
                 nn.init.normal_(self.novelty.weight, std=0.02)
 
-        def forward(self, input_ids: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            step_mask: torch.Tensor,
+            actions: torch.Tensor | None = None,
+        ) -> torch.Tensor:
             """Logits at the marked positions, in row-major (window, position) order.
+
+            ``actions`` marks the tokens of the agent's actions (``Batch.actions``); without it
+            every token counts as evidence and none as an action.
 
             No attention mask: padding is on the right and attention is causal, so a real
             token never attends to padding, and the kernel takes its plain causal path.
             """
             if self.novelty is not None:
                 embed = self.backbone.get_input_embeddings()
-                codes = novelty_codes(input_ids, self.word_pieces)
+                evidence = None if actions is None else ~actions
+                codes = novelty_codes(input_ids, self.word_pieces, evidence)
+                if actions is not None:
+                    codes = codes + 3 * actions.long()
                 hidden = self.backbone(
                     inputs_embeds=embed(input_ids) + self.novelty(codes), use_cache=False
                 ).last_hidden_state
@@ -367,6 +397,8 @@ class Window:
         step_positions: Index in ``input_ids`` of each scored turn's marker (ascending).
         step_ts: Turn index (1-based) of each scored marker.
         targets: Training target of each scored turn (NaN when unknown).
+        actions: 1 for each token of an action, 0 for the rest (prompt, observations,
+            markers), as long as ``input_ids``.
     """
 
     traj_id: str
@@ -374,6 +406,7 @@ class Window:
     step_positions: list[int]
     step_ts: list[int]
     targets: list[float]
+    actions: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -433,31 +466,41 @@ def encode_examples(
     prompt_cap = min(max_prompt_tokens, max_length // 4)
     step_cap = max_length // 2 - 1
     prompts = _tokenise(tokenizer, [e.prompt for e in examples])
-    flat_steps = _tokenise(tokenizer, [s for e in examples for s in e.steps])
+    # A turn is tokenised as its action and its observation apart, so each token knows which
+    # it belongs to (the text splits at its first separator; byte-level BPE splits there anyway).
+    halves = [s.partition(OBSERVATION_SEPARATOR) for e in examples for s in e.steps]
+    flat_actions = _tokenise(tokenizer, [action for action, _, _ in halves])
+    flat_observations = _tokenise(tokenizer, [sep + obs for _, sep, obs in halves])
     windows: list[Window] = []
     cursor = 0
     for example, prompt_ids in zip(examples, prompts, strict=True):
         prefix = head + (prompt_ids[-prompt_cap:] if prompt_cap > 0 else [])
         context_budget = max_length // 2 - len(prefix)
-        history: list[list[int]] = []
-        current = Window(example.traj_id, list(prefix), [], [], [])
+        history: list[tuple[list[int], list[int]]] = []
+        current = Window(example.traj_id, list(prefix), [], [], [], [0] * len(prefix))
         for t in range(1, example.n_steps + 1):
-            step_ids = [*flat_steps[cursor][-step_cap:], ids.step]
+            action_ids, observation_ids = flat_actions[cursor], flat_observations[cursor]
+            step_ids = [*(action_ids + observation_ids)[-step_cap:], ids.step]
+            roles = [*([1] * len(action_ids) + [0] * len(observation_ids))[-step_cap:], 0]
             cursor += 1
             if len(current.input_ids) + len(step_ids) > max_length:
                 if current.step_ts:
                     windows.append(current)
                 context: list[int] = []
-                for earlier in reversed(history):
+                context_roles: list[int] = []
+                for earlier, earlier_roles in reversed(history):
                     if len(context) + len(earlier) > context_budget:
                         break
                     context = earlier + context
-                current = Window(example.traj_id, prefix + context, [], [], [])
+                    context_roles = earlier_roles + context_roles
+                current = Window(example.traj_id, prefix + context, [], [], [],
+                                 [0] * len(prefix) + context_roles)
             current.input_ids.extend(step_ids)
+            current.actions.extend(roles)
             current.step_positions.append(len(current.input_ids) - 1)
             current.step_ts.append(t)
             current.targets.append(float(example.targets[t - 1]))
-            history.append(step_ids)
+            history.append((step_ids, roles))
         if current.step_ts:
             windows.append(current)
     return windows
@@ -472,12 +515,14 @@ class Batch:
         step_mask: ``(B, L)`` true at scored markers.
         targets: Targets of the scored markers, row-major.
         n_real_tokens: Tokens that are not padding.
+        actions: ``(B, L)`` true at the tokens of actions.
     """
 
     input_ids: torch.Tensor
     step_mask: torch.Tensor
     targets: torch.Tensor
     n_real_tokens: int
+    actions: torch.Tensor | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -491,6 +536,7 @@ class Batch:
             self.step_mask.to(device, non_blocking=True),
             self.targets.to(device, non_blocking=True),
             self.n_real_tokens,
+            None if self.actions is None else self.actions.to(device, non_blocking=True),
         )
 
 
@@ -501,16 +547,20 @@ def collate(windows: Sequence[Window], pad_id: int) -> Batch:
     width = max(len(w) for w in windows)
     input_ids = torch.full((len(windows), width), pad_id, dtype=torch.long)
     step_mask = torch.zeros((len(windows), width), dtype=torch.bool)
+    actions = torch.zeros((len(windows), width), dtype=torch.bool)
     targets: list[float] = []
     for row, window in enumerate(windows):
         input_ids[row, : len(window)] = torch.tensor(window.input_ids, dtype=torch.long)
         step_mask[row, window.step_positions] = True
+        if window.actions:
+            actions[row, : len(window)] = torch.tensor(window.actions, dtype=torch.bool)
         targets.extend(window.targets)
     return Batch(
         input_ids=input_ids,
         step_mask=step_mask,
         targets=torch.tensor(targets, dtype=torch.float32),
         n_real_tokens=sum(len(w) for w in windows),
+        actions=actions,
     )
 
 
@@ -642,7 +692,8 @@ def score_windows(
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_cuda):
         for batch_ids in token_budget_batches(lengths, batch_tokens, order):
             batch = collate([windows[i] for i in batch_ids], pad_id).to(device)
-            scores = torch.sigmoid(scorer(batch.input_ids, batch.step_mask)).float().cpu()
+            logits = scorer(batch.input_ids, batch.step_mask, batch.actions)
+            scores = torch.sigmoid(logits).float().cpu()
             counts = [len(windows[i].step_ts) for i in batch_ids]
             for i, part in zip(batch_ids, torch.split(scores, counts), strict=True):
                 out[i] = part.numpy().astype(np.float64)

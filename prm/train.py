@@ -673,7 +673,7 @@ def _train_neural(
                 sync = contextlib.nullcontext() if last or not info.enabled else model.no_sync()
                 with sync:
                     with autocast:
-                        logits = model(batch.input_ids, batch.step_mask)
+                        logits = model(batch.input_ids, batch.step_mask, batch.actions)
                     loss = step_loss(logits, batch.targets)
                     (loss / len(group)).backward()
                 counters[0] += loss.detach().double()

@@ -74,6 +74,7 @@ def test_windows_never_hold_a_later_turn(tokenizer):
             last, input_ids=last.input_ids[: last.step_positions[keep - 1] + 1],
             step_positions=last.step_positions[:keep], step_ts=last.step_ts[:keep],
             targets=last.targets[:keep],
+            actions=last.actions[: last.step_positions[keep - 1] + 1],
         )
         assert prefix == [*cut[:-1], trimmed]
 
@@ -114,18 +115,9 @@ def _tiny_scorer(tokenizer, novelty: bool = False):
                         novelty=novelty).eval()
 
 
-def test_novelty_codes_mark_word_pieces_that_continue_no_earlier_word(tokenizer):
-    import torch
-
-    from prm.model import novelty_codes, word_piece_tables
-
-    text = ('Observation: order #W0000012 has "balance": 52. Action: get(order_id="#W0000012",'
-            ' amount=52) get(order_id="#W0000021", amount=53) get(order_id="#W0000021")')
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    codes = novelty_codes(torch.tensor([ids]), word_piece_tables(tokenizer))[0].tolist()
-    # reference: split into words of pieces by hand, compare each word prefix with every
-    # prefix of the earlier words (pieces compared without their leading whitespace)
-    pieces = [tokenizer.decode([i]) for i in ids]
+def _reference_novelty(pieces: list[str], evidence: list[bool]) -> list[int]:
+    """Words of pieces by hand: a word prefix is new unless an earlier evidence word began so
+    (pieces compared without their leading whitespace)."""
     seen: set[tuple[str, ...]] = set()
     word: tuple[str, ...] = ()
     expected = []
@@ -138,13 +130,39 @@ def test_novelty_codes_mark_word_pieces_that_continue_no_earlier_word(tokenizer)
         starts = stripped != piece or k == 0 or not pieces[k - 1].lstrip().isalnum()
         word = (stripped,) if starts else (*word, stripped)
         expected.append(1 if word in seen else 2)
-        seen.add(word)
-    assert codes == expected
+        if evidence[k]:
+            seen.add(word)
+    return expected
+
+
+def test_novelty_codes_mark_word_pieces_that_continue_no_earlier_word(tokenizer):
+    import torch
+
+    from prm.model import novelty_codes, word_piece_tables
+
+    parts = [('Observation: order #W0000012 has "balance": 52.', True),
+             (' Action: get(order_id="#W0000012", amount=52)', False),
+             (' get(order_id="#W0000021", amount=53)', False),
+             (' Observation: ok. Action: get(order_id="#W0000021")', True)]
+    ids: list[int] = []
+    evidence: list[bool] = []
+    for text, shown in parts:
+        part = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += part
+        evidence += [shown] * len(part)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    tables = word_piece_tables(tokenizer)
+    codes = novelty_codes(torch.tensor([ids]), tables)[0].tolist()
+    assert codes == _reference_novelty(pieces, [True] * len(ids))
     # after the first call, only the changed id and amount are new words; the last call
     # copies everything it says from earlier text
     calls = [k for k, piece in enumerate(pieces) if piece.strip() == "get"]
     second, third = codes[calls[1] + 1 : calls[2]], codes[calls[2] + 1 :]
     assert 2 in second and 2 not in third and codes[calls[2]] == 1
+    # when only observations count as evidence, the repeated wrong id stays new
+    shown = novelty_codes(torch.tensor([ids]), tables, torch.tensor([evidence]))[0].tolist()
+    assert shown == _reference_novelty(pieces, evidence)
+    assert 2 in shown[calls[2] + 1 :]
 
 
 @pytest.mark.parametrize("novelty", [False, True])

@@ -1,10 +1,10 @@
 """The PRM's claims on simulator runs (slow: about four minutes on 2 CPU cores).
 
-Train and test on different tasks; the tiny PRM trained with recovery-aware labels must beat
-the TF-IDF baseline on step AUROC and pick better trajectories than random choice in
-Best-of-4. Finding silent errors (which no rule marks) is the claim that does not hold at this
-scale: that test is a strict xfail. The same settings with 1600 tasks give docs/prm.md's
-numbers.
+Train and test on different tasks. The tiny PRM (with its word-novelty inputs) trained on
+Monte Carlo advantage labels (256 rollouts from the state after every turn) must find silent
+errors, which no rule marks, beat the TF-IDF baseline trained on the same labels on step AUROC,
+and pick better trajectories than random choice in Best-of-4. The same settings with 1600 tasks
+give docs/prm.md's numbers.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def reports(tmp_path_factory: pytest.TempPathFactory):
     store = root / "sim.duckdb"
     simulated_store(
         SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=N_TASKS,
-                  n_samples=4, budgets=[30], seed=0),
+                  n_samples=4, budgets=[30], seed=0, mc_rollouts=256),
         store,
     ).close()
-    common = {"store": store, "labels": "recovery", "progress": False}
+    common = {"store": store, "labels": "advantage", "progress": False}
     train(TrainConfig(out=root / "tiny", epochs=1, lr=2e-3, hidden_size=64, num_layers=2,
                       num_heads=4, intermediate_size=192, max_length=512, **common),
           echo=lambda *_: None)
@@ -63,24 +63,20 @@ def test_rules_miss_silent_errors_and_the_prm_finds_the_visible_ones(reports):
     truth = reports["tiny"].ground_truth
     assert truth["n_silent"] > 500
     assert truth["rules_auroc_silent"] == 0.5  # no rule marks a silent error
-    assert truth["prm_auroc_visible"] > 0.99
+    # 0.987 measured: advantage targets put stalls (which cost a turn) below 0.5 too
+    assert truth["prm_auroc_visible"] > 0.95
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured: with mc/recovery labels the tiny PRM scores silent errors at chance "
-    "(AUROC 0.45 here, 0.52 [0.49, 0.56] with 1600 tasks; first silent-error turns vs "
-    "progress turns 0.54), and no better with Monte Carlo rollout labels or even the ground "
-    "truth; see docs/prm.md. Passing this means the claim now holds: update the docs and drop "
-    "the xfail.",
-)
 def test_tiny_prm_finds_silent_errors_that_rules_cannot(reports):
     truth = reports["tiny"].ground_truth
-    assert truth["prm_auroc_silent"] > 0.55
-    assert truth["prm_auroc_first_silent_vs_progress"] > 0.55
+    low, _ = truth["prm_auroc_silent_ci"]
+    assert truth["prm_auroc_silent"] > 0.55 and low > 0.5  # rules: 0.5 exactly
+    # the first turn of a silent spell against clean progress turns, which look alike
+    assert truth["prm_auroc_first_silent_vs_progress"] > 0.7
+    assert reports["tfidf"].ground_truth["prm_auroc_first_silent_vs_progress"] < 0.6
 
 
 def test_best_of_k_with_prm_scores_beats_random_choice(reports):
     (row,) = reports["tiny"].best_of_k
     assert row["k"] == 4 and row["n_groups"] > 100
-    assert row["prm"] > row["random"] + 0.03
+    assert row["prm"] > row["random"] + 0.02
