@@ -102,8 +102,9 @@ class TrainConfig:
         None, "CPU threads per process for torch (default: torch's choice; 1 on a busy machine)."
     )
     novelty: bool = opt(
-        True, "Give the model, per token, whether its word so far is new to the window "
-        "(a wrong id or amount is a word no earlier text showed; docs/prm.md).",
+        True, "Give the model, per token, whether it is part of an action and whether its word "
+        "so far is one no earlier prompt or observation text of the window showed (a wrong id "
+        "or amount is; docs/prm.md).",
         flag="--novelty/--no-novelty",
     )
     vocab_size: int = opt(TinyConfig.vocab_size, "tiny: tokenizer vocabulary size.")

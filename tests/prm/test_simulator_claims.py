@@ -1,4 +1,4 @@
-"""The PRM's claims on simulator runs (slow: about four minutes on 2 CPU cores).
+"""The PRM's claims on simulator runs (slow: about six minutes on 2 CPU cores).
 
 Train and test on different tasks. The tiny PRM (with its word-novelty inputs) trained on
 Monte Carlo advantage labels (256 rollouts from the state after every turn) must find silent
