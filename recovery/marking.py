@@ -578,6 +578,72 @@ def _drop_scope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) 
         con.execute("DROP TABLE IF EXISTS _mark_scope")
 
 
+def _kinds_query(
+    con: duckdb.DuckDBPyConnection,
+    rules: RuleSet,
+    scope: str,
+    *,
+    labels: bool = True,
+    prm_model: str | None = None,
+    prm_threshold: float = 0.5,
+    keep: Sequence[tuple[str, str]] = (),
+) -> str:
+    """A query giving ``traj_id, t, kind`` (``NULL`` = no error) for every turn in ``scope``.
+
+    Explicit marks, process labels (``labels``), content rules, then ``repeat`` and ``prm``.
+    ``keep`` adds turn columns as ``(expression, alias)`` pairs.
+    """
+    formats = _formats(con, scope)
+    all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
+    compiled = compile_rules(all_rules, formats, labels=labels)
+    needs_format = any(
+        r.formats and not formats <= set(r.formats) for r in _applicable(all_rules, formats)
+    )
+    sources = "turns"
+    if needs_format:
+        sources += " JOIN (SELECT traj_id, format FROM trajectories) USING (traj_id)"
+    later = []
+    if rules.repeat:
+        # Same action and same observation as the previous turn, compared by a 64-bit hash
+        # of the pair so that the window sorts narrow rows only.
+        later.append("WHEN step_hash = lag(step_hash) OVER w THEN 'repeat'")
+    prm_column = ""
+    if prm_model is not None:
+        sources += (
+            " LEFT JOIN (SELECT traj_id, t, min(score) AS prm_score FROM step_scores "
+            f"WHERE model = {_sql_str(prm_model)} GROUP BY traj_id, t) USING (traj_id, t)"
+        )
+        prm_column = ", prm_score"
+        later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")
+    hash_column = ", hash(action, observation) AS step_hash" if rules.repeat else ""
+    prefilter_sql = "".join(
+        f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
+    )
+    final_kind = "nullif(content_kind, 'none')"
+    if later:
+        final_kind = (
+            "CASE WHEN content_kind IS NOT NULL THEN nullif(content_kind, 'none') "
+            + " ".join(later)
+            + " END"
+        )
+    kept = "".join(f", {expression} AS {alias}" for expression, alias in keep)
+    kept_names = "".join(f", {alias}" for _, alias in keep)
+    # One pass over the scoped turns computes the content rules; the window of the repeat
+    # rule then sorts narrow rows.
+    return f"""
+        WITH scoped AS (
+            SELECT *{prefilter_sql} FROM {sources} WHERE {scope}
+        ),
+        content AS (
+            SELECT traj_id, t, {compiled.kind_sql} AS content_kind{hash_column}{prm_column}{kept}
+            FROM scoped
+        )
+        SELECT traj_id, t, {final_kind} AS kind{kept_names}
+        FROM content
+        {"WINDOW w AS (PARTITION BY traj_id ORDER BY t)" if rules.repeat else ""}
+        """
+
+
 def rule_marks(
     con: duckdb.DuckDBPyConnection,
     traj_ids: Sequence[str],
@@ -597,38 +663,10 @@ def rule_marks(
     Returns:
         Columns ``traj_id, t, kind`` (``None`` where no rule fires), one row per turn.
     """
-    rules = rules or RuleSet()
     scope = _scope_clause(con, list(traj_ids))
     try:
-        formats = _formats(con, scope)
-        compiled = compile_rules(
-            list(rules.rules) + (builtin_rules() if rules.builtin else []), formats, labels=False
-        )
-        prefilter_sql = "".join(
-            f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
-        )
-        repeat = (
-            "WHEN content_kind IS NULL AND hash(action, observation) = "
-            "lag(hash(action, observation)) OVER (PARTITION BY traj_id ORDER BY t) "
-            "THEN 'repeat' "
-            if rules.repeat
-            else ""
-        )
-        frame = con.execute(
-            f"""
-            WITH scoped AS (
-                SELECT turns.*, tr.format{prefilter_sql}
-                FROM turns JOIN (SELECT traj_id, format FROM trajectories) tr USING (traj_id)
-                WHERE {scope}
-            ),
-            content AS (SELECT traj_id, t, action, observation,
-                               {compiled.kind_sql} AS content_kind FROM scoped)
-            SELECT traj_id, t,
-                   CASE WHEN content_kind = 'none' THEN NULL {repeat}
-                        ELSE content_kind END AS kind
-            FROM content ORDER BY traj_id, t
-            """
-        ).df()
+        kinds = _kinds_query(con, rules or RuleSet(), scope, labels=False)
+        frame = con.execute(f"SELECT * FROM ({kinds}) ORDER BY traj_id, t").df()
     finally:
         _drop_scope(con, traj_ids)
     frame["kind"] = frame["kind"].astype(object).where(frame["kind"].notna(), None)
@@ -659,64 +697,19 @@ def mark_store(
     Returns:
         The number of error turns of each kind among the marked trajectories.
     """
-    rules = rules or RuleSet()
     scope = _scope_clause(con, traj_ids)
     try:
-        formats = _formats(con, scope)
-        all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
-        compiled = compile_rules(all_rules, formats)
-        needs_format = any(
-            r.formats and not formats <= set(r.formats) for r in _applicable(all_rules, formats)
+        kinds = _kinds_query(
+            con, rules or RuleSet(), scope, prm_model=prm_model, prm_threshold=prm_threshold,
+            keep=(("error_kind", "old_kind"), ("is_error", "old_is_error"),
+                  ("recovery_of", "old_recovery_of")),
         )
-        sources = "turns"
-        if needs_format:
-            sources += " JOIN (SELECT traj_id, format FROM trajectories) USING (traj_id)"
-        later = []
-        if rules.repeat:
-            # Same action and same observation as the previous turn, compared by a 64-bit hash
-            # of the pair so that the window sorts narrow rows only.
-            later.append("WHEN step_hash = lag(step_hash) OVER w THEN 'repeat'")
-        prm_column = ""
-        if prm_model is not None:
-            sources += (
-                " LEFT JOIN (SELECT traj_id, t, min(score) AS prm_score FROM step_scores "
-                f"WHERE model = {_sql_str(prm_model)} GROUP BY traj_id, t) USING (traj_id, t)"
-            )
-            prm_column = ", prm_score"
-            later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")
-        hash_column = ", hash(action, observation) AS step_hash" if rules.repeat else ""
-        prefilter_sql = "".join(
-            f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
-        )
-        final_kind = "nullif(content_kind, 'none')"
-        if later:
-            final_kind = (
-                "CASE WHEN content_kind IS NOT NULL THEN nullif(content_kind, 'none') "
-                + " ".join(later)
-                + " END"
-            )
-        # One pass over the scoped turns computes the content rules; the window of the repeat
-        # rule then sorts narrow rows. Only the rows that are or were marked are kept: the
-        # spells and the update need nothing else.
+        # Only the rows that are or were marked are kept: the spells and the update need
+        # nothing else.
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE _marks AS
-            WITH scoped AS (
-                SELECT *{prefilter_sql} FROM {sources} WHERE {scope}
-            ),
-            content AS (
-                SELECT traj_id, t, {compiled.kind_sql} AS content_kind{hash_column}{prm_column},
-                       error_kind AS old_kind, is_error AS old_is_error,
-                       recovery_of AS old_recovery_of
-                FROM scoped
-            ),
-            kinds AS (
-                SELECT traj_id, t, {final_kind} AS kind, old_kind, old_is_error,
-                       old_recovery_of
-                FROM content
-                {"WINDOW w AS (PARTITION BY traj_id ORDER BY t)" if rules.repeat else ""}
-            )
-            SELECT * FROM kinds
+            SELECT * FROM ({kinds})
             WHERE kind IS NOT NULL OR old_kind IS NOT NULL OR old_is_error
                   OR old_recovery_of IS NOT NULL
             """
