@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 LABEL_SOURCES = ("data", "error", "outcome", "mc", "advantage", "recovery")
 """The names :func:`step_targets` accepts."""
 
+RECOVERY_BASES = ("mc", "outcome")
+"""Where ``recovery`` targets come from for turns that are neither errors, recoveries nor a
+fatal tail."""
+
 ADVANTAGE_TEMPERATURE = 0.05
 """Scale of the advantage in the ``advantage`` targets: ``sigmoid(A / 0.05)``, so a turn that
 costs 0.14 of success probability (a typical error in the simulator) gets 0.06, one that gains
@@ -143,7 +147,7 @@ def step_targets(
         return mc_targets(con, traj_ids)[["traj_id", "t", "target"]]
     if source == "advantage":
         return advantage_targets(con, traj_ids)
-    if base not in ("mc", "outcome"):
+    if base not in RECOVERY_BASES:
         raise ValueError(f"unknown base {base!r} for recovery labels; use 'mc' or 'outcome'")
     return recovery_targets(con, traj_ids, base=base)
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.data import DEFAULT_FRACTIONS, StepExample, TaskSplit, load_step_examples
-from prm.labels import LABEL_SOURCES
+from prm.labels import LABEL_SOURCES, RECOVERY_BASES
 from prm.model import PRMSpec, TinyConfig
 from recovery.cli._options import opt
 
@@ -64,7 +64,7 @@ class TrainConfig:
     out: Path | None = opt(None, "Output directory (model, checkpoints, metrics).", required=True)
     labels: str = opt("recovery", "Label source of the targets.", choices=LABEL_SOURCES)
     label_base: str = opt(
-        "mc", "Base of the recovery labels for other turns.", choices=("mc", "outcome")
+        "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )
     backbone: str = opt(
         "tiny", "tiny (small Qwen2 built here), sklearn (TF-IDF baseline) or a local model path."

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from prm.labels import LABEL_SOURCES
+from prm.labels import LABEL_SOURCES, RECOVERY_BASES
 from recovery.cli._options import command_options, opt
 
 
@@ -19,7 +19,7 @@ class ExportTrlConfig:
     out: Path | None = opt(None, "Output JSONL file.", required=True)
     labels: str = opt("recovery", "Label source.", choices=LABEL_SOURCES)
     label_base: str = opt(
-        "mc", "Base of the recovery labels for other turns.", choices=("mc", "outcome")
+        "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )
     soft: bool = opt(False, "Write float labels instead of booleans (PRMTrainer needs booleans).")
 
