@@ -90,13 +90,9 @@ def load_step_examples(
     Returns:
         Examples ordered by ``(task_id, run, traj_id)``.
     """
-    import pyarrow as pa
+    from prm._scope import traj_scope
 
-    scope = "TRUE"
-    if traj_ids is not None:
-        con.register("_prm_examples", pa.table({"traj_id": pa.array(list(traj_ids), pa.string())}))
-        scope = "tr.traj_id IN (SELECT traj_id FROM _prm_examples)"
-    try:
+    with traj_scope(con, traj_ids, "tr.traj_id") as scope:
         trajectories = con.execute(
             f"SELECT traj_id, run, task_id, coalesce(prompt, '') AS prompt, success "
             f"FROM trajectories tr WHERE {scope} ORDER BY task_id, run, traj_id"
@@ -105,9 +101,6 @@ def load_step_examples(
             f"SELECT u.traj_id, u.t, u.action, u.observation FROM turns u "
             f"JOIN trajectories tr USING (traj_id) WHERE {scope} ORDER BY u.traj_id, u.t"
         ).df()
-    finally:
-        if traj_ids is not None:
-            con.unregister("_prm_examples")
     # The same text as step_text(), built column-wise.
     turns["text"] = ("Action: " + turns["action"].fillna("") + OBSERVATION_SEPARATOR
                      + turns["observation"].fillna(""))

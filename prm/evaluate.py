@@ -384,24 +384,20 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
     labelled with Monte Carlo values a turn below 0 is marked ``labelled``, which is not the
     rules reading the text.
     """
-    import pyarrow as pa
-
+    from prm._scope import traj_scope
     from recovery.marking import rule_marks
 
     marks = rule_marks(con, traj_ids)
-    con.register("_prm_eval", pa.table({"traj_id": pa.array(traj_ids, pa.string())}))
-    try:
+    with traj_scope(con, traj_ids) as scope:
         truth = con.execute(
-            """
+            f"""
             SELECT u.traj_id, u.t,
                    json_extract_string(u.meta, '$.true_error') AS true_error,
                    json_extract_string(u.meta, '$.event') AS event,
                    json_exists(u.meta, '$.true_error') AS has_truth
-            FROM turns u WHERE u.traj_id IN (SELECT traj_id FROM _prm_eval)
+            FROM turns u WHERE {scope}
             """
         ).df()
-    finally:
-        con.unregister("_prm_eval")
     marks["is_error"] = marks.pop("kind").notna()
     return truth.merge(marks, on=["traj_id", "t"])
 

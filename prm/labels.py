@@ -35,8 +35,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from prm._scope import traj_scope
 
 if TYPE_CHECKING:
     import duckdb
@@ -61,26 +64,10 @@ _SQL_TARGETS = {
 }
 
 
-def _scope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) -> str:
-    """Register the trajectories asked for and return a SQL predicate on ``u.traj_id``."""
-    if traj_ids is None:
-        return "TRUE"
-    import pyarrow as pa
-
-    con.register("_prm_scope", pa.table({"traj_id": pa.array(list(traj_ids), pa.string())}))
-    return "u.traj_id IN (SELECT traj_id FROM _prm_scope)"
-
-
-def _unscope(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None) -> None:
-    if traj_ids is not None:
-        con.unregister("_prm_scope")
-
-
 def _sql_targets(
     con: duckdb.DuckDBPyConnection, expression: str, traj_ids: Sequence[str] | None
 ) -> pd.DataFrame:
-    scope = _scope(con, traj_ids)
-    try:
+    with traj_scope(con, traj_ids) as scope:
         return con.execute(
             f"""
             SELECT u.traj_id, u.t, ({expression})::DOUBLE AS target
@@ -89,8 +76,6 @@ def _sql_targets(
             ORDER BY u.traj_id, u.t
             """
         ).df()
-    finally:
-        _unscope(con, traj_ids)
 
 
 def mc_targets(
@@ -169,8 +154,7 @@ def advantage_targets(
     Returns:
         Columns ``traj_id, t, target``.
     """
-    scope = _scope(con, traj_ids)
-    try:
+    with traj_scope(con, traj_ids) as scope:
         return con.execute(
             f"""
             WITH start AS (
@@ -196,8 +180,6 @@ def advantage_targets(
             FROM steps ORDER BY traj_id, t
             """
         ).df()
-    finally:
-        _unscope(con, traj_ids)
 
 
 def recovery_targets(
@@ -219,12 +201,13 @@ def recovery_targets(
     """
     import pyarrow as pa
 
-    scope = _scope(con, traj_ids)
-    try:
+    with contextlib.ExitStack() as stack:
+        scope = stack.enter_context(traj_scope(con, traj_ids))
         if base == "mc":
             con.register(
                 "_prm_base", pa.Table.from_pandas(mc_targets(con, traj_ids), preserve_index=False)
             )
+            stack.callback(con.unregister, "_prm_base")
             base_join = "LEFT JOIN _prm_base b ON b.traj_id = u.traj_id AND b.t = u.t"
             base_value = f"coalesce(b.target, {_SQL_TARGETS['outcome']})"
         else:
@@ -249,8 +232,4 @@ def recovery_targets(
             ORDER BY u.traj_id, u.t
             """
         ).df()
-    finally:
-        if base == "mc":
-            con.unregister("_prm_base")
-        _unscope(con, traj_ids)
     return frame
