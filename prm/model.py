@@ -268,8 +268,8 @@ def novelty_codes(
     word_start = torch.where(starts, positions, torch.zeros_like(positions)).cummax(dim=1).values
     depth = positions - word_start  # pieces before this one in its word
     keys = []
+    base = tables.shape[1] + 1  # above every canonical id; a shape, so no device sync
     for prime in _HASH_PRIMES:
-        base = int(tables[2].max()) + 2
         key = depth.clamp(max=NOVELTY_MAX_PIECES) + 1  # the length is part of the key
         power = 1
         for k in range(NOVELTY_MAX_PIECES):

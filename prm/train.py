@@ -430,7 +430,8 @@ def train(config: TrainConfig, *, echo: Any = print) -> TrainResult:
     finally:
         con.close()
     if config.runs:
-        examples = [e for e in examples if e.run in set(config.runs)]
+        runs = set(config.runs)
+        examples = [e for e in examples if e.run in runs]
     if not examples:
         raise ValueError(f"no trajectories to train on in {config.store}")
     if not any(target == target for e in examples for target in e.targets):
