@@ -181,13 +181,15 @@ def best_of_k_group(scores: Sequence[float], successes: Sequence[bool], k: int
     By score: sorted by score (descending), the sample at rank ``i`` (1-based) is chosen when it
     is drawn and no higher one is: probability ``C(n - i, k - 1) / C(n, k)``. Ties are broken at
     random, which in expectation gives each tied sample the mean success of its tie group.
-    Random: ``c / n``. Oracle: ``1 - C(n - c, k) / C(n, k)`` (pass@k).
+    Random: ``c / n``. Oracle: pass@k (:func:`analyses.passkt.pass_at_k`).
 
     Returns:
         ``(by_score, random, oracle)``.
     """
     import numpy as np
     import pandas as pd
+
+    from analyses.passkt import pass_at_k
 
     n = len(scores)
     if not 1 <= k <= n:
@@ -199,8 +201,7 @@ def best_of_k_group(scores: Sequence[float], successes: Sequence[bool], k: int
     total = math.comb(n, k)
     chosen = np.array([math.comb(n - i, k - 1) / total for i in range(1, n + 1)])
     c = int(np.sum(np.asarray(successes, bool)))
-    oracle = 1.0 - math.comb(n - c, k) / total
-    return float(chosen @ ordered), c / n, float(oracle)
+    return float(chosen @ ordered), c / n, pass_at_k(n, c, k)
 
 
 def best_of_k(trajectories: pd.DataFrame, ks: Sequence[int]) -> pd.DataFrame:
