@@ -126,20 +126,19 @@ def write_step_scores(con: duckdb.DuckDBPyConnection, scores: pd.DataFrame, mode
             "score": pa.array(scores["score"].astype(float).tolist(), pa.float64()),
         }
     )
-    con.register("_prm_scores", table)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    from recovery.store import in_transaction
+
+    def replace() -> None:
         con.execute(
             "DELETE FROM step_scores WHERE model = ? AND traj_id IN "
             "(SELECT DISTINCT traj_id FROM _prm_scores)",
             [model],
         )
         con.execute("INSERT INTO step_scores BY NAME SELECT * FROM _prm_scores")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    else:
-        con.execute("COMMIT")
+
+    con.register("_prm_scores", table)
+    try:
+        in_transaction(con, replace)
     finally:
         con.unregister("_prm_scores")
     return len(scores)

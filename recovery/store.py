@@ -473,7 +473,8 @@ def _write_trajectories(
     return writer, skipped
 
 
-def _in_transaction(con: duckdb.DuckDBPyConnection, body: Callable[[], Any]) -> Any:
+def in_transaction(con: duckdb.DuckDBPyConnection, body: Callable[[], Any]) -> Any:
+    """Run ``body()`` in one transaction: committed when it returns, rolled back if it raises."""
     con.execute("BEGIN TRANSACTION")
     try:
         result = body()
@@ -556,11 +557,11 @@ def ingest_file(
         from recovery.canonical_sql import Declined
 
         try:
-            return _in_transaction(con, lambda: body(fast=True))
+            return in_transaction(con, lambda: body(fast=True))
         except Declined:
             pass  # rolled back; the Python reader stores the file or says what is wrong
     try:
-        return _in_transaction(con, lambda: body(fast=False))
+        return in_transaction(con, lambda: body(fast=False))
     except RecordError as err:
         raise IngestError(f"{err}; nothing from this file was stored") from None
 
@@ -628,7 +629,7 @@ def ingest_trajectories(
         )
 
     try:
-        return _in_transaction(con, body)
+        return in_transaction(con, body)
     except RecordError as err:
         raise IngestError(f"{err}; nothing was stored") from None
 

@@ -28,7 +28,7 @@ class MarkConfig:
 def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
     """Re-mark the store of ``config`` in one transaction; print and return counts per kind."""
     from recovery.marking import RuleError, load_rules, mark_store
-    from recovery.store import connect
+    from recovery.store import connect, in_transaction
 
     try:
         rules = load_rules(config.rules) if config.rules else None
@@ -47,16 +47,10 @@ def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
                     f"SELECT traj_id FROM trajectories WHERE run IN ({marks})", config.run
                 ).fetchall()
             ]
-        con.execute("BEGIN TRANSACTION")
-        try:
-            counts = mark_store(
-                con, rules=rules, traj_ids=traj_ids,
-                prm_model=config.prm_model, prm_threshold=config.prm_threshold,
-            )
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
+        counts = in_transaction(con, lambda: mark_store(
+            con, rules=rules, traj_ids=traj_ids,
+            prm_model=config.prm_model, prm_threshold=config.prm_threshold,
+        ))
         scope = "TRUE" if traj_ids is None else "tr.run IN (" + ", ".join(
             "?" for _ in config.run) + ")"
         n_traj, n_turns = con.execute(
