@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from prm.data import StepExample
+from prm.data import ACTION_PREFIX, OBSERVATION_SEPARATOR, StepExample
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,11 +47,12 @@ def turn_frame(examples: Sequence[StepExample]) -> pd.DataFrame:
             "target": np.array([x for e in examples for x in e.targets], dtype=float),
         }
     )
-    # Step texts are "Action: <action>\nObservation: <observation>" (prm.data.step_text).
+    # Step texts are prm.data.step_text's: the action prefix, the action, the separator and the
+    # observation.
     parts = pd.Series([s for e in examples for s in e.steps], dtype=object).str.split(
-        "\nObservation: ", n=1, expand=True, regex=False
+        OBSERVATION_SEPARATOR, n=1, expand=True, regex=False
     ).reindex(columns=[0, 1])
-    frame["action"] = parts[0].fillna("").astype(str).str.removeprefix("Action: ").to_numpy()
+    frame["action"] = parts[0].fillna("").astype(str).str.removeprefix(ACTION_PREFIX).to_numpy()
     frame["observation"] = parts[1].fillna("").astype(str).to_numpy()
     previous = frame.groupby("traj_id", sort=False)[["action", "observation"]].shift(1)
     frame["prev_action"] = previous["action"].fillna("").to_numpy()

@@ -62,13 +62,16 @@ class StepExample:
         return len(self.steps)
 
 
+ACTION_PREFIX = "Action: "
+"""What a turn's text starts with in :func:`step_text`."""
+
 OBSERVATION_SEPARATOR = "\nObservation: "
 """What separates a turn's action from its observation in :func:`step_text`."""
 
 
 def step_text(action: str | None, observation: str | None) -> str:
     """The text of one turn as the model reads it: the action, then the observation."""
-    return f"Action: {action or ''}{OBSERVATION_SEPARATOR}{observation or ''}"
+    return f"{ACTION_PREFIX}{action or ''}{OBSERVATION_SEPARATOR}{observation or ''}"
 
 
 def load_step_examples(
@@ -102,7 +105,7 @@ def load_step_examples(
             f"JOIN trajectories tr USING (traj_id) WHERE {scope} ORDER BY u.traj_id, u.t"
         ).df()
     # The same text as step_text(), built column-wise.
-    turns["text"] = ("Action: " + turns["action"].fillna("") + OBSERVATION_SEPARATOR
+    turns["text"] = (ACTION_PREFIX + turns["action"].fillna("") + OBSERVATION_SEPARATOR
                      + turns["observation"].fillna(""))
     if labels is None:
         turns["target"] = math.nan
