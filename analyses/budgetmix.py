@@ -51,7 +51,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -59,6 +58,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
     import duckdb
@@ -119,15 +120,7 @@ class BudgetEvidence:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN becomes ``None``)."""
-        return {k: _json_number(v) for k, v in asdict(self).items()}
-
-
-def _json_number(value: Any) -> Any:
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(float(value)) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+        return {k: json_safe(v) for k, v in asdict(self).items()}
 
 
 @dataclass(slots=True)
@@ -199,7 +192,7 @@ class BudgetSchedule:
             "budgets": list(self.budgets),
             "weights": list(self.weights),
             "evidence_kind": self.evidence_kind,
-            "params": {k: _json_number(v) for k, v in self.params.items()},
+            "params": {k: json_safe(v) for k, v in self.params.items()},
             "evidence": [e.to_dict() for e in self.evidence],
         }
 
@@ -410,8 +403,8 @@ def budget_evidence(
                 budget=t,
                 n_trajectories=n_traj,
                 n_tasks=n_tasks,
-                pass_at_1=_json_number(pass1[t]),
-                shortfall=_json_number(max(0.0, ref_pass - pass1[t])),
+                pass_at_1=json_safe(pass1[t]),
+                shortfall=json_safe(max(0.0, ref_pass - pass1[t])),
                 n_spells=n_spells,
                 n_unrecovered=n_unrec,
                 unrecovered_share=share,
@@ -422,7 +415,7 @@ def budget_evidence(
     info = {
         "mode": used,
         "reference_budget": reference,
-        "reference_pass_at_1": _json_number(ref_pass),
+        "reference_pass_at_1": json_safe(ref_pass),
         "reference_unrecovered_share": ref_share,
     }
     return out, info
@@ -479,7 +472,9 @@ def _spell_counts(
 
 
 def _int_list(column: pd.Series) -> list[int | None]:
-    return [None if v is None or v != v else int(v) for v in column.astype("Float64").tolist()]
+    import pandas as pd
+
+    return [None if pd.isna(v) else int(v) for v in column.tolist()]
 
 
 def adaptive_schedule(

@@ -66,8 +66,8 @@ from analyses.budgetmix import (
     shape_rewards,
     uniform_schedule,
 )
-from recovery.cli._options import opt
-from recovery.schema import Trajectory, Turn
+from recovery.config import opt
+from recovery.schema import Trajectory, Turn, write_jsonl
 
 if TYPE_CHECKING:
     import torch
@@ -833,19 +833,6 @@ def evaluate_policy(
     return out
 
 
-def write_trajectories(trajectories: Sequence[Trajectory], path: Path) -> Path:
-    """Write canonical JSONL."""
-    from recovery.schema import trajectory_to_dict
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for traj in trajectories:
-            fh.write(json.dumps(trajectory_to_dict(traj), ensure_ascii=False,
-                                separators=(",", ":")))
-            fh.write("\n")
-    return path
-
-
 def resolve_schedule(config: TrainSimConfig) -> BudgetSchedule:
     """The BudgetMix schedule: ``config.schedule`` when given, else uniform over the range."""
     if config.schedule is not None:
@@ -912,7 +899,8 @@ def _train_sim(config: TrainSimConfig, env: EnvParams, echo: Callable[[str], Any
             prm.save(prm_path)
         trajectories = evaluate_policy(policy, mode, env, config.eval_budgets, config.eval_tasks,
                                        config.eval_samples, config.seed)
-        rollouts = write_trajectories(trajectories, out / f"{stem}.jsonl")
+        rollouts = out / f"{stem}.jsonl"
+        write_jsonl(trajectories, rollouts)
         success: dict[int, list[bool]] = {}
         for traj in trajectories:
             success.setdefault(int(traj.budget), []).append(bool(traj.success))

@@ -62,6 +62,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analyses.frames import ended_by_budget, success_turns
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -155,15 +157,9 @@ def _end_turns(traj: pd.DataFrame, cut: int | None) -> tuple[np.ndarray, np.ndar
     """Last counted turn and ending kind per trajectory."""
     success = traj["success"].to_numpy(dtype=bool, na_value=False)
     n_turns = traj["n_turns"].to_numpy(dtype=np.int64)
-    success_turn = (
-        traj["success_turn"].astype("Float64").fillna(-1).to_numpy(dtype=np.float64)
-    ).astype(np.int64)
-    success_turn = np.where(success & (success_turn < 1), n_turns, success_turn)
-    budget = traj["budget"].astype("Float64").fillna(-1).to_numpy(dtype=np.float64).astype(np.int64)
-    own_end = np.where(success, success_turn, n_turns)
-    own_kind = np.where(
-        success, _SUCCESS, np.where((budget >= 0) & (n_turns >= budget), _BUDGET, _FAILURE)
-    )
+    won_at = success_turns(traj)
+    own_end = np.where(success, won_at, n_turns).astype(np.int64)
+    own_kind = np.where(success, _SUCCESS, np.where(ended_by_budget(traj), _BUDGET, _FAILURE))
     if cut is None:
         return own_end, own_kind
     end = np.minimum(own_end, cut)
@@ -634,8 +630,7 @@ def _engine(
         table, run_of_row * folds * n_tasks + unit_of_row, n_runs * folds * n_tasks, length
     ).reshape(n_runs, folds, n_tasks, _N_COUNTS, length)
 
-    sturn = traj["success_turn"].astype("Float64").fillna(np.inf).to_numpy(dtype=np.float64)
-    sturn = np.where(success & ~np.isfinite(sturn), traj["n_turns"].to_numpy(float), sturn)
+    sturn = success_turns(traj)
     n_t = len(ts)
     by_t = np.zeros((n_runs, n_tasks, n_t))
     n_traj = np.zeros((n_runs, n_tasks))
@@ -938,8 +933,7 @@ def descriptive(
     end, _ = _end_turns(traj, None)
     first_error = _first_error_turn(traj, flags, end)
     success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    sturn = traj["success_turn"].astype("Float64").fillna(np.inf).to_numpy(dtype=np.float64)
-    sturn = np.where(success & ~np.isfinite(sturn), traj["n_turns"].to_numpy(float), sturn)
+    sturn = success_turns(traj)
     budget = traj["budget"].astype("Float64").fillna(-1).to_numpy(dtype=np.float64)
     runs = traj["run"].to_numpy()
     rows = []

@@ -11,11 +11,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import duckdb
+    import numpy as np
     import pandas as pd
 
 TRAJECTORY_FRAME_COLUMNS = (
     "traj_id", "run", "task_id", "sample", "budget", "success", "n_turns", "success_turn",
+    "end_reason",
 )
+
+LEFT_OUT_END_REASONS = ("crash", "unknown")
+"""Trajectories that ended so are left out of every analysis and counted apart: a crash of the
+harness is not the agent's failure, and an unknown outcome is no outcome."""
 
 
 def _run_filter(runs: Sequence[str] | None) -> tuple[str, list[object]]:
@@ -27,32 +33,57 @@ def _run_filter(runs: Sequence[str] | None) -> tuple[str, list[object]]:
 def trajectories_frame(
     con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """One row per trajectory with a known outcome.
+    """One row per trajectory with a known outcome that did not crash.
 
-    Columns: ``traj_id, run, task_id, sample, budget, success, n_turns, success_turn``
-    (``success_turn`` is ``NaN``/``<NA>`` for failures). Trajectories whose outcome is unknown
-    (``success IS NULL``) are left out; count them with :func:`unknown_outcomes`.
+    Columns: ``traj_id, run, task_id, sample, budget, success, n_turns, success_turn,
+    end_reason`` with plain numpy dtypes, so that no analysis meets ``pd.NA``: ``budget`` and
+    ``success_turn`` are float64 with NaN for an unknown budget and for a failure,
+    ``sample`` and ``n_turns`` int64, ``success`` bool. Trajectories whose outcome is unknown
+    or whose harness crashed are left out; count them with :func:`left_out_counts`.
     """
+    import numpy as np
+
     where, params = _run_filter(runs)
-    return con.execute(
+    reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
+    frame = con.execute(
         f"SELECT {', '.join(TRAJECTORY_FRAME_COLUMNS)} FROM trajectories "
-        f"WHERE success IS NOT NULL AND {where} ORDER BY run, task_id, budget, sample",
+        f"WHERE success IS NOT NULL AND end_reason NOT IN ({reasons}) AND {where} "
+        "ORDER BY run, task_id, budget, sample",
         params,
     ).df()
+    return frame.astype(
+        {"budget": np.float64, "success_turn": np.float64, "sample": np.int64,
+         "n_turns": np.int64, "success": bool, "task_id": object, "run": object}
+    )
+
+
+def left_out_counts(
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+) -> dict[str, int]:
+    """Trajectories left out of every analysis, by why: ``{"unknown": n, "crash": m}``.
+
+    ``unknown`` counts unknown outcomes (``success IS NULL``) whatever their end reason;
+    ``crash`` the crashed ones with a known outcome.
+    """
+    where, params = _run_filter(runs)
+    unknown, crash = con.execute(
+        "SELECT count(*) FILTER (WHERE success IS NULL), "
+        "count(*) FILTER (WHERE success IS NOT NULL AND end_reason = 'crash') "
+        f"FROM trajectories WHERE {where}",
+        params,
+    ).fetchone()
+    return {"unknown": int(unknown), "crash": int(crash)}
 
 
 def unknown_outcomes(con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None) -> int:
     """How many trajectories have no known outcome (left out of every analysis)."""
-    where, params = _run_filter(runs)
-    return con.execute(
-        f"SELECT count(*) FROM trajectories WHERE success IS NULL AND {where}", params
-    ).fetchone()[0]
+    return left_out_counts(con, runs)["unknown"]
 
 
 def turn_flags_frame(
     con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """One row per turn of the trajectories of :func:`trajectories_frame`.
+    """One row per turn of the trajectories with a known outcome.
 
     Columns: ``traj_id, t, is_error, error_kind``, ordered by ``traj_id, t``.
     """
@@ -64,3 +95,47 @@ def turn_flags_frame(
         "ORDER BY u.traj_id, u.t",
         params,
     ).df()
+
+
+def success_turns(traj: pd.DataFrame) -> np.ndarray:
+    """The turn at which each trajectory succeeded, as floats; ``inf`` for a failure.
+
+    The store's ``success_turn`` (the rule of :attr:`recovery.schema.Trajectory.success_turn`);
+    a success whose frame has no ``success_turn`` (a frame built by hand) succeeded at its last
+    turn, as the rule says. The one place analyses read the column.
+    """
+    import numpy as np
+    import pandas as pd
+
+    success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    n_turns = pd.to_numeric(traj["n_turns"]).to_numpy(dtype=np.float64)
+    given = (
+        pd.to_numeric(traj["success_turn"]).to_numpy(dtype=np.float64, na_value=np.nan)
+        if "success_turn" in traj
+        else np.full(len(traj), np.nan)
+    )
+    return np.where(success, np.where(np.isnan(given), n_turns, given), np.inf)
+
+
+def ended_by_budget(traj: pd.DataFrame) -> np.ndarray:
+    """Whether each trajectory's turn limit ended it (censored), as a bool array.
+
+    From ``end_reason`` when the frame has it; a frame without it (built by hand) gets the rule
+    of :func:`recovery.schema.end_reason` applied row by row.
+    """
+    import numpy as np
+    import pandas as pd
+
+    if "end_reason" in traj:
+        return (traj["end_reason"] == "budget").to_numpy(dtype=bool)
+    from recovery.schema import end_reason
+
+    success = traj["success"].astype("boolean").to_numpy(dtype=object, na_value=None)
+    budget = pd.to_numeric(traj["budget"]).to_numpy(dtype=np.float64, na_value=np.nan) if (
+        "budget" in traj) else np.full(len(traj), np.nan)
+    n_turns = pd.to_numeric(traj["n_turns"]).to_numpy(dtype=np.int64)
+    return np.array(
+        [end_reason(s, int(n), None if np.isnan(b) else int(b)) == "budget"
+         for s, n, b in zip(success, n_turns, budget, strict=True)],
+        dtype=bool,
+    )

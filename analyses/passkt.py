@@ -36,6 +36,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from analyses.frames import success_turns
+
 Mode = Literal["truncation", "budgeted"]
 Metric = Literal["pass_at", "pass_hat"]
 
@@ -221,17 +223,13 @@ def _outcomes(trajectories: pd.DataFrame) -> _Outcomes:
         trajectories = trajectories.assign(budget=np.nan)
     known = trajectories["success"].notna().to_numpy()
     frame = trajectories.loc[known] if not known.all() else trajectories
-    success = frame["success"].to_numpy(dtype=bool)
-    n_turns = pd.to_numeric(frame["n_turns"]).to_numpy(dtype=float, na_value=np.nan)
-    won_at = pd.to_numeric(frame["success_turn"]).to_numpy(dtype=float, na_value=np.nan)
-    won_at = np.where(np.isnan(won_at), n_turns, won_at)  # no success turn: the last turn
     run, run_names = pd.factorize(frame["run"])
     task, _ = pd.factorize(frame["task_id"])
     return _Outcomes(
         run=run,
         task=task,
         budget=pd.to_numeric(frame["budget"]).to_numpy(dtype=float, na_value=np.nan),
-        won_at=np.where(success, won_at, np.inf),
+        won_at=success_turns(frame),
         run_names=[str(name) for name in run_names],
     )
 

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 import warnings
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
     import duckdb
@@ -398,37 +399,11 @@ def _cell_value(cells: list[PassCell], k: int, t: int | None) -> float:
     return math.nan
 
 
-def json_safe(value: Any) -> Any:
-    """``value`` with NaN/inf/NA as ``None`` and numpy scalars as Python ones (recursively)."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if value is None or isinstance(value, str):
-        return value
-    try:
-        import pandas as pd
-
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    return value
-
-
 def write_json(report: Report, path: str | Path) -> Path:
     """Write :meth:`Report.to_dict` to ``path`` (strict JSON: no NaN) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report.to_dict(), indent=2, allow_nan=False)
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
+    from recovery.jsonsafe import write_json as write_strict_json
+
+    return write_strict_json(path, report.to_dict())
 
 
 # ------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recovery.jsonsafe import json_safe
+
 if TYPE_CHECKING:
     import duckdb
     import numpy as np
@@ -367,17 +369,6 @@ class EvalReport:
         return out
 
 
-def _plain(value: Any) -> Any:
-    """A JSON-ready Python scalar: NaN -> None, numpy numbers -> int / float."""
-    if value is None:
-        return None
-    if isinstance(value, float) or hasattr(value, "dtype"):
-        value = value.item() if hasattr(value, "item") else value
-        if isinstance(value, float) and math.isnan(value):
-            return None
-    return value
-
-
 def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataFrame:
     """Per turn: the simulator's truth and what the rules alone mark (``is_error``).
 
@@ -474,7 +465,7 @@ def evaluate_model(
     )
     per_trajectory["success"] = per_trajectory["success"].astype(bool)
     report.best_of_k = [
-        {key: _plain(value) for key, value in row.items()}
+        {key: json_safe(value) for key, value in row.items()}
         for row in best_of_k(per_trajectory, ks).to_dict("records")
     ]
     facts = _turn_facts(con, [e.traj_id for e in examples])

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from prm.data import DEFAULT_FRACTIONS, StepExample, TaskSplit, load_step_examples
 from prm.labels import LABEL_SOURCES, RECOVERY_BASES
 from prm.model import PRMSpec, TinyConfig
-from recovery.cli._options import opt
+from recovery.config import opt
 
 if TYPE_CHECKING:
     import torch

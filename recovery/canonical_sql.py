@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recovery.schema import CANONICAL_TRAJECTORY_KEYS, CANONICAL_TURN_KEYS
+from recovery.schema import (
+    CANONICAL_TRAJECTORY_KEYS,
+    CANONICAL_TURN_KEYS,
+    END_REASONS,
+    end_reason_sql,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -30,6 +35,8 @@ READ_COLUMNS = (
     + ")[]'}"
 )
 """Every leaf typed JSON, so that DuckDB casts nothing leniently; SQL checks the types."""
+
+_END_REASONS = "(" + ", ".join(f"'{r}'" for r in END_REASONS) + ")"
 
 # JSON types as json_type() names them.
 _NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
@@ -44,6 +51,8 @@ _TRAJECTORY_INVALID = f"""
     OR (reward IS NOT NULL AND json_type(reward) NOT IN {_NUMBER})
     OR (success IS NULL AND reward IS NULL)
     OR (prompt IS NOT NULL AND json_type(prompt) <> 'VARCHAR')
+    OR (end_reason IS NOT NULL AND (json_type(end_reason) <> 'VARCHAR'
+                                    OR end_reason->>'$' NOT IN {_END_REASONS}))
     OR (meta IS NOT NULL AND json_type(meta) <> 'OBJECT')
     OR turns IS NULL
 """
@@ -171,6 +180,7 @@ def ingest_canonical(
                        list_position(list_transform(turns, lambda x: coalesce(
                            (x.done->>'$')::BOOLEAN, false)), true)  AS first_done,
                        nullif(prompt->>'$', '')                     AS prompt,
+                       end_reason->>'$'                             AS given_end_reason,
                        CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
                             ELSE meta END                           AS meta
                 FROM _fast_stage
@@ -205,6 +215,8 @@ def ingest_canonical(
             SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
                    CASE WHEN success THEN coalesce(nullif(first_done, 0), n_turns) END
                                                                       AS success_turn,
+                   {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
+                                                                      AS end_reason,
                    'canonical' AS format, prompt, {_literal(str(path))} AS source_file,
                    line AS source_line, meta
             FROM _fast_traj ORDER BY line

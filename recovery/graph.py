@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from recovery.jsonsafe import json_safe
+
 if TYPE_CHECKING:
     import duckdb
     import networkx as nx
@@ -481,23 +483,21 @@ def state_graph(
 
 
 def _graphml_safe(graph: nx.DiGraph) -> nx.DiGraph:
-    """A copy whose attributes GraphML can store: None values dropped (graph-level: ``""``);
-    numpy scalars as Python numbers."""
+    """A copy whose attributes GraphML can store: None and NaN values dropped (graph-level:
+    ``""``); numpy scalars as Python numbers."""
     safe = graph.copy()
     for key, value in list(safe.graph.items()):
-        safe.graph[key] = "" if value is None else _plain(value)
+        plain = json_safe(value)
+        safe.graph[key] = "" if plain is None else plain
     attribute_dicts = [d for _, d in safe.nodes(data=True)] + [d for *_, d in safe.edges(data=True)]
     for data in attribute_dicts:
         for key, value in list(data.items()):
-            if value is None:
+            plain = json_safe(value)
+            if plain is None:
                 del data[key]
             else:
-                data[key] = _plain(value)
+                data[key] = plain
     return safe
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") and not isinstance(value, str) else value
 
 
 def write_graph(graph: nx.DiGraph, path: str, *, title: str | None = None) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
+from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
     import duckdb
@@ -75,19 +75,12 @@ _SEGMENT_RE = re.compile(
 )
 
 
-class RuleError(ValueError, click.UsageError):
+class RuleError(UsageProblem):
     """A rule that cannot be used; the message names the file and the rule.
 
-    Also a ``click.UsageError``, so that every command that reads a ``--rules`` file reports
-    it as a usage error (exit status 2) without a traceback.
+    A :class:`recovery.errors.UsageProblem`, so every command that reads a ``--rules`` file
+    reports it as a usage error (exit status 2) without a traceback.
     """
-
-    def __init__(self, message: str):
-        ValueError.__init__(self, message)
-        click.UsageError.__init__(self, message)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 @dataclass(frozen=True, slots=True)

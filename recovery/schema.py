@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 SUCCESS_THRESHOLD = 1.0 - 1e-6
@@ -18,8 +20,14 @@ SUCCESS_THRESHOLD = 1.0 - 1e-6
 EXPLICIT_ERROR_KIND = "explicit"
 """Error kind stored when the data marks a turn with ``"error": true`` and names no kind."""
 
+END_REASONS = ("success", "failure", "budget", "crash", "unknown")
+"""Why an episode ended: it succeeded; it failed; it hit its turn limit (censored: it might have
+succeeded with more turns); the harness or environment crashed (not the agent's failure); or
+the source does not say."""
+
 CANONICAL_TRAJECTORY_KEYS = frozenset(
-    {"run", "task_id", "sample", "budget", "success", "reward", "prompt", "turns", "meta"}
+    {"run", "task_id", "sample", "budget", "success", "reward", "prompt", "end_reason", "turns",
+     "meta"}
 )
 CANONICAL_TURN_KEYS = frozenset(
     {"action", "observation", "reward", "error", "label", "done", "meta"}
@@ -98,6 +106,8 @@ class Trajectory:
         reward: Final reward, optional.
         prompt: The task context the agent saw before its first turn (system and first user
             messages), as text; empty when the source has none.
+        end_reason: Why the episode ended, one of :data:`END_REASONS`, when the source says;
+            ``None`` = derived from the outcome and the budget (:func:`end_reason`).
         meta: Unknown and format-specific fields, never dropped.
         source_file: Where the record came from.
         source_line: 1-based line (or record index) in ``source_file``.
@@ -111,6 +121,7 @@ class Trajectory:
     budget: int | None = None
     reward: float | None = None
     prompt: str = ""
+    end_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     source_file: str | None = None
     source_line: int | None = None
@@ -132,6 +143,57 @@ class Trajectory:
             if turn.done:
                 return t
         return len(self.turns)
+
+    @property
+    def resolved_end_reason(self) -> str:
+        """The end reason the store records: the source's own, else derived."""
+        return end_reason(self.success, self.n_turns, self.budget, self.end_reason)
+
+
+def end_reason(
+    success: bool | None, n_turns: int, budget: int | None, given: str | None = None
+) -> str:
+    """Why an episode ended (one of :data:`END_REASONS`): the one rule every path applies.
+
+    A success is ``success``. Otherwise the source's own reason wins when it gives one; else an
+    unknown outcome is ``unknown``, a failure that used its whole known budget is ``budget``
+    (censored: the limit, not the agent, ended it), and any other failure is ``failure``.
+
+    Args:
+        success: The outcome (``None`` = unknown).
+        n_turns: Turns taken.
+        budget: The episode's turn budget (``None`` = unknown).
+        given: The reason the source states, if any.
+    """
+    if success:
+        return "success"
+    if given is not None:
+        return given
+    if success is None:
+        return "unknown"
+    if budget is not None and n_turns >= budget:
+        return "budget"
+    return "failure"
+
+
+def end_reason_sql(success: str, n_turns: str, budget: str, given: str = "NULL") -> str:
+    """:func:`end_reason` as a SQL expression over the given column expressions."""
+    return (
+        f"CASE WHEN {success} THEN 'success' WHEN ({given}) IS NOT NULL THEN ({given}) "
+        f"WHEN {success} IS NULL THEN 'unknown' "
+        f"WHEN {budget} IS NOT NULL AND {n_turns} >= {budget} THEN 'budget' ELSE 'failure' END"
+    )
+
+
+def coerce_end_reason(value: Any, where: str = "end_reason") -> str | None:
+    """An optional end reason: one of :data:`END_REASONS`, or null."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in END_REASONS:
+        raise RecordError(
+            f"field '{where}': expected one of {', '.join(END_REASONS)} or null, got {value!r}"
+        )
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,6 +394,7 @@ def trajectory_from_dict(
             budget=coerce_optional_int(raw.get("budget"), "budget"),
             reward=reward,
             prompt=as_text(prompt),
+            end_reason=coerce_end_reason(raw.get("end_reason")),
             meta=meta,
             source_file=file,
             source_line=line,
@@ -372,7 +435,33 @@ def trajectory_to_dict(traj: Trajectory) -> dict[str, Any]:
         out["reward"] = traj.reward
     if traj.prompt:
         out["prompt"] = traj.prompt
+    if traj.end_reason is not None:
+        out["end_reason"] = traj.end_reason
     out["turns"] = turns
     if traj.meta:
         out["meta"] = traj.meta
     return out
+
+
+def write_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> int:
+    """Write trajectories as canonical JSONL, one compact line each (the one writer).
+
+    The same trajectories always give the same bytes (UTF-8, no spaces, ``\\n`` line ends), so
+    a file written twice has one sha256 and ingests once.
+
+    Args:
+        trajectories: The trajectories, in file order.
+        path: The output file (its folder is created).
+
+    Returns:
+        The number of trajectories written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for traj in trajectories:
+            fh.write(compact_json(trajectory_to_dict(traj)))
+            fh.write("\n")
+            n += 1
+    return n

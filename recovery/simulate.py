@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from recovery.schema import Trajectory, Turn, trajectory_to_dict
+from recovery.schema import Trajectory, Turn, write_jsonl
 
 # --------------------------------------------------------------------------------------------
 # Ground-truth vocabulary.
@@ -1102,15 +1102,16 @@ def write_policy(
 ) -> RunSummary:
     """Write one policy's trajectories (all budgets) to ``path`` as canonical JSONL."""
     path = Path(path)
-    n_traj = n_turns = n_success = 0
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+    counts = {"turns": 0, "success": 0}
+
+    def counted() -> Iterator[Trajectory]:
         for traj in iter_trajectories(config, policy, tasks):
-            fh.write(json.dumps(trajectory_to_dict(traj), ensure_ascii=False,
-                                separators=(",", ":")))
-            fh.write("\n")
-            n_traj += 1
-            n_turns += len(traj.turns)
-            n_success += bool(traj.success)
+            counts["turns"] += len(traj.turns)
+            counts["success"] += bool(traj.success)
+            yield traj
+
+    n_traj = write_jsonl(counted(), path)
+    n_turns, n_success = counts["turns"], counts["success"]
     return RunSummary(policy, path, n_traj, n_turns, n_success)
 
 

@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recovery.errors import InputProblem
 from recovery.formats import DEFAULT_MAX_RECORD_BYTES, ReadOptions, detect_format, read_file
-from recovery.schema import SUCCESS_THRESHOLD, RecordError, Trajectory, compact_json
+from recovery.schema import (
+    SUCCESS_THRESHOLD,
+    RecordError,
+    Trajectory,
+    compact_json,
+    end_reason_sql,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -28,7 +35,7 @@ if TYPE_CHECKING:
     from recovery.canonical_sql import FastIngest
     from recovery.marking import RuleSet
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TABLES_DDL = """
 CREATE TABLE IF NOT EXISTS ingests (
@@ -50,6 +57,7 @@ CREATE TABLE IF NOT EXISTS trajectories (
     reward        DOUBLE,
     n_turns       INTEGER NOT NULL,
     success_turn  INTEGER,
+    end_reason    VARCHAR NOT NULL,
     format        VARCHAR NOT NULL,
     prompt        VARCHAR,
     source_file   VARCHAR,
@@ -169,7 +177,7 @@ GROUP BY w.run, w.k, p.t;
 
 TRAJECTORY_COLUMNS = (
     "traj_id", "run", "task_id", "sample", "budget", "success", "reward", "n_turns",
-    "success_turn", "format", "prompt", "source_file", "source_line", "meta",
+    "success_turn", "end_reason", "format", "prompt", "source_file", "source_line", "meta",
 )
 TURN_COLUMNS = (
     "traj_id", "t", "action", "action_json", "observation", "observation_json", "reward",
@@ -200,17 +208,57 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
         if read_only and not path.exists():
             raise FileNotFoundError(f"store {path} does not exist")
         con = duckdb.connect(str(path), read_only=read_only)
-    if not read_only:
+    if read_only:
+        check_schema(con, path)
+    else:
         ensure_schema(con)
     return con
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the tables and views when missing (idempotent)."""
+    """Create the tables and views when missing, and upgrade an older store (idempotent).
+
+    Schema 1 had no ``trajectories.end_reason``: it is added and filled by the one rule
+    (:func:`recovery.schema.end_reason`) from the stored outcome and budget.
+    """
     con.execute(TABLES_DDL)
+    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
+    if "end_reason" not in columns:
+        con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
+        con.execute(
+            "UPDATE trajectories SET end_reason = "
+            + end_reason_sql("success", "n_turns", "budget")
+        )
     con.execute(VIEWS_DDL)
-    if not con.execute("SELECT 1 FROM store_info WHERE key = 'schema_version'").fetchall():
-        con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
+    con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+
+def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+    """Refuse a file this version cannot read: not a store, or a store of an older schema.
+
+    Raises:
+        InputProblem: naming the store and what to do.
+    """
+    tables = {
+        row[0]
+        for row in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()
+    }
+    missing = sorted({"trajectories", "turns"} - tables)
+    if missing:
+        raise InputProblem(
+            f"{path} is not a store of this toolkit: it has no {' or '.join(missing)} table "
+            "(create one with `recovery ingest FILES --store PATH`)"
+        )
+    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
+    if "end_reason" not in columns:
+        raise InputProblem(
+            f"store {path} was written by an older version of this toolkit (no "
+            "trajectories.end_reason); open it once for writing to upgrade it, e.g. with "
+            "`recovery mark --store PATH`"
+        )
 
 
 def file_sha256(path: str | Path) -> str:
@@ -373,6 +421,7 @@ class _BatchWriter:
         tc["reward"].append(traj.reward)
         tc["n_turns"].append(traj.n_turns)
         tc["success_turn"].append(traj.success_turn)
+        tc["end_reason"].append(traj.resolved_end_reason)
         tc["format"].append(self.fmt)
         tc["prompt"].append(traj.prompt or None)
         tc["source_file"].append(traj.source_file)

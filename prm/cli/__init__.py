@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli._lazy import LazyGroup
+from recovery.cli.lazy import LazyGroup
 
 COMMANDS = {
     "train": "prm.cli.train:train",

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from prm.labels import LABEL_SOURCES
-from recovery.cli._options import command_options, opt
+from recovery.cli.options import command_options, opt
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from prm.train import TrainConfig
-from recovery.cli._options import command_options
+from recovery.cli.options import command_options
 
 
 @click.command()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli._lazy import LazyGroup
+from recovery.cli.lazy import LazyGroup
 
 COMMANDS = {
     "ingest": "recovery.cli.ingest:ingest",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from recovery.cli._options import command_options, opt
+from recovery.cli.options import command_options, opt
 
 if TYPE_CHECKING:
     import duckdb

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from recovery.cli._options import command_options, opt
+from recovery.cli.options import command_options, opt
 from recovery.formats import ReadOptions
 
 

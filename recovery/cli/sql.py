@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from recovery.cli._options import command_options, opt
+from recovery.cli.options import command_options, opt
 
 
 @dataclass
@@ -32,19 +31,6 @@ def query_frame(store: Path, query: str):
         con.close()
 
 
-def _jsonable(value):
-    import numpy as np
-    import pandas as pd
-
-    if value is None or (isinstance(value, float) and value != value):
-        return None
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (pd.Timestamp,)):
-        return value.isoformat()
-    return value
-
-
 @click.command()
 @command_options(SqlConfig)
 def sql(config: SqlConfig) -> None:
@@ -56,21 +42,21 @@ def sql(config: SqlConfig) -> None:
     except (duckdb.Error, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     if config.format == "json":
-        rows = [
-            {k: _jsonable(v) for k, v in row.items()}
-            for row in frame.to_dict(orient="records")
-        ]
-        click.echo(json.dumps(rows, default=str))
+        from recovery.jsonsafe import dumps
+
+        click.echo(dumps(frame.to_dict(orient="records")))
     elif config.format == "csv":
         frame.to_csv(sys.stdout, index=False)
     else:
         from rich.console import Console
         from rich.table import Table
 
+        from recovery.jsonsafe import json_safe
+
         table = Table(show_lines=False)
         for col in frame.columns:
             table.add_column(str(col))
         for row in frame.itertuples(index=False):
-            table.add_row(*("" if _jsonable(v) is None else str(v) for v in row))
+            table.add_row(*("" if json_safe(v) is None else str(v) for v in row))
         Console().print(table)
         click.echo(f"({len(frame)} rows)", err=True)

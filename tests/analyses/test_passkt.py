@@ -436,7 +436,9 @@ def test_tau_bench_airline_pass_at_k_and_pass_hat_k(tau_airline, con) -> None:
 
 
 def insert_trajectories(con, frame: pd.DataFrame) -> None:
-    rows = frame.assign(format="test").astype({"success_turn": "Int32", "budget": "Int32"})
+    rows = frame.assign(
+        format="test", end_reason=np.where(frame["success"], "success", "failure")
+    ).astype({"success_turn": "Int32", "budget": "Int32"})
     con.register("_frame", rows)
     try:
         con.execute("INSERT INTO trajectories BY NAME SELECT * FROM _frame")

@@ -1,9 +1,9 @@
 """One dataclass per command's options, turned into click options.
 
-Each command's options are a dataclass whose fields carry their help text (as TRL's configs
-do); :func:`command_options` turns the fields into click arguments and options and hands the
-command one filled-in config object. The same dataclass is what Python users pass to the
-library function behind the command.
+Each command's options are a dataclass whose fields carry their help text (declared with
+:func:`recovery.config.opt`, which needs no click); :func:`command_options` turns the fields
+into click arguments and options and hands the command one filled-in config object. The same
+dataclass is what Python users pass to the library function behind the command.
 """
 
 from __future__ import annotations
@@ -17,41 +17,10 @@ from typing import Any
 
 import click
 
+from recovery.config import opt
+from recovery.errors import InputProblem, UsageProblem
 
-def opt(
-    default: Any = None,
-    help: str = "",
-    *,
-    flag: str | None = None,
-    short: str | None = None,
-    choices: tuple[str, ...] | None = None,
-    argument: bool = False,
-    required: bool = False,
-    default_factory: Callable[[], Any] | None = None,
-) -> Any:
-    """A dataclass field that is also a command-line option.
-
-    Args:
-        default: Default value.
-        help: Help text shown by ``--help``.
-        flag: The option's name (default: ``--field-name``).
-        short: A one-letter alias such as ``-o``.
-        choices: Allowed values.
-        argument: A positional argument instead of an option (lists take any number).
-        required: The option must be given.
-        default_factory: For mutable defaults.
-    """
-    metadata = {
-        "help": help,
-        "flag": flag,
-        "short": short,
-        "choices": choices,
-        "argument": argument,
-        "required": required,
-    }
-    if default_factory is not None:
-        return dataclasses.field(default_factory=default_factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+__all__ = ["CommaList", "command_options", "opt"]
 
 
 class CommaList(click.ParamType):
@@ -98,7 +67,9 @@ def _click_type(tp: Any, choices: tuple[str, ...] | None) -> Any:
 def command_options(config_cls: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a click command so that it receives one ``config_cls`` instance.
 
-    The command function is called as ``fn(config)``.
+    The command function is called as ``fn(config)``. A :class:`recovery.errors.UsageProblem`
+    it raises is reported as a usage error (exit 2) and an
+    :class:`recovery.errors.InputProblem` as an error (exit 1), both without a traceback.
     """
     hints = typing.get_type_hints(config_cls)
     fields = [f for f in dataclasses.fields(config_cls) if f.metadata.get("help") is not None]
@@ -114,7 +85,12 @@ def command_options(config_cls: type) -> Callable[[Callable[..., Any]], Callable
                 if f.metadata["argument"] and isinstance(value, tuple):
                     value = list(value)
                 values[key] = value
-            return fn(config_cls(**values))
+            try:
+                return fn(config_cls(**values))
+            except UsageProblem as err:
+                raise click.UsageError(str(err)) from None
+            except InputProblem as err:
+                raise click.ClickException(str(err)) from None
 
         wrapper.__name__ = fn.__name__
         wrapper.__doc__ = fn.__doc__
