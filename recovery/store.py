@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recovery.errors import InputProblem
-from recovery.formats import DEFAULT_MAX_RECORD_BYTES, ReadOptions, detect_format, read_file
+from recovery.formats import (
+    DEFAULT_MAX_RECORD_BYTES,
+    ReadOptions,
+    detect_format,
+    get_reader,
+    read_file,
+)
 from recovery.schema import (
     SUCCESS_THRESHOLD,
     RecordError,
@@ -281,6 +287,21 @@ class FileDigest:
     longest_line: int
 
 
+def directory_digest(path: str | Path) -> FileDigest:
+    """sha256 of a directory input: of every regular file below it, by relative path.
+
+    The same files with the same bytes give the same digest wherever the directory lies, so
+    re-ingesting a moved copy adds nothing. Line counts are not taken (0).
+    """
+    root = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(root).as_posix().encode("utf-8", "surrogateescape"))
+        digest.update(b"\0")
+        digest.update(bytes.fromhex(file_digest(file).sha256))
+    return FileDigest(digest.hexdigest(), 0, 0)
+
+
 def file_digest(path: str | Path) -> FileDigest:
     """sha256, line count and longest line of a file, in one streamed pass."""
     import numpy as np
@@ -325,6 +346,7 @@ class IngestOptions:
             is used for all files when false.
         inspect_scorer: Inspect logs: the scorer that decides success (``None`` = first).
         inspect_success: Inspect logs: score values that count as success.
+        results: A results file deciding success where the format has none (SWE-agent).
     """
 
     format: str | None = None
@@ -338,6 +360,7 @@ class IngestOptions:
     fast: bool = True
     inspect_scorer: str | None = None
     inspect_success: tuple[str, ...] = ReadOptions().inspect_success
+    results: Path | None = None
 
 
 @dataclass(slots=True)
@@ -556,15 +579,22 @@ def ingest_file(
     """
     options = options or IngestOptions()
     path = Path(path)
-    if path.is_dir():
-        raise IngestError(f"{path}: is a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise IngestError(f"{path}: no such file")
+    if not (path.is_file() or path.is_dir()):
+        raise IngestError(f"{path}: is {_special_file_kind(path)}, not a file; give a regular file")
+    fmt = options.format or detect_format(path)
+    folder = get_reader(fmt).directory
+    if path.is_dir() != folder:
+        what = "a directory" if path.is_dir() else "a file"
+        raise IngestError(
+            f"{path}: is {what}, but format {fmt!r} reads "
+            + ("directories" if folder else "files")
+        )
     try:
-        digest = file_digest(path)
+        digest = directory_digest(path) if folder else file_digest(path)
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
-    fmt = options.format or detect_format(path)
     sha = digest.sha256
     if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
         return IngestResult(file=str(path), format=fmt, status="skipped")
@@ -574,6 +604,7 @@ def ingest_file(
         max_record_bytes=options.max_record_bytes,
         inspect_success=options.inspect_success,
         inspect_scorer=options.inspect_scorer,
+        results=options.results,
     )
 
     def body(fast: bool) -> IngestResult:
@@ -613,6 +644,22 @@ def ingest_file(
         return in_transaction(con, lambda: body(fast=False))
     except RecordError as err:
         raise IngestError(f"{err}; nothing from this file was stored") from None
+
+
+def _special_file_kind(path: Path) -> str:
+    """What a path that is neither a regular file nor a directory is, for messages."""
+    import stat
+
+    mode = path.stat().st_mode
+    for test, name in (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _fast_path_applies(

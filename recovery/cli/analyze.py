@@ -73,6 +73,10 @@ class AnalyzeConfig:
     )
     format: str | None = opt(None, "Input format (default: detected per file).")
     rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")
+    results: Path | None = opt(
+        None, "A results file that decides success where trajectories carry none (e.g. the "
+        "resolved-instance list of a SWE-bench harness for SWE-agent trajectories).",
+    )
     quiet: bool = opt(False, "Print no tables (only write --json / --html).")
 
 
@@ -118,7 +122,8 @@ def ingest_inputs(
     from recovery.store import IngestError, IngestOptions, file_sha256, ingest_file
 
     options = IngestOptions(
-        format=config.format, rules=load_rules(config.rules) if config.rules else None
+        format=config.format, rules=load_rules(config.rules) if config.rules else None,
+        results=config.results,
     )
     runs: set[str] = set()
     for path in config.files:

@@ -37,6 +37,10 @@ class IngestConfig:
     inspect_scorer: str | None = opt(
         None, "Inspect logs: the scorer whose value decides success (default: the first)."
     )
+    results: Path | None = opt(
+        None, "A results file that decides success where trajectories carry none (e.g. the "
+        "resolved-instance list of a SWE-bench harness for SWE-agent trajectories).",
+    )
     inspect_success: list[str] = opt(
         help="Inspect logs: score values that count as success, comma-separated.",
         default_factory=lambda: list(ReadOptions().inspect_success),
@@ -67,6 +71,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         rules=load_rules(config.rules) if config.rules else None,
         inspect_scorer=config.inspect_scorer,
         inspect_success=tuple(config.inspect_success),
+        results=config.results,
     )
     import duckdb
 

@@ -38,6 +38,9 @@ class ReadOptions:
         inspect_success: Score values that count as success for Inspect logs.
         inspect_scorer: The Inspect scorer whose value decides success; ``None`` = the
             sample's first scorer.
+        results: A results file that decides success for formats whose trajectories carry
+            no outcome (e.g. the resolved-instance list a SWE-bench harness writes for
+            SWE-agent trajectories); ``None`` = the outcome stays unknown.
     """
 
     run: str | None = None
@@ -45,6 +48,7 @@ class ReadOptions:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     inspect_success: tuple[str, ...] = ("C", "1", "1.0", "True", "true", "correct")
     inspect_scorer: str | None = None
+    results: Path | None = None
 
 
 ReadResult = Iterator[Trajectory | RecordError]
@@ -58,14 +62,18 @@ class Reader:
         name: The name users pass to ``--format``.
         description: One line for ``--help`` and error messages.
         sniff: Given the path and the first bytes of the (decompressed) file, say whether the
-            file is in this format. Cheap and conservative.
-        read: Read the whole file.
+            file is in this format. Cheap and conservative. For a ``directory`` format it is
+            given the directory and ``b""``.
+        read: Read the whole file (or directory).
+        directory: The format's input is a directory (e.g. a BALROG episode folder), not a
+            file; ingest then hashes every file below it.
     """
 
     name: str
     description: str
     sniff: Callable[[Path, bytes], bool]
     read: Callable[[Path, ReadOptions], ReadResult]
+    directory: bool = False
 
 
 class UnknownFormatError(ValueError):
@@ -151,6 +159,16 @@ def detect_format(path: str | Path) -> str:
         UnknownFormatError: when none does; the message lists the known formats.
     """
     path = Path(path)
+    if path.is_dir():
+        folder_readers = [r for r in _registry().values() if r.directory]
+        for reader in folder_readers:
+            if reader.sniff(path, b""):
+                return reader.name
+        names = ", ".join(r.name for r in folder_readers) or "none"
+        raise UnknownFormatError(
+            f"{path}: is a directory in no format that reads directories (those are: {names}); "
+            "give the files inside it, or pass --format"
+        )
     head = head_bytes(path)
     if not head.lstrip(UTF8_BOM).strip():
         raise UnknownFormatError(
