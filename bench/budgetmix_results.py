@@ -144,7 +144,7 @@ def behaviour(store: Path) -> dict[str, dict[str, dict[str, float]]]:
 
 def optimal_pass(summary: dict[str, Any], ts: list[int], seed: int) -> dict[str, float]:
     """Pass@(1,T) of the best budget-aware policy (dynamic programming) on the same tasks."""
-    from analyses.budgetmix_train import EnvParams, eval_tasks, optimal_success
+    from analyses.budgetmix.reference.env import EnvParams, eval_tasks, optimal_success
 
     env = EnvParams(**summary["env"])
     length, difficulty = eval_tasks(env, seed, summary["config"]["eval_tasks"])

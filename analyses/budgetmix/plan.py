@@ -1,0 +1,128 @@
+"""The library face of ``recovery budgetmix plan``: options in, a budget schedule out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyses.budgetmix.evidence import EVIDENCE_KINDS, EVIDENCE_MODES, adaptive_schedule
+from analyses.budgetmix.schedule import (
+    STRATEGIES,
+    BudgetSchedule,
+    mixture_schedule,
+    parse_budget_range,
+    uniform_schedule,
+)
+from analyses.budgetmix.store import open_existing_store
+from recovery.config import opt
+from recovery.errors import InputProblem, UsageProblem
+
+
+@dataclass
+class PlanConfig:
+    """Options of ``recovery budgetmix plan`` (and of :func:`plan_schedule`)."""
+
+    store: Path | None = opt(None, "DuckDB store (needed by --strategy adaptive).")
+    strategy: str | None = opt(
+        None, "uniform, mixture or adaptive [default: adaptive with --store, else uniform].",
+        choices=STRATEGIES,
+    )
+    budgets: list[int] | None = opt(
+        None, "Budgets, comma-separated [adaptive default: the store's budgets, or turn-count "
+        "quantiles when it has one].",
+    )
+    budget_range: str | None = opt(
+        None, "Budgets as LOW:HIGH[:STEP] (HIGH included) instead of --budgets.", flag="--range"
+    )
+    weights: list[float] | None = opt(None, "mixture: one weight per budget, comma-separated.")
+    evidence: str = opt(
+        "shortfall", "adaptive: weigh by the Pass@(1,T) shortfall against the reference budget, "
+        "or by the excess share of error spells left unrecovered at T.",
+        choices=EVIDENCE_KINDS,
+    )
+    runs: list[str] | None = opt(None, "adaptive: runs to read (pooled) [default: all].")
+    mode: str = opt(
+        "auto", "adaptive: budgeted (runs made at each budget), truncation (cut at T) or auto.",
+        choices=EVIDENCE_MODES,
+    )
+    reference: int | None = opt(
+        None, "adaptive: the large reference budget [default: the largest budget]."
+    )
+    floor: float = opt(0.2, "adaptive: share of the mass kept uniform over the budgets.")
+    out: Path | None = opt(None, "Schedule JSON to write [default: print it].", short="-o")
+
+
+def _plan_budgets(config: PlanConfig) -> list[int] | None:
+    if config.budgets and config.budget_range:
+        raise UsageProblem("give either --budgets or --range, not both")
+    if config.budget_range:
+        try:
+            return parse_budget_range(config.budget_range)
+        except ValueError as err:
+            raise UsageProblem(f"--range: {err}") from None
+    return list(config.budgets) if config.budgets else None
+
+
+def plan_schedule(config: PlanConfig) -> BudgetSchedule:
+    """The schedule the options describe (the store is opened read-only, only if it exists).
+
+    Args:
+        config: The command's options.
+
+    Returns:
+        The schedule (not yet written).
+
+    Raises:
+        UsageProblem: for missing or conflicting options.
+        InputProblem: when the store is missing or its data cannot support the schedule
+            (e.g. no trajectory with a known outcome, or budgeted mode without budgets).
+    """
+    strategy = config.strategy or ("adaptive" if config.store is not None else "uniform")
+    budgets = _plan_budgets(config)
+    if strategy != "mixture" and config.weights:
+        raise UsageProblem("--weights only goes with --strategy mixture")
+    try:
+        if strategy == "uniform":
+            if not budgets:
+                raise UsageProblem("uniform needs --budgets or --range")
+            return uniform_schedule(budgets)
+        if strategy == "mixture":
+            if not budgets or not config.weights:
+                raise UsageProblem("mixture needs --budgets (or --range) and --weights")
+            return mixture_schedule(budgets, config.weights)
+    except UsageProblem:
+        raise
+    except ValueError as err:  # repeated or non-positive budgets, bad weights
+        raise UsageProblem(str(err)) from None
+    if config.store is None:
+        raise UsageProblem("adaptive needs --store")
+    if not 0.0 <= config.floor <= 1.0:
+        raise UsageProblem(f"--floor must lie in [0, 1], got {config.floor}")
+    con = open_existing_store(config.store)
+    try:
+        return adaptive_schedule(
+            con, budgets, evidence=config.evidence, runs=config.runs, mode=config.mode,
+            reference_budget=config.reference, floor=config.floor,
+        )
+    except ValueError as err:
+        raise InputProblem(f"store {config.store}: {err}") from None
+    finally:
+        con.close()
+
+
+def schedule_lines(schedule: BudgetSchedule) -> list[str]:
+    """One line per budget: its weight and, for an adaptive schedule, the evidence behind it."""
+    by_budget = {e.budget: e for e in schedule.evidence}
+    lines = []
+    for budget, weight in zip(schedule.budgets, schedule.weights, strict=True):
+        line = f"  T={budget:<5d} weight {weight:.3f}"
+        ev = by_budget.get(budget)
+        if ev is not None:
+            line += (f"  pass@1 {_fmt(ev.pass_at_1)}  shortfall {_fmt(ev.shortfall)}  "
+                     f"unrecovered {ev.n_unrecovered}/{ev.n_spells}")
+        lines.append(line)
+    return lines
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

@@ -1,0 +1,343 @@
+"""Shaped per-turn rewards of a store's trajectories, from a PRM's ``step_scores``: the library
+face of ``recovery budgetmix rewards``.
+
+The formula is :func:`analyses.budgetmix.shaping.shape_rewards`; the offsets are
+:func:`analyses.budgetmix.alignment.render_offsets`. Rows are keyed by ``(traj_id, t)`` and join
+the store's ``turns`` one to one.
+
+Duplicate scores: when ``step_scores`` holds several rows for one ``(traj_id, t, model)``,
+their mean is the turn's score (:data:`DUPLICATE_SCORES`): a duplicate is a second estimate of
+the same probability, and the mean does not move with the number of copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analyses.budgetmix.alignment import render_offsets
+from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
+from analyses.budgetmix.store import open_existing_store
+from recovery.config import opt
+from recovery.errors import InputProblem, UsageProblem
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+REWARD_LAYOUTS = ("turns", "trajectories")
+"""Shapes of a rewards file: one row per turn, or one row per trajectory with lists."""
+
+DUPLICATE_SCORES = "avg"
+"""SQL aggregate of duplicate ``step_scores`` rows of one ``(traj_id, t, model)``."""
+
+REWARD_COLUMNS = (
+    "traj_id", "t", "run", "task_id", "sample", "budget", "n_turns", "is_last", "score",
+    "potential_before", "potential_after", "outcome", "shaping", "reward", "action_chars",
+    "observation_chars", "action_start", "action_end", "observation_start", "observation_end",
+)
+"""Columns of a rewards file in the ``turns`` layout, in order."""
+
+_LIST_COLUMNS = ("score", "potential_before", "potential_after", "outcome", "shaping", "reward",
+                 "action_start", "action_end", "observation_start", "observation_end")
+
+
+@dataclass
+class RewardsConfig:
+    """Options of ``recovery budgetmix rewards`` (and of :func:`export_rewards`)."""
+
+    store: Path | None = opt(None, "DuckDB store with step_scores (prm score).", required=True)
+    model: str | None = opt(None, "PRM name in step_scores.", required=True)
+    out: Path | None = opt(None, "Output file: .jsonl or .parquet.", required=True, short="-o")
+    lam: float = opt(1.0, "Shaping weight lambda.", flag="--lambda")
+    gamma: float = opt(1.0, "Discount gamma of the shaping term.")
+    initial_potential: str = opt(
+        "0.5", "phi(s_1), the potential before the first turn: a number, or 'mean' (mean score)."
+    )
+    runs: list[str] | None = opt(None, "Runs to export [default: all].")
+    layout: str = opt(
+        "turns", "One row per turn, or one per trajectory with per-turn lists.",
+        choices=REWARD_LAYOUTS,
+    )
+    skip_unscored: bool = opt(
+        False, "Leave out trajectories with a turn the model did not score (else an error)."
+    )
+
+
+@dataclass(slots=True)
+class RewardsExport:
+    """What :func:`export_shaped_rewards` wrote.
+
+    Attributes:
+        path: The file.
+        model: PRM name in ``step_scores``.
+        n_trajectories: Trajectories written.
+        n_turns: Turns written.
+        n_unscored: Trajectories left out because a turn had no score (``skip_unscored``).
+        n_unknown_outcome: Trajectories left out because neither reward nor success is known.
+        initial_potential: ``phi(s_1)`` used.
+    """
+
+    path: Path
+    model: str
+    n_trajectories: int
+    n_turns: int
+    n_unscored: int
+    n_unknown_outcome: int
+    initial_potential: float
+
+    def summary(self) -> str:
+        """One line saying what was written and what was left out."""
+        line = (f"{self.path}: {self.n_turns} turns of {self.n_trajectories} trajectories "
+                f"(model {self.model!r}, phi(s_1) = {self.initial_potential:.4g})")
+        if self.n_unscored:
+            line += f"; {self.n_unscored} trajectories with unscored turns left out"
+        if self.n_unknown_outcome:
+            line += f"; {self.n_unknown_outcome} with an unknown outcome left out"
+        return line
+
+
+def shaped_rewards_frame(
+    con: duckdb.DuckDBPyConnection,
+    model: str,
+    *,
+    lam: float = 1.0,
+    gamma: float = 1.0,
+    initial_potential: float | str = DEFAULT_INITIAL_POTENTIAL,
+    runs: Sequence[str] | None = None,
+    skip_unscored: bool = False,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Shaped per-turn rewards of the store's trajectories from PRM ``model``'s scores.
+
+    The outcome ``R`` is the trajectory's ``reward`` when stored, else ``success`` as 1/0;
+    trajectories with neither are left out and counted.
+
+    Args:
+        con: The store, with ``step_scores`` rows of ``model``.
+        model: PRM name in ``step_scores`` (``prm score`` uses the model directory's name).
+        lam: Shaping weight.
+        gamma: Discount of the shaping term.
+        initial_potential: ``phi(s_1)``: a number, or ``"mean"`` for the mean score of the
+            exported turns.
+        runs: Runs to export; ``None`` = all.
+        skip_unscored: Leave out trajectories with an unscored turn (else it is an error).
+
+    Returns:
+        The frame (columns :data:`REWARD_COLUMNS`, ordered by ``traj_id, t``) and counts
+        ``n_unscored``, ``n_unknown_outcome``, ``initial_potential``.
+
+    Raises:
+        ValueError: when the model has no scores, or a turn is unscored and not
+            ``skip_unscored``.
+    """
+    if not con.execute("SELECT 1 FROM step_scores WHERE model = ? LIMIT 1", [model]).fetchone():
+        known = [r[0] for r in con.execute(
+            "SELECT DISTINCT model FROM step_scores ORDER BY 1").fetchall()]
+        raise ValueError(
+            f"no step_scores for model {model!r} (models: {', '.join(known) or 'none'}); "
+            "run `prm score` first"
+        )
+    params: list[Any] = [model]
+    run_filter = "TRUE"
+    if runs:
+        run_filter = f"tr.run IN ({', '.join('?' for _ in runs)})"
+        params.extend(runs)
+    frame = con.execute(
+        f"""
+        WITH scores AS (
+            SELECT traj_id, t, {DUPLICATE_SCORES}(score) AS score FROM step_scores
+            WHERE model = ? GROUP BY traj_id, t
+        ),
+        chosen AS (
+            SELECT traj_id, run, task_id, sample, budget, n_turns, coalesce(prompt, '') AS prompt,
+                   coalesce(reward, CASE WHEN success THEN 1.0 WHEN NOT success THEN 0.0 END)
+                       AS episode_outcome
+            FROM trajectories tr WHERE {run_filter}
+        ),
+        scored AS (
+            SELECT u.traj_id, count(*) AS n_scored
+            FROM turns u JOIN scores s ON s.traj_id = u.traj_id AND s.t = u.t
+            GROUP BY u.traj_id
+        ),
+        flagged AS (
+            SELECT c.*, coalesce(sc.n_scored, 0) AS n_scored
+            FROM chosen c LEFT JOIN scored sc ON sc.traj_id = c.traj_id
+        )
+        SELECT f.traj_id, u.t, f.run, f.task_id, f.sample, f.budget, f.n_turns,
+               f.episode_outcome, f.n_scored, length(f.prompt) AS prompt_chars,
+               s.score, length(coalesce(u.action, '')) AS action_chars,
+               length(coalesce(u.observation, '')) AS observation_chars
+        FROM flagged f
+        JOIN turns u ON u.traj_id = f.traj_id
+        LEFT JOIN scores s ON s.traj_id = u.traj_id AND s.t = u.t
+        ORDER BY f.traj_id, u.t
+        """,
+        params,
+    ).df()
+    unknown = frame["episode_outcome"].isna().to_numpy(dtype=bool)
+    n_unknown = int(frame.loc[unknown, "traj_id"].nunique())
+    frame = frame[~unknown]
+    unscored = (frame["n_scored"] < frame["n_turns"]).to_numpy(dtype=bool)
+    n_unscored = int(frame.loc[unscored, "traj_id"].nunique())
+    if n_unscored and not skip_unscored:
+        example = frame.loc[unscored, "traj_id"].iloc[0]
+        raise ValueError(
+            f"{n_unscored} trajectories have turns without a score from model {model!r} "
+            f"(e.g. {example}); score them with `prm score` or pass --skip-unscored"
+        )
+    frame = frame[~unscored].reset_index(drop=True)
+    if isinstance(initial_potential, str):
+        if initial_potential != "mean":
+            raise ValueError(f"initial_potential must be a number or 'mean', got {initial_potential!r}")
+        phi0 = float(frame["score"].mean()) if len(frame) else DEFAULT_INITIAL_POTENTIAL
+    else:
+        phi0 = float(initial_potential)
+    t = frame["t"].to_numpy(dtype=np.int64)
+    n_turns = frame["n_turns"].to_numpy(dtype=np.int64)
+    is_first, is_last = t == 1, t == n_turns
+    shaped = shape_rewards(
+        frame["score"].to_numpy(dtype=float), is_first, is_last,
+        frame["episode_outcome"].to_numpy(dtype=float),
+        lam=lam, gamma=gamma, initial_potential=phi0,
+    )
+    offsets = render_offsets(
+        frame["prompt_chars"].to_numpy(), frame["action_chars"].to_numpy(),
+        frame["observation_chars"].to_numpy(), is_first,
+    )
+    frame = frame.assign(
+        is_last=is_last,
+        potential_before=shaped.potential_before,
+        potential_after=shaped.potential_after,
+        outcome=shaped.outcome,
+        shaping=shaped.shaping,
+        reward=shaped.total,
+        **offsets,
+    )
+    info = {"n_unscored": n_unscored, "n_unknown_outcome": n_unknown, "initial_potential": phi0}
+    return frame[list(REWARD_COLUMNS)], info
+
+
+def export_shaped_rewards(
+    con: duckdb.DuckDBPyConnection,
+    model: str,
+    out: str | Path,
+    *,
+    lam: float = 1.0,
+    gamma: float = 1.0,
+    initial_potential: float | str = DEFAULT_INITIAL_POTENTIAL,
+    runs: Sequence[str] | None = None,
+    skip_unscored: bool = False,
+    layout: str = "turns",
+) -> RewardsExport:
+    """Write shaped per-turn rewards to JSONL (``.jsonl``/``.json``) or Parquet (``.parquet``).
+
+    Layout ``turns``: one row per ``(traj_id, t)`` with :data:`REWARD_COLUMNS`. Layout
+    ``trajectories``: one row per trajectory (``traj_id, run, task_id, sample, budget,
+    n_turns, episode_outcome, shaped_return``) with the per-turn columns as lists in turn order
+    (``score, potential_before, potential_after, outcome, shaping, reward, action_start,
+    action_end, observation_start, observation_end``). See :func:`shaped_rewards_frame` for
+    the other arguments.
+
+    Args:
+        con: The store.
+        model: PRM name in ``step_scores``.
+        out: The file to write.
+        lam: Shaping weight.
+        gamma: Discount of the shaping term.
+        initial_potential: ``phi(s_1)``: a number or ``"mean"``.
+        runs: Runs to export; ``None`` = all.
+        skip_unscored: Leave out trajectories with an unscored turn.
+        layout: ``turns`` or ``trajectories``.
+
+    Returns:
+        What was written.
+    """
+    import pyarrow as pa
+
+    if layout not in REWARD_LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(REWARD_LAYOUTS)}")
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in (".jsonl", ".json", ".parquet"):
+        raise ValueError(f"{out}: the file must end in .jsonl, .json or .parquet")
+    frame, info = shaped_rewards_frame(
+        con, model, lam=lam, gamma=gamma, initial_potential=initial_potential, runs=runs,
+        skip_unscored=skip_unscored,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    con.register("_bm_rewards", pa.Table.from_pandas(frame, preserve_index=False))
+    try:
+        if layout == "turns":
+            query = "SELECT * FROM _bm_rewards ORDER BY traj_id, t"
+        else:
+            lists = ", ".join(f"list({c} ORDER BY t) AS {c}" for c in _LIST_COLUMNS)
+            query = (
+                "SELECT traj_id, any_value(run) AS run, any_value(task_id) AS task_id, "
+                "any_value(sample) AS sample, any_value(budget) AS budget, "
+                "any_value(n_turns) AS n_turns, sum(outcome) AS episode_outcome, "
+                f"sum(reward) AS shaped_return, {lists} "
+                "FROM _bm_rewards GROUP BY traj_id ORDER BY traj_id"
+            )
+        fmt = "parquet" if suffix == ".parquet" else "json"
+        target = str(out).replace("'", "''")
+        con.execute(f"COPY ({query}) TO '{target}' (FORMAT {fmt})")
+    finally:
+        con.unregister("_bm_rewards")
+    return RewardsExport(
+        path=out,
+        model=model,
+        n_trajectories=int(frame["traj_id"].nunique()),
+        n_turns=len(frame),
+        n_unscored=info["n_unscored"],
+        n_unknown_outcome=info["n_unknown_outcome"],
+        initial_potential=info["initial_potential"],
+    )
+
+
+def parse_initial_potential(text: str) -> float | str:
+    """``"0.5"`` -> ``0.5``; ``"mean"`` stays ``"mean"``.
+
+    Raises:
+        UsageProblem: for anything else.
+    """
+    if text == "mean":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageProblem(
+            f"--initial-potential must be a number or 'mean', got {text!r}") from None
+    if not np.isfinite(value):
+        raise UsageProblem(f"--initial-potential must be finite, got {text!r}")
+    return value
+
+
+def export_rewards(config: RewardsConfig) -> RewardsExport:
+    """``recovery budgetmix rewards``: open the store read-only and write the rewards file.
+
+    Args:
+        config: The command's options.
+
+    Returns:
+        What was written.
+
+    Raises:
+        UsageProblem: for an option that cannot be used.
+        InputProblem: for a store that is missing or cannot give the rewards.
+    """
+    initial = parse_initial_potential(config.initial_potential)
+    con = open_existing_store(config.store)
+    try:
+        return export_shaped_rewards(
+            con, str(config.model), Path(config.out), lam=config.lam, gamma=config.gamma,
+            initial_potential=initial, runs=config.runs, skip_unscored=config.skip_unscored,
+            layout=config.layout,
+        )
+    except ValueError as err:
+        raise InputProblem(str(err)) from None
+    finally:
+        con.close()

@@ -1,0 +1,81 @@
+"""Adaptive schedules from a store: shortfall and unrecovered evidence, both modes."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyses.budgetmix.evidence import adaptive_schedule, budget_evidence
+from analyses.budgetmix.schedule import evidence_weights
+from recovery.store import ingest_trajectories
+from tests.analyses.budgetmix.helpers import budgeted_store, traj
+
+
+def test_adaptive_shortfall_puts_weight_where_short_budgets_fall_short(con):
+    budgeted_store(con, {4: 0.2, 8: 0.6, 16: 0.9})
+    schedule = adaptive_schedule(con, [4, 8, 16], evidence="shortfall", floor=0.2)
+    assert sum(schedule.weights) == pytest.approx(1.0)
+    assert schedule.params["mode"] == "budgeted"
+    ev = {e.budget: e for e in schedule.evidence}
+    # Pass@(1,T) with equal samples per task is the success share: 0.2, 0.6, 0.9.
+    assert [ev[t].pass_at_1 for t in (4, 8, 16)] == pytest.approx([0.2, 0.6, 0.9])
+    assert [ev[t].shortfall for t in (4, 8, 16)] == pytest.approx([0.7, 0.3, 0.0])
+    assert ev[4].n_trajectories == 50 and ev[4].n_tasks == 5
+    assert schedule.weights == pytest.approx(evidence_weights([0.7, 0.3, 0.0], 0.2))
+    assert schedule.weights[0] > schedule.weights[1] > schedule.weights[2]
+
+
+def test_adaptive_is_uniform_when_nothing_falls_short(con):
+    budgeted_store(con, {4: 0.8, 8: 0.8, 16: 0.8})
+    schedule = adaptive_schedule(con, [4, 8, 16])
+    assert schedule.weights == pytest.approx([1 / 3] * 3)
+
+
+def test_adaptive_truncation_mode(con):
+    # one budget (20): per task, successes at turns 2, 6, 12 and one failure
+    trajectories = [
+        traj("pol", f"t{task}", s, 20, n, ok)
+        for task in range(4)
+        for s, (n, ok) in enumerate([(2, True), (6, True), (12, True), (20, False)])
+    ]
+    ingest_trajectories(con, trajectories)
+    schedule = adaptive_schedule(con, [4, 8, 16], mode="auto")
+    assert schedule.params["mode"] == "truncation"
+    ev = {e.budget: e for e in schedule.evidence}
+    assert [ev[t].pass_at_1 for t in (4, 8, 16)] == pytest.approx([0.25, 0.5, 0.75])
+    assert schedule.weights[0] > schedule.weights[1] > schedule.weights[2]
+    with pytest.raises(ValueError, match="budgeted mode"):
+        budget_evidence(con, [4, 8], mode="budgeted")
+
+
+def test_adaptive_unrecovered_evidence(con):
+    # Budget 4: the error at turn 3 is still open when the episode stops (unrecovered).
+    # Budget 12: the error at turn 3 is recovered at turn 4.
+    trajectories = []
+    for task in range(3):
+        for s in range(4):
+            trajectories.append(traj("pol", f"t{task}", s, 4, 4, False, error_turns=(3, 4)))
+            trajectories.append(traj("pol", f"t{task}", s, 12, 6, True, error_turns=(3,)))
+    ingest_trajectories(con, trajectories)
+    rows, info = budget_evidence(con, [4, 12])
+    assert info["mode"] == "budgeted" and info["reference_budget"] == 12
+    ev = {e.budget: e for e in rows}
+    assert (ev[4].n_spells, ev[4].n_unrecovered, ev[4].unrecovered_share) == (12, 12, 1.0)
+    assert (ev[12].n_spells, ev[12].n_unrecovered, ev[12].unrecovered_share) == (12, 0, 0.0)
+    assert ev[4].unrecovered_excess == pytest.approx(1.0)
+    schedule = adaptive_schedule(con, [4, 12], evidence="unrecovered", floor=0.2)
+    assert schedule.weights == pytest.approx([0.1 + 0.8, 0.1])
+    assert schedule.evidence_kind == "unrecovered"
+    # truncation mode reads the same spells cut at T: at T = 3 the spell is open
+    rows, _ = budget_evidence(con, [3, 12], runs=["pol"], mode="truncation")
+    three = rows[0]
+    assert three.n_spells == 24 and three.n_unrecovered == 24
+
+
+def test_adaptive_errors(con):
+    with pytest.raises(ValueError, match="no trajectories"):
+        adaptive_schedule(con, [4, 8])
+    budgeted_store(con, {4: 0.5, 8: 0.5})
+    with pytest.raises(ValueError, match="unknown evidence"):
+        adaptive_schedule(con, [4, 8], evidence="vibes")
+    with pytest.raises(ValueError, match="no trajectories"):
+        adaptive_schedule(con, [4, 8], runs=["nope"])
