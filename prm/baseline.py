@@ -6,6 +6,9 @@ observation, and the previous turn's action and observation. Nothing older is se
 that only a comparison with earlier observations reveals (a silent error) is out of its reach by
 construction; that is the point of the comparison.
 
+Stored without pickle (:meth:`TfidfStepBaseline.save`): the vocabularies as JSON, the idf
+vectors and coefficients as ``.npz``; an old pickled ``baseline.joblib`` is refused.
+
 Soft targets are fitted exactly: each turn enters twice, as a positive with weight ``y`` and as
 a negative with weight ``1 - y``, which makes the weighted log-loss equal the cross-entropy
 against ``y``.
@@ -13,17 +16,20 @@ against ``y``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.data import ACTION_PREFIX, OBSERVATION_SEPARATOR, StepExample
+from prm.data import StepExample
+from prm.spec import BASELINE_ARRAYS_FILE, BASELINE_FILE, LEGACY_BASELINE_FILE, read_json
+from recovery.errors import InputProblem
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
 FIELDS = ("action", "observation", "prev_action", "prev_observation")
-BASELINE_FILE = "baseline.joblib"
 
 
 EMPTY = "__empty__"
@@ -47,13 +53,8 @@ def turn_frame(examples: Sequence[StepExample]) -> pd.DataFrame:
             "target": np.array([x for e in examples for x in e.targets], dtype=float),
         }
     )
-    # Step texts are prm.data.step_text's: the action prefix, the action, the separator and the
-    # observation.
-    parts = pd.Series([s for e in examples for s in e.steps], dtype=object).str.split(
-        OBSERVATION_SEPARATOR, n=1, expand=True, regex=False
-    ).reindex(columns=[0, 1])
-    frame["action"] = parts[0].fillna("").astype(str).str.removeprefix(ACTION_PREFIX).to_numpy()
-    frame["observation"] = parts[1].fillna("").astype(str).to_numpy()
+    frame["action"] = np.array([a for e in examples for a in e.actions], dtype=object)
+    frame["observation"] = np.array([o for e in examples for o in e.observations], dtype=object)
     previous = frame.groupby("traj_id", sort=False)[["action", "observation"]].shift(1)
     frame["prev_action"] = previous["action"].fillna("").to_numpy()
     frame["prev_observation"] = previous["observation"].fillna("").to_numpy()
@@ -94,30 +95,15 @@ class TfidfStepBaseline:
             "max_iter": self.max_iter,
         }
 
-    def _pipeline(self) -> Any:
-        from sklearn.compose import ColumnTransformer
+    def _vectoriser(self, vocabulary: Sequence[str] | None = None) -> Any:
         from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import Pipeline
 
-        vectorisers = [
-            (
-                name,
-                TfidfVectorizer(
-                    max_features=self.max_features,
-                    ngram_range=self.ngram_range,
-                    sublinear_tf=True,
-                    token_pattern=r"(?u)\b\w+\b|[^\w\s]",
-                ),
-                name,
-            )
-            for name in FIELDS
-        ]
-        return Pipeline(
-            [
-                ("features", ColumnTransformer(vectorisers)),
-                ("classifier", LogisticRegression(C=self.C, max_iter=self.max_iter)),
-            ]
+        return TfidfVectorizer(
+            max_features=None if vocabulary is not None else self.max_features,
+            ngram_range=tuple(self.ngram_range),
+            sublinear_tf=True,
+            token_pattern=r"(?u)\b\w+\b|[^\w\s]",
+            vocabulary=None if vocabulary is None else list(vocabulary),
         )
 
     def fit(self, X: pd.DataFrame, y: Sequence[float] | np.ndarray) -> TfidfStepBaseline:
@@ -128,6 +114,9 @@ class TfidfStepBaseline:
         """
         import numpy as np
         import pandas as pd
+        from sklearn.compose import ColumnTransformer
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import Pipeline
 
         y = np.asarray(y, dtype=float)
         known = ~np.isnan(y)
@@ -138,18 +127,124 @@ class TfidfStepBaseline:
         keep = weights > 0
         if len(np.unique(labels[keep])) < 2:
             raise ValueError("the targets are all one class: nothing to learn")
-        self.pipeline_ = self._pipeline().fit(
-            doubled[keep], labels[keep], classifier__sample_weight=weights[keep]
-        )
-        self.n_features_ = int(
-            sum(len(v.vocabulary_) for _, v, _ in self.pipeline_["features"].transformers_)
-        )
+        pipeline = Pipeline(
+            [
+                ("features", ColumnTransformer([(f, self._vectoriser(), f) for f in FIELDS])),
+                ("classifier", LogisticRegression(C=self.C, max_iter=self.max_iter)),
+            ]
+        ).fit(doubled[keep], labels[keep], classifier__sample_weight=weights[keep])
+        features = pipeline["features"]
+        self.vectorisers_ = [features.named_transformers_[f] for f in FIELDS]
+        self.classifier_ = pipeline["classifier"]
+        self.n_features_ = int(sum(len(v.vocabulary_) for v in self.vectorisers_))
         return self
+
+    def _features(self, X: pd.DataFrame) -> Any:
+        import scipy.sparse as sp
+
+        X = _prepare(X)
+        return sp.hstack(
+            [v.transform(X[f]) for f, v in zip(FIELDS, self.vectorisers_, strict=True)],
+            format="csr",
+        )
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
         """``(n, 2)`` probabilities of a bad and a good step."""
-        return self.pipeline_.predict_proba(_prepare(X))
+        return self.classifier_.predict_proba(self._features(X))
 
     def score_steps(self, X: pd.DataFrame) -> np.ndarray:
         """Probability that each turn is a good step (the PRM score)."""
         return self.predict_proba(X)[:, 1]
+
+    def save(self, directory: str | Path) -> None:
+        """Write the fitted model as JSON (parameters, vocabularies) and ``.npz`` (arrays).
+
+        No pickle: :meth:`load` reads plain data and builds the estimators from it.
+        """
+        import numpy as np
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        record = {
+            "format": 1,
+            "params": {**self.get_params(), "ngram_range": list(self.ngram_range)},
+            "classes": [int(c) for c in self.classifier_.classes_],
+            "vocabularies": {
+                f: sorted(v.vocabulary_, key=v.vocabulary_.get)
+                for f, v in zip(FIELDS, self.vectorisers_, strict=True)
+            },
+        }
+        Path(directory, BASELINE_FILE).write_text(json.dumps(record))
+        arrays = {f"idf_{f}": v.idf_ for f, v in zip(FIELDS, self.vectorisers_, strict=True)}
+        arrays["coef"] = self.classifier_.coef_
+        arrays["intercept"] = self.classifier_.intercept_
+        with Path(directory, BASELINE_ARRAYS_FILE).open("wb") as fh:
+            np.savez(fh, **arrays)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> TfidfStepBaseline:
+        """Read a model written by :meth:`save`; an old pickled ``baseline.joblib`` is refused.
+
+        Raises:
+            InputProblem: the files are missing, damaged, or only the pickle is there (it is
+                never opened: unpickling can run any code).
+        """
+        import numpy as np
+        from sklearn.linear_model import LogisticRegression
+
+        directory = Path(directory)
+        path, arrays_path = directory / BASELINE_FILE, directory / BASELINE_ARRAYS_FILE
+        if not path.is_file() and (directory / LEGACY_BASELINE_FILE).exists():
+            raise InputProblem(
+                f"{directory / LEGACY_BASELINE_FILE} is a pickle, which can run any code when "
+                f"loaded, so it is not loaded; retrain the baseline with "
+                f"`prm train --backbone sklearn` (it is now stored as {BASELINE_FILE} and "
+                f"{BASELINE_ARRAYS_FILE})"
+            )
+        record = read_json(path)
+        try:
+            with np.load(arrays_path, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+            params = record["params"]
+            model = cls(max_features=int(params["max_features"]),
+                        ngram_range=tuple(params["ngram_range"]), C=float(params["C"]),
+                        max_iter=int(params["max_iter"]))
+            vectorisers = []
+            for f in FIELDS:
+                vectoriser = model._vectoriser(record["vocabularies"][f])
+                vectoriser.idf_ = arrays[f"idf_{f}"]
+                vectorisers.append(vectoriser)
+            classifier = LogisticRegression(C=model.C, max_iter=model.max_iter)
+            classifier.classes_ = np.asarray(record["classes"])
+            classifier.coef_ = arrays["coef"]
+            classifier.intercept_ = arrays["intercept"]
+            classifier.n_features_in_ = int(arrays["coef"].shape[1])
+        except FileNotFoundError:
+            raise InputProblem(f"{arrays_path} is missing") from None
+        except (KeyError, TypeError, ValueError, OSError) as err:
+            raise InputProblem(f"{directory}: the baseline's files are damaged ({err})") from None
+        if classifier.n_features_in_ != sum(len(v.vocabulary) for v in vectorisers):
+            raise InputProblem(f"{arrays_path}: coefficients do not match the vocabularies")
+        model.vectorisers_ = vectorisers
+        model.classifier_ = classifier
+        model.n_features_ = classifier.n_features_in_
+        return model
+
+
+def save_baseline_model(
+    directory: str | Path, baseline: TfidfStepBaseline, *, labels: str, label_base: str = "mc"
+) -> None:
+    """Write a model folder that ``prm score`` and ``prm eval`` read: the baseline and its spec.
+
+    Args:
+        directory: The model folder (created).
+        baseline: A fitted baseline.
+        labels: The label source it was fitted on.
+        label_base: Base of the ``recovery`` labels.
+    """
+    from prm.spec import PRMSpec
+
+    baseline.save(directory)
+    PRMSpec(kind="sklearn", backbone="sklearn", labels=labels, label_base=label_base).save(
+        directory
+    )

@@ -1,7 +1,7 @@
 """Step datasets from the store: one example per trajectory, split by task.
 
-An example is a trajectory's prompt and, per turn, the turn's text (its action and what the
-environment returned) with a training target. The model appends a special step marker token to
+An example is a trajectory's prompt and, per turn, the agent's action and what the environment
+returned to it (kept apart, so no consumer has to split a joined text), with a training target. The model appends a special step marker token to
 every turn and reads the turn's score there (see :mod:`prm.model`); the marker is never part of
 the text, so data cannot forge one.
 
@@ -43,7 +43,8 @@ class StepExample:
         run: Policy / checkpoint label.
         task_id: The task; splits are by task.
         prompt: Text before the first turn (system prompt, task); may be empty.
-        steps: One text per turn (action, then observation), turn ``t`` at index ``t - 1``.
+        actions: The agent's action of each turn, turn ``t`` at index ``t - 1``.
+        observations: What the environment returned to each turn.
         targets: One target in [0, 1] per turn, NaN where unknown.
         success: The episode's outcome (``None`` when unknown).
     """
@@ -52,14 +53,20 @@ class StepExample:
     run: str
     task_id: str
     prompt: str
-    steps: list[str]
+    actions: list[str]
+    observations: list[str]
     targets: list[float]
     success: bool | None = None
 
     @property
     def n_steps(self) -> int:
         """Number of turns."""
-        return len(self.steps)
+        return len(self.actions)
+
+    @property
+    def steps(self) -> list[str]:
+        """One text per turn as the model reads it (:func:`step_text`)."""
+        return [step_text(a, o) for a, o in zip(self.actions, self.observations, strict=True)]
 
 
 ACTION_PREFIX = "Action: "
@@ -104,9 +111,8 @@ def load_step_examples(
             f"SELECT u.traj_id, u.t, u.action, u.observation FROM turns u "
             f"JOIN trajectories tr USING (traj_id) WHERE {scope} ORDER BY u.traj_id, u.t"
         ).df()
-    # The same text as step_text(), built column-wise.
-    turns["text"] = (ACTION_PREFIX + turns["action"].fillna("") + OBSERVATION_SEPARATOR
-                     + turns["observation"].fillna(""))
+    turns["action"] = turns["action"].fillna("").astype(str)
+    turns["observation"] = turns["observation"].fillna("").astype(str)
     if labels is None:
         turns["target"] = math.nan
     else:
@@ -115,13 +121,17 @@ def load_step_examples(
         targets = step_targets(con, labels, traj_ids, base=base)
         turns = turns.merge(targets, on=["traj_id", "t"], how="left", validate="one_to_one")
         turns = turns.sort_values(["traj_id", "t"], ignore_index=True)
-    grouped = turns.groupby("traj_id", sort=False).agg(steps=("text", list), targets=("target", list))
+    grouped = turns.groupby("traj_id", sort=False).agg(
+        actions=("action", list), observations=("observation", list), targets=("target", list)
+    )
     examples = []
     for row in trajectories.itertuples(index=False):
         if row.traj_id in grouped.index:
-            steps, targets = grouped.at[row.traj_id, "steps"], grouped.at[row.traj_id, "targets"]
+            actions, observations, targets = (
+                grouped.at[row.traj_id, column] for column in ("actions", "observations", "targets")
+            )
         else:
-            steps, targets = [], []
+            actions, observations, targets = [], [], []
         success = None if row.success is None or row.success != row.success else bool(row.success)
         examples.append(
             StepExample(
@@ -129,7 +139,8 @@ def load_step_examples(
                 run=row.run,
                 task_id=str(row.task_id),
                 prompt=row.prompt,
-                steps=list(steps),
+                actions=list(actions),
+                observations=list(observations),
                 targets=[float(x) for x in targets],
                 success=success,
             )

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,59 +29,72 @@ def model_name(model_dir: str | Path) -> str:
     return Path(model_dir).resolve().name
 
 
-def resolve_device(device: str = "auto") -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def predict_steps(
     model_dir: str | Path,
     examples: Sequence[StepExample],
     *,
     device: str = "auto",
     batch_tokens: int = 16384,
+    trust_remote_code: bool = False,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Score every turn of ``examples`` with the PRM in ``model_dir`` (neural or sklearn).
 
+    Args:
+        model_dir: A folder written by ``prm train``.
+        examples: The trajectories.
+        device: ``auto``, ``cuda`` or ``cpu``.
+        batch_tokens: Padded tokens per scoring batch.
+        trust_remote_code: The user's permission for a backbone's own code.
+        progress: Show a progress bar with turn counts on stderr.
+
     Returns:
-        Columns ``traj_id, t, score`` (score in [0, 1], high = good step).
+        Columns ``traj_id, t, score`` (score in [0, 1], P(the step is not an error)), and
+        ``p_neutral`` (P(0)) for a ternary model.
+
+    Raises:
+        InputProblem: a missing or damaged model folder (the message names the file).
+        UsageProblem: the folder asks for remote code without ``trust_remote_code``.
     """
     import numpy as np
     import pandas as pd
+    from tqdm import tqdm
 
-    from prm.model import PRMSpec
+    from prm.spec import PRMSpec
 
-    spec = PRMSpec.load(model_dir)
-    if spec.kind == "sklearn":
-        import joblib
+    spec = PRMSpec.load(model_dir, trust_remote_code=trust_remote_code)
+    n_turns = sum(e.n_steps for e in examples)
+    bar = tqdm(total=n_turns, unit="turn", desc="prm score", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    try:
+        if spec.kind == "sklearn":
+            from prm.baseline import TfidfStepBaseline, turn_frame
 
-        from prm.baseline import BASELINE_FILE, turn_frame
+            baseline = TfidfStepBaseline.load(model_dir)
+            frame = turn_frame(examples)
+            frame["score"] = baseline.score_steps(frame) if len(frame) else []
+            bar.update(n_turns)
+            return frame[["traj_id", "t", "score"]]
+        from prm.device import resolve_device
+        from prm.model import load_scorer, score_windows, step_frame
+        from prm.tokenize import TokenIds
+        from prm.windows import encode_examples
 
-        frame = turn_frame(examples)
-        baseline = joblib.load(Path(model_dir) / BASELINE_FILE)
-        frame["score"] = baseline.score_steps(frame) if len(frame) else []
-        return frame[["traj_id", "t", "score"]]
-    from prm.model import TokenIds, encode_examples, load_scorer, score_windows
-
-    device = resolve_device(device)
-    loaded = load_scorer(model_dir, device=device)
-    windows = encode_examples(examples, loaded.tokenizer, loaded.spec.max_length,
-                              loaded.spec.max_prompt_tokens)
-    scores = score_windows(loaded.scorer, windows, TokenIds.of(loaded.tokenizer).pad,
-                           device=device, batch_tokens=batch_tokens)
-    if not windows:
-        return pd.DataFrame({"traj_id": [], "t": [], "score": []})
-    return pd.DataFrame(
-        {
-            "traj_id": np.repeat([w.traj_id for w in windows], [len(w.step_ts) for w in windows]),
-            "t": np.concatenate([np.asarray(w.step_ts, dtype=np.int64) for w in windows]),
-            "score": np.concatenate(scores),
-        }
-    )
+        device = resolve_device(device)
+        loaded = load_scorer(model_dir, device=device, trust_remote_code=trust_remote_code)
+        spec = loaded.spec
+        windows = encode_examples(examples, loaded.tokenizer, spec.max_length,
+                                  spec.max_prompt_tokens, spec.step_token)
+        probs = score_windows(loaded.scorer, windows,
+                              TokenIds.of(loaded.tokenizer, spec.step_token).pad,
+                              device=device, batch_tokens=batch_tokens, progress=bar.update)
+        frame = step_frame(windows, probs)
+        columns = ["traj_id", "t", "score"] + (["p_neutral"] if "p_neutral" in frame else [])
+        if not len(frame):
+            return pd.DataFrame({"traj_id": [], "t": np.zeros(0, np.int64), "score": []})
+        return frame[columns]
+    finally:
+        bar.close()
 
 
 @dataclass(slots=True)
@@ -152,6 +166,8 @@ def score_store(
     traj_ids: Sequence[str] | None = None,
     device: str = "auto",
     batch_tokens: int = 16384,
+    trust_remote_code: bool = False,
+    progress: bool = False,
 ) -> ScoreResult:
     """Score trajectories of the store and write ``step_scores``.
 
@@ -162,14 +178,19 @@ def score_store(
         traj_ids: Trajectories to score; ``None`` = all.
         device: ``auto``, ``cuda`` or ``cpu``.
         batch_tokens: Padded tokens per scoring batch.
+        trust_remote_code: The user's permission for a backbone's own code.
+        progress: Show a progress bar with turn counts on stderr.
 
     Returns:
         What was written.
     """
     from prm.data import load_step_examples
+    from prm.spec import PRMSpec
 
+    PRMSpec.load(model_dir, trust_remote_code=trust_remote_code)  # refuse before reading
     examples = load_step_examples(con, labels=None, traj_ids=traj_ids)
-    scores = predict_steps(model_dir, examples, device=device, batch_tokens=batch_tokens)
+    scores = predict_steps(model_dir, examples, device=device, batch_tokens=batch_tokens,
+                           trust_remote_code=trust_remote_code, progress=progress)
     name = name or model_name(model_dir)
-    n = write_step_scores(con, scores, name)
+    n = write_step_scores(con, scores[["traj_id", "t", "score"]], name)
     return ScoreResult(model=name, n_trajectories=len(examples), n_scores=n)

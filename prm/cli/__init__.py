@@ -10,6 +10,7 @@ COMMANDS = {
     "train": "prm.cli.train:train",
     "score": "prm.cli.score:score",
     "eval": "prm.cli.evaluate:evaluate",
+    "cv": "prm.cli.cv:cv",
     "export-trl": "prm.cli.export_trl:export_trl",
 }
 
@@ -20,4 +21,4 @@ COMMANDS = {
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 def main() -> None:
-    """Train, score and evaluate process reward models over a recovery store."""
+    """Train, score, evaluate and cross-validate process reward models over a recovery store."""

@@ -8,16 +8,18 @@ from pathlib import Path
 
 import click
 
+from prm.device import DEVICES
 from prm.labels import LABEL_SOURCES
-from recovery.cli.options import command_options, opt
+from recovery.cli.options import command_options
+from recovery.config import opt
 
 
 @dataclass
 class EvalConfig:
     """Options of ``prm eval``."""
 
-    store: Path | None = opt(None, "DuckDB store.", required=True)
-    model: Path | None = opt(None, "Model directory written by prm train.", required=True)
+    store: Path | None = opt(None, "DuckDB store (must exist).", required=True)
+    model: Path | None = opt(None, "Model folder written by prm train.", required=True)
     split: str = opt(
         "test", "Split of tasks to evaluate (tasks new since training count as test).",
         choices=("train", "validation", "test", "all"),
@@ -30,7 +32,10 @@ class EvalConfig:
         "min", "Trajectory score for Best-of-K from its step scores.",
         choices=("min", "mean", "last"),
     )
-    device: str = opt("auto", "auto, cuda or cpu.", choices=("auto", "cuda", "cpu"))
+    device: str = opt("auto", "auto, cuda or cpu.", choices=DEVICES)
+    trust_remote_code: bool = opt(
+        False, "Allow the backbone's own Python code, for a model folder that needs it."
+    )
     json_out: Path | None = opt(None, "Also write the report as JSON here.", flag="--json")
 
 
@@ -39,16 +44,17 @@ class EvalConfig:
 def evaluate(config: EvalConfig) -> None:
     """Evaluate a PRM on a split of the store's tasks (default: the test tasks)."""
     from prm.evaluate import evaluate_model
-    from recovery.store import connect
+    from prm.spec import PRMSpec
+    from prm.stores import open_store
 
-    con = connect(config.store, read_only=True)
+    PRMSpec.load(config.model, trust_remote_code=config.trust_remote_code)  # before the store
+    con = open_store(config.store)
     try:
         report = evaluate_model(
             con, config.model, split=config.split, labels=config.labels, ks=config.ks,
             aggregate=config.aggregate, device=config.device,
+            trust_remote_code=config.trust_remote_code,
         )
-    except (ValueError, FileNotFoundError) as err:
-        raise click.ClickException(str(err)) from None
     finally:
         con.close()
     for line in report.lines():

@@ -8,14 +8,15 @@ from pathlib import Path
 import click
 
 from prm.labels import LABEL_SOURCES, RECOVERY_BASES
-from recovery.cli.options import command_options, opt
+from recovery.cli.options import command_options
+from recovery.config import opt
 
 
 @dataclass
 class ExportTrlConfig:
     """Options of ``prm export-trl``."""
 
-    store: Path | None = opt(None, "DuckDB store.", required=True)
+    store: Path | None = opt(None, "DuckDB store (must exist).", required=True)
     out: Path | None = opt(None, "Output JSONL file.", required=True)
     labels: str = opt("recovery", "Label source.", choices=LABEL_SOURCES)
     label_base: str = opt(
@@ -33,9 +34,9 @@ def export_trl(config: ExportTrlConfig) -> None:
     whose label is unknown are left out and counted.
     """
     from prm.data import export_trl as run_export
-    from recovery.store import connect
+    from prm.stores import open_store
 
-    con = connect(config.store, read_only=True)
+    con = open_store(config.store)
     try:
         written, left_out = run_export(
             con, config.out, config.labels, soft=config.soft, base=config.label_base

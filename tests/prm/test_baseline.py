@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from prm.baseline import FIELDS, TfidfStepBaseline, turn_frame
-from prm.data import StepExample, step_text
+from prm.data import StepExample
 
 
 def _rows(n: int, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
@@ -28,7 +28,7 @@ def test_follows_scikit_learn_conventions_and_learns_a_visible_signal():
     assert not [k for k in vars(model) if k.endswith("_")]  # nothing fitted in __init__
     X, y = _rows(300, 0)
     assert model.fit(X, y) is model
-    assert hasattr(model, "pipeline_") and model.n_features_ > 0
+    assert hasattr(model, "classifier_") and model.n_features_ > 0
     X_test, y_test = _rows(100, 1)
     scores = model.score_steps(X_test)
     assert scores.shape == (100,)
@@ -47,8 +47,7 @@ def test_soft_targets_fit_the_target_rate():
 
 
 def test_turn_frame_holds_the_turn_and_the_previous_one():
-    example = StepExample("a", "r", "t", "", [step_text("x1", "o1"), step_text("x2", "o2")],
-                          [1.0, 0.0])
+    example = StepExample("a", "r", "t", "", ["x1", "x2"], ["o1", "o2"], [1.0, 0.0])
     frame = turn_frame([example])
     assert frame[list(FIELDS)].values.tolist() == [["x1", "o1", "", ""], ["x2", "o2", "x1", "o1"]]
     assert frame["t"].tolist() == [1, 2] and frame["target"].tolist() == [1.0, 0.0]
@@ -57,3 +56,27 @@ def test_turn_frame_holds_the_turn_and_the_previous_one():
 def test_turn_frame_of_nothing_is_empty():
     frame = turn_frame([])
     assert len(frame) == 0 and set(FIELDS) <= set(frame.columns)
+
+
+def test_saved_without_pickle_and_loaded_back_to_the_same_scores(tmp_path):
+    import zipfile
+
+    X, y = _rows(300, 0)
+    model = TfidfStepBaseline(max_features=500).fit(X, y)
+    model.save(tmp_path)
+    json_text = (tmp_path / "baseline.json").read_text()
+    assert '"vocabularies"' in json_text
+    with zipfile.ZipFile(tmp_path / "baseline.npz") as archive:  # plain .npy arrays
+        assert all(name.endswith(".npy") for name in archive.namelist())
+    loaded = TfidfStepBaseline.load(tmp_path)
+    X_test, _ = _rows(100, 1)
+    np.testing.assert_array_equal(loaded.score_steps(X_test), model.score_steps(X_test))
+    assert loaded.get_params() == model.get_params()
+
+
+def test_an_old_pickled_baseline_is_refused_unopened(tmp_path):
+    from recovery.errors import InputProblem
+
+    (tmp_path / "baseline.joblib").write_bytes(b"not even read")
+    with pytest.raises(InputProblem, match="pickle"):
+        TfidfStepBaseline.load(tmp_path)

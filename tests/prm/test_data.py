@@ -113,7 +113,7 @@ def test_trl_prm_trainer_tokenises_an_exported_row(sim_store, tmp_path):
         "trl.experimental.prm", reason="trl==1.13.0 (the bench extra)"
     ).PRMTrainer
 
-    from prm.model import train_tokenizer
+    from prm.tokenize import train_tokenizer
 
     con = connect(sim_store, read_only=True)
     export_trl(con, tmp_path / "trl.jsonl")

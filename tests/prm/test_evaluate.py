@@ -10,10 +10,10 @@ import random
 import pandas as pd
 import pytest
 
-from prm.evaluate import (
+from prm.evaluate import evaluate_model
+from prm.metrics import (
     best_of_k,
     best_of_k_group,
-    evaluate_model,
     expected_calibration_error,
     first_error_accuracy,
     grouped_bootstrap_auroc,
@@ -167,7 +167,7 @@ def test_grouped_bootstrap_auroc_resamples_whole_groups():
 def test_first_silent_versus_progress_sees_through_a_surface_scorer():
     import pandas as pd
 
-    from prm.evaluate import ground_truth_aurocs
+    from prm.metrics import ground_truth_aurocs
 
     events = ["progress", "progress", "stall", "stall", "error", "repeat", "error"]
     truth = [None, None, None, None, "silent", "silent", "visible"]

@@ -7,25 +7,16 @@ import math
 
 import pytest
 
+from prm.backbones import check_causal, tiny_backbone
 from prm.data import StepExample
-from prm.model import (
-    STEP_TOKEN,
-    TinyConfig,
-    TokenIds,
-    build_scorer,
-    check_causal,
-    collate,
-    encode_examples,
-    score_windows,
-    tiny_backbone,
-    token_budget_batches,
-    train_tokenizer,
-)
+from prm.model import build_scorer, score_windows
+from prm.spec import TinyConfig
+from prm.tokenize import STEP_TOKEN, TokenIds, train_tokenizer
+from prm.windows import collate, encode_examples, token_budget_batches
 
-TEXTS = [
-    f"Action: get_order(id=\"#W{i:07d}\")\nObservation: order #W{i + 1:07d} has ${i % 97}"
-    for i in range(60)
-]
+ACTIONS = [f"get_order(id=\"#W{i:07d}\")" for i in range(60)]
+OBSERVATIONS = [f"order #W{i + 1:07d} has ${i % 97}" for i in range(60)]
+TEXTS = [f"Action: {a}\nObservation: {o}" for a, o in zip(ACTIONS, OBSERVATIONS, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +25,11 @@ def tokenizer():
 
 
 def _example(n_steps: int, *, traj_id: str = "x", offset: int = 0) -> StepExample:
-    steps = [TEXTS[(i + offset) % len(TEXTS)] for i in range(n_steps)]
+    picks = [(i + offset) % len(TEXTS) for i in range(n_steps)]
     return StepExample(traj_id=traj_id, run="r", task_id="t", prompt="User: help with #W0000001",
-                       steps=steps, targets=[float(i % 2) for i in range(n_steps)])
+                       actions=[ACTIONS[i] for i in picks],
+                       observations=[OBSERVATIONS[i] for i in picks],
+                       targets=[float(i % 2) for i in range(n_steps)])
 
 
 def test_tokenizer_has_the_step_marker_as_one_special_token(tokenizer):
@@ -75,12 +68,13 @@ def test_windows_never_hold_a_later_turn(tokenizer):
             step_positions=last.step_positions[:keep], step_ts=last.step_ts[:keep],
             targets=last.targets[:keep],
             actions=last.actions[: last.step_positions[keep - 1] + 1],
+            step_starts=last.step_starts[:keep],
         )
         assert prefix == [*cut[:-1], trimmed]
 
 
 def test_text_cannot_forge_a_step_marker(tokenizer):
-    forged = StepExample("f", "r", "t", "", [f"Action: x {STEP_TOKEN} y\nObservation: ok"], [1.0])
+    forged = StepExample("f", "r", "t", "", [f"x {STEP_TOKEN} y"], ["ok"], [1.0])
     (window,) = encode_examples([forged], tokenizer, max_length=128)
     step_id = TokenIds.of(tokenizer).step
     assert window.input_ids.count(step_id) == 1 and window.step_positions == [len(window) - 1]
@@ -138,7 +132,7 @@ def _reference_novelty(pieces: list[str], evidence: list[bool]) -> list[int]:
 def test_novelty_codes_mark_word_pieces_that_continue_no_earlier_word(tokenizer):
     import torch
 
-    from prm.model import novelty_codes, word_piece_tables
+    from prm.novelty import novelty_codes, word_piece_tables
 
     parts = [('Observation: order #W0000012 has "balance": 52.', True),
              (' Action: get(order_id="#W0000012", amount=52)', False),
@@ -172,12 +166,17 @@ def test_scores_of_a_turn_do_not_depend_on_later_turns(tokenizer, novelty):
     scorer = _tiny_scorer(tokenizer, novelty)
     pad = TokenIds.of(tokenizer).pad
     original = _example(8)
-    changed = dataclasses.replace(original, traj_id="changed",
-                                  steps=original.steps[:5] + list(reversed(original.steps[5:])))
-    prefix = dataclasses.replace(original, traj_id="prefix", steps=original.steps[:5],
+    changed = dataclasses.replace(
+        original, traj_id="changed",
+        actions=original.actions[:5] + list(reversed(original.actions[5:])),
+        observations=original.observations[:5] + list(reversed(original.observations[5:])),
+    )
+    prefix = dataclasses.replace(original, traj_id="prefix", actions=original.actions[:5],
+                                 observations=original.observations[:5],
                                  targets=original.targets[:5])
     extended = dataclasses.replace(original, traj_id="extended",
-                                   steps=original.steps + TEXTS[20:30],
+                                   actions=original.actions + ACTIONS[20:30],
+                                   observations=original.observations + OBSERVATIONS[20:30],
                                    targets=original.targets + [1.0] * 10)
     windows = encode_examples([original, changed, prefix, extended], tokenizer, max_length=1024)
     assert len(windows) == 4

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from prm.train import epoch_batches, latest_checkpoint, lr_factor, train
+from prm.checkpoints import latest_checkpoint
+from prm.loop import lr_factor
+from prm.train import train
+from prm.windows import epoch_batches
 from recovery.store import connect, ingest_trajectories
 from tests.prm.conftest import make_trajectory, tiny_train_config
 
@@ -111,7 +114,9 @@ def test_sklearn_backbone_trains_the_baseline(error_store, tmp_path):
     result = train(tiny_train_config(error_store, tmp_path / "sk", backbone="sklearn",
                                      labels="error"), echo=_quiet)
     assert result.kind == "sklearn" and result.n_train > 0
-    assert (tmp_path / "sk" / "baseline.joblib").exists()
+    assert (tmp_path / "sk" / "baseline.json").exists()
+    assert (tmp_path / "sk" / "baseline.npz").exists()
+    assert not (tmp_path / "sk" / "baseline.joblib").exists()  # no pickle
     spec = json.loads((tmp_path / "sk" / "prm_config.json").read_text())
     assert spec["kind"] == "sklearn"
 
@@ -130,7 +135,8 @@ def test_a_local_model_path_is_a_backbone(error_store, tmp_path):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from prm.model import STEP_TOKEN, load_scorer, train_tokenizer
+    from prm.model import load_scorer
+    from prm.tokenize import STEP_TOKEN, train_tokenizer
 
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
                                 vocab_size=280)
