@@ -1,5 +1,5 @@
-"""BudgetMix signals: budget schedules, PRM-shaped per-turn rewards, and a reference trainer
-(``docs/budgetmix.md``).
+"""BudgetMix signals: budget schedules, PRM-shaped per-turn rewards, per-row budgets for real
+trainers, and a reference trainer (``docs/budgetmix.md``).
 
 Modules, one idea each:
 
@@ -14,8 +14,12 @@ Modules, one idea each:
   which token its reward goes;
 - :mod:`~analyses.budgetmix.rewards`: shaped rewards of a store's trajectories from
   ``step_scores``, written as JSONL or Parquet (``recovery budgetmix rewards``);
+- :mod:`~analyses.budgetmix.assign`: a per-row ``max_turns`` drawn from a schedule, added to a
+  training dataset (``recovery budgetmix assign``);
 - :mod:`~analyses.budgetmix.scorer`: what BudgetMix needs from a PRM (a protocol; ``analyses``
   never imports ``prm``);
+- :mod:`~analyses.budgetmix.adapters`: thin adapters for TRL, verl and SkyRL, each importing
+  its trainer only inside;
 - :mod:`~analyses.budgetmix.reference`: the reference trainer on a simulated task.
 
 Example:
@@ -26,6 +30,14 @@ Example:
 """
 
 from analyses.budgetmix.alignment import last_token_indices, render_offsets, render_trajectory
+from analyses.budgetmix.assign import (
+    BUDGET_KEY,
+    AssignConfig,
+    AssignResult,
+    assign_budgets,
+    row_budget,
+    with_budgets,
+)
 from analyses.budgetmix.evidence import (
     EVIDENCE_KINDS,
     EVIDENCE_MODES,
@@ -64,6 +76,7 @@ from analyses.budgetmix.shaping import (
 )
 
 __all__ = [
+    "BUDGET_KEY",
     "DEFAULT_INITIAL_POTENTIAL",
     "EVIDENCE_KINDS",
     "EVIDENCE_MODES",
@@ -72,6 +85,8 @@ __all__ = [
     "SCHEDULE_FORMAT",
     "SCHEDULE_VERSION",
     "STRATEGIES",
+    "AssignConfig",
+    "AssignResult",
     "BudgetEvidence",
     "BudgetSchedule",
     "PlanConfig",
@@ -81,6 +96,7 @@ __all__ = [
     "StepScorer",
     "TurnScorer",
     "adaptive_schedule",
+    "assign_budgets",
     "budget_evidence",
     "budget_range",
     "default_budgets",
@@ -94,7 +110,9 @@ __all__ = [
     "plan_schedule",
     "render_offsets",
     "render_trajectory",
+    "row_budget",
     "shape_rewards",
     "shaped_rewards_frame",
     "uniform_schedule",
+    "with_budgets",
 ]

@@ -1,4 +1,4 @@
-"""``recovery budgetmix plan|rewards|train-sim``: BudgetMix signals (docs/budgetmix.md).
+"""``recovery budgetmix plan|rewards|assign|train-sim``: BudgetMix signals (docs/budgetmix.md).
 
 Each subcommand's options are a config dataclass of :mod:`analyses.budgetmix`, so the command
 is built when it is asked for (:class:`BudgetMixGroup`): ``analyses`` is imported then, never
@@ -148,6 +148,22 @@ def _rewards_command() -> click.Command:
     return rewards
 
 
+def _assign_command() -> click.Command:
+    from analyses.budgetmix.assign import AssignConfig, assign
+
+    @click.command(name="assign")
+    @command_options(AssignConfig)
+    def assign_command(config: AssignConfig) -> None:
+        """Add a per-row max_turns drawn from a schedule to a training dataset.
+
+        verl reads it from extra_info, SkyRL from the row's env_extras (a column), TRL from
+        environment.reset(**row) (a column); see docs/budgetmix.md for the adapters.
+        """
+        click.echo(assign(config).summary())
+
+    return assign_command
+
+
 def _train_sim_command() -> click.Command:
     from analyses.budgetmix.reference.train import TrainSimConfig, train_sim
 
@@ -174,6 +190,7 @@ def _train_sim_command() -> click.Command:
 _COMMANDS: dict[str, Callable[[], click.Command]] = {
     "plan": _plan_command,
     "rewards": _rewards_command,
+    "assign": _assign_command,
     "train-sim": _train_sim_command,
 }
 
@@ -191,4 +208,5 @@ class BudgetMixGroup(click.Group):
 
 @click.group(cls=BudgetMixGroup)
 def budgetmix() -> None:
-    """BudgetMix signals: budget schedules, PRM-shaped rewards, a reference trainer."""
+    """BudgetMix signals: budget schedules, PRM-shaped rewards, per-row budgets for trainers,
+    a reference trainer."""
