@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
+    from prm.score import Predictor
+
 @dataclass
 class EvalReport:
     """The evaluation of one model on one split.
@@ -142,7 +144,7 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
 
 def evaluate_model(
     con: duckdb.DuckDBPyConnection,
-    model_dir: str | Path,
+    model_dir: str | Path | Predictor,
     *,
     split: str = "test",
     labels: str | None = None,
@@ -156,7 +158,8 @@ def evaluate_model(
 
     Args:
         con: The store.
-        model_dir: A directory written by ``prm train``.
+        model_dir: A folder written by ``prm train``, or a loaded
+            :class:`prm.score.Predictor`.
         split: ``train``, ``validation``, ``test`` (tasks unseen in training count as test)
             or ``all``.
         labels: Label source of the targets; default: the one the model was trained on.
@@ -177,12 +180,13 @@ def evaluate_model(
     import pandas as pd
 
     from prm.data import TaskSplit, load_step_examples
-    from prm.score import predict_steps
-    from prm.spec import SPLIT_FILE, PRMSpec, read_json
+    from prm.score import Predictor, load_predictor
+    from prm.spec import SPLIT_FILE, read_json
     from recovery.errors import InputProblem
 
-    model_dir = Path(model_dir)
-    spec = PRMSpec.load(model_dir, trust_remote_code=trust_remote_code)
+    predictor = model_dir if isinstance(model_dir, Predictor) else load_predictor(
+        model_dir, device=device, trust_remote_code=trust_remote_code)
+    model_dir, spec = predictor.model_dir, predictor.spec
     labels = labels or spec.labels
     read_json(model_dir / SPLIT_FILE)  # a missing or damaged split is named before the work
     try:
@@ -195,8 +199,7 @@ def evaluate_model(
                         n_trajectories=len(examples))
     if not examples:
         return report
-    scores = predict_steps(model_dir, examples, device=device, batch_tokens=batch_tokens,
-                           trust_remote_code=trust_remote_code)
+    scores = predictor.predict(examples, batch_tokens=batch_tokens)
     targets = pd.DataFrame(
         {
             "traj_id": np.repeat([e.traj_id for e in examples], [e.n_steps for e in examples]),

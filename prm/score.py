@@ -15,13 +15,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
     from prm.data import StepExample
+    from prm.spec import PRMSpec
 
 
 def model_name(model_dir: str | Path) -> str:
@@ -29,8 +30,97 @@ def model_name(model_dir: str | Path) -> str:
     return Path(model_dir).resolve().name
 
 
+@dataclass
+class Predictor:
+    """A loaded PRM (neural or the TF-IDF baseline), ready to score.
+
+    Attributes:
+        model_dir: Where it was loaded from.
+        spec: Its spec.
+        device: Where a neural model runs.
+        baseline: The baseline (``sklearn`` models).
+        loaded: The neural model (other models).
+    """
+
+    model_dir: Path
+    spec: PRMSpec
+    device: str = "cpu"
+    baseline: Any = None
+    loaded: Any = None
+
+    def predict(self, examples: Sequence[StepExample], *, batch_tokens: int = 16384,
+                progress: bool = False) -> pd.DataFrame:
+        """Scores of every turn: ``traj_id, t, score`` (P(the step is not an error), in
+        [0, 1]) and, for a ternary model, ``p_neutral`` (P(0)).
+
+        Args:
+            examples: The trajectories.
+            batch_tokens: Padded tokens per scoring batch.
+            progress: Show a progress bar with turn counts on stderr.
+        """
+        import numpy as np
+        import pandas as pd
+        from tqdm import tqdm
+
+        n_turns = sum(e.n_steps for e in examples)
+        with tqdm(total=n_turns, unit="turn", desc="prm score", disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True) as bar:
+            if self.baseline is not None:
+                from prm.baseline import turn_frame
+
+                frame = turn_frame(examples)
+                frame["score"] = self.baseline.score_steps(frame) if len(frame) else []
+                bar.update(n_turns)
+                return frame[["traj_id", "t", "score"]]
+            from prm.model import score_windows, step_frame
+            from prm.tokenize import TokenIds
+            from prm.windows import encode_examples
+
+            spec, tokenizer = self.spec, self.loaded.tokenizer
+            windows = encode_examples(examples, tokenizer, spec.max_length,
+                                      spec.max_prompt_tokens, spec.step_token)
+            probs = score_windows(self.loaded.scorer, windows,
+                                  TokenIds.of(tokenizer, spec.step_token).pad,
+                                  device=self.device, batch_tokens=batch_tokens,
+                                  progress=bar.update)
+        frame = step_frame(windows, probs)
+        if not len(frame):
+            return pd.DataFrame({"traj_id": [], "t": np.zeros(0, np.int64), "score": []})
+        return frame[["traj_id", "t", "score"] + (["p_neutral"] if "p_neutral" in frame else [])]
+
+
+def load_predictor(model_dir: str | Path, *, device: str = "auto",
+                   trust_remote_code: bool = False) -> Predictor:
+    """Load a model folder written by ``prm train``, checking every file it needs.
+
+    Args:
+        model_dir: The folder.
+        device: ``auto``, ``cuda`` or ``cpu``.
+        trust_remote_code: The user's permission for a backbone's own code.
+
+    Raises:
+        InputProblem: a missing or damaged model folder (the message names the file); an old
+            pickled baseline (never opened).
+        UsageProblem: the folder asks for remote code without ``trust_remote_code``.
+    """
+    from prm.spec import PRMSpec
+
+    model_dir = Path(model_dir)
+    spec = PRMSpec.load(model_dir, trust_remote_code=trust_remote_code)
+    if spec.kind == "sklearn":
+        from prm.baseline import TfidfStepBaseline
+
+        return Predictor(model_dir, spec, baseline=TfidfStepBaseline.load(model_dir))
+    from prm.device import resolve_device
+    from prm.model import load_scorer
+
+    device = resolve_device(device)
+    loaded = load_scorer(model_dir, device=device, trust_remote_code=trust_remote_code)
+    return Predictor(model_dir, loaded.spec, device=device, loaded=loaded)
+
+
 def predict_steps(
-    model_dir: str | Path,
+    model_dir: str | Path | Predictor,
     examples: Sequence[StepExample],
     *,
     device: str = "auto",
@@ -38,63 +128,19 @@ def predict_steps(
     trust_remote_code: bool = False,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Score every turn of ``examples`` with the PRM in ``model_dir`` (neural or sklearn).
+    """Score every turn of ``examples`` with a PRM (:meth:`Predictor.predict`).
 
     Args:
-        model_dir: A folder written by ``prm train``.
+        model_dir: A folder written by ``prm train``, or a loaded :class:`Predictor`.
         examples: The trajectories.
         device: ``auto``, ``cuda`` or ``cpu``.
         batch_tokens: Padded tokens per scoring batch.
         trust_remote_code: The user's permission for a backbone's own code.
         progress: Show a progress bar with turn counts on stderr.
-
-    Returns:
-        Columns ``traj_id, t, score`` (score in [0, 1], P(the step is not an error)), and
-        ``p_neutral`` (P(0)) for a ternary model.
-
-    Raises:
-        InputProblem: a missing or damaged model folder (the message names the file).
-        UsageProblem: the folder asks for remote code without ``trust_remote_code``.
     """
-    import numpy as np
-    import pandas as pd
-    from tqdm import tqdm
-
-    from prm.spec import PRMSpec
-
-    spec = PRMSpec.load(model_dir, trust_remote_code=trust_remote_code)
-    n_turns = sum(e.n_steps for e in examples)
-    bar = tqdm(total=n_turns, unit="turn", desc="prm score", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
-    try:
-        if spec.kind == "sklearn":
-            from prm.baseline import TfidfStepBaseline, turn_frame
-
-            baseline = TfidfStepBaseline.load(model_dir)
-            frame = turn_frame(examples)
-            frame["score"] = baseline.score_steps(frame) if len(frame) else []
-            bar.update(n_turns)
-            return frame[["traj_id", "t", "score"]]
-        from prm.device import resolve_device
-        from prm.model import load_scorer, score_windows, step_frame
-        from prm.tokenize import TokenIds
-        from prm.windows import encode_examples
-
-        device = resolve_device(device)
-        loaded = load_scorer(model_dir, device=device, trust_remote_code=trust_remote_code)
-        spec = loaded.spec
-        windows = encode_examples(examples, loaded.tokenizer, spec.max_length,
-                                  spec.max_prompt_tokens, spec.step_token)
-        probs = score_windows(loaded.scorer, windows,
-                              TokenIds.of(loaded.tokenizer, spec.step_token).pad,
-                              device=device, batch_tokens=batch_tokens, progress=bar.update)
-        frame = step_frame(windows, probs)
-        columns = ["traj_id", "t", "score"] + (["p_neutral"] if "p_neutral" in frame else [])
-        if not len(frame):
-            return pd.DataFrame({"traj_id": [], "t": np.zeros(0, np.int64), "score": []})
-        return frame[columns]
-    finally:
-        bar.close()
+    predictor = model_dir if isinstance(model_dir, Predictor) else load_predictor(
+        model_dir, device=device, trust_remote_code=trust_remote_code)
+    return predictor.predict(examples, batch_tokens=batch_tokens, progress=progress)
 
 
 @dataclass(slots=True)
@@ -160,7 +206,7 @@ def write_step_scores(con: duckdb.DuckDBPyConnection, scores: pd.DataFrame, mode
 
 def score_store(
     con: duckdb.DuckDBPyConnection,
-    model_dir: str | Path,
+    model_dir: str | Path | Predictor,
     *,
     name: str | None = None,
     traj_ids: Sequence[str] | None = None,
@@ -173,7 +219,7 @@ def score_store(
 
     Args:
         con: The store (writable).
-        model_dir: A directory written by ``prm train``.
+        model_dir: A folder written by ``prm train``, or a loaded :class:`Predictor`.
         name: Model name in ``step_scores``; default :func:`model_name` of ``model_dir``.
         traj_ids: Trajectories to score; ``None`` = all.
         device: ``auto``, ``cuda`` or ``cpu``.
@@ -185,12 +231,11 @@ def score_store(
         What was written.
     """
     from prm.data import load_step_examples
-    from prm.spec import PRMSpec
 
-    PRMSpec.load(model_dir, trust_remote_code=trust_remote_code)  # refuse before reading
+    predictor = model_dir if isinstance(model_dir, Predictor) else load_predictor(
+        model_dir, device=device, trust_remote_code=trust_remote_code)  # refused before reading
     examples = load_step_examples(con, labels=None, traj_ids=traj_ids)
-    scores = predict_steps(model_dir, examples, device=device, batch_tokens=batch_tokens,
-                           trust_remote_code=trust_remote_code, progress=progress)
-    name = name or model_name(model_dir)
+    scores = predictor.predict(examples, batch_tokens=batch_tokens, progress=progress)
+    name = name or model_name(predictor.model_dir)
     n = write_step_scores(con, scores[["traj_id", "t", "score"]], name)
     return ScoreResult(model=name, n_trajectories=len(examples), n_scores=n)

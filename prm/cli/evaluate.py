@@ -44,14 +44,15 @@ class EvalConfig:
 def evaluate(config: EvalConfig) -> None:
     """Evaluate a PRM on a split of the store's tasks (default: the test tasks)."""
     from prm.evaluate import evaluate_model
-    from prm.spec import PRMSpec
+    from prm.score import load_predictor
     from prm.stores import open_store
 
-    PRMSpec.load(config.model, trust_remote_code=config.trust_remote_code)  # before the store
+    predictor = load_predictor(config.model, device=config.device,
+                               trust_remote_code=config.trust_remote_code)
     con = open_store(config.store)
     try:
         report = evaluate_model(
-            con, config.model, split=config.split, labels=config.labels, ks=config.ks,
+            con, predictor, split=config.split, labels=config.labels, ks=config.ks,
             aggregate=config.aggregate, device=config.device,
             trust_remote_code=config.trust_remote_code,
         )

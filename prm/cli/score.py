@@ -35,17 +35,16 @@ class ScoreConfig:
 @command_options(ScoreConfig)
 def score(config: ScoreConfig) -> None:
     """Score every turn of the store and fill step_scores (replacing the model's earlier rows)."""
-    from prm.score import score_store
-    from prm.spec import PRMSpec
+    from prm.score import load_predictor, score_store
     from prm.stores import open_store
 
-    PRMSpec.load(config.model, trust_remote_code=config.trust_remote_code)  # before the store
+    # The model is loaded (and refused, if it must be) before the store is opened for writing.
+    predictor = load_predictor(config.model, device=config.device,
+                               trust_remote_code=config.trust_remote_code)
     con = open_store(config.store, writable=True)
     try:
-        result = score_store(con, config.model, name=config.name, device=config.device,
-                             batch_tokens=config.batch_tokens,
-                             trust_remote_code=config.trust_remote_code,
-                             progress=config.progress)
+        result = score_store(con, predictor, name=config.name,
+                             batch_tokens=config.batch_tokens, progress=config.progress)
     finally:
         con.close()
     click.echo(
