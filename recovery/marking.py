@@ -63,7 +63,10 @@ RULE_KEYS = frozenset(
     }
 )
 PREDICATE_KEYS = ("pattern", "equals", "startswith", "contains", "lt", "gt", "exists")
-BUILTIN_RULE_FILES = ("taubench.toml", "inspect.toml", "generic.toml")
+BUILTIN_RULE_FILES = (
+    "taubench.toml", "inspect.toml", "verl.toml", "atif.toml", "sweagent.toml",
+    "minisweagent.toml", "balrog.toml", "generic.toml",
+)
 """Built-in rule sets, in precedence order: format-specific sets first, generic last."""
 
 _KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
