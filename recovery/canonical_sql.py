@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recovery.formats import MAX_JSON_DEPTH
 from recovery.schema import (
     CANONICAL_TRAJECTORY_KEYS,
     CANONICAL_TURN_KEYS,
@@ -35,6 +36,13 @@ READ_COLUMNS = (
     + ")[]'}"
 )
 """Every leaf typed JSON, so that DuckDB casts nothing leniently; SQL checks the types."""
+
+_ODD_NUMBER = r"NaN|Infinity|[0-9][eE][+]?[0-9]{3}"
+"""Text outside strings that may be a JSON number the store cannot hold (conservative: a
+three-digit exponent within range also sends the file to the Python reader, which decides)."""
+
+_JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+"""A JSON string literal (RE2), removed before looking for numbers."""
 
 _END_REASONS = "(" + ", ".join(f"'{r}'" for r in END_REASONS) + ")"
 
@@ -135,20 +143,36 @@ def ingest_canonical(
         max_size = int(max_record_bytes)
         # read_json with explicit columns would drop unknown keys silently, so first check that
         # no record has a key the canonical schema does not name (those go to meta in Python).
-        n_records, n_unknown = con.execute(
+        # The same pass finds what only the Python reader judges exactly: NaN, infinities and
+        # numbers too large for a double (DuckDB would store them; JSON has no such numbers),
+        # and records with more opening brackets than the depth limit (their exact depth is
+        # measured below, the way the Python reader measures it).
+        n_records, n_unknown, n_odd_numbers, bracket_heavy = con.execute(
             f"""
             SELECT count(*),
                    count(*) FILTER (WHERE NOT list_has_all([{top_keys}], json_keys(json))
                                        OR NOT list_has_all([{turn_keys}],
-                                                           flatten(json_keys(json, '$.turns[*]'))))
+                                                           flatten(json_keys(json, '$.turns[*]')))),
+                   count(*) FILTER (WHERE regexp_matches(json, {_literal(_ODD_NUMBER)})
+                                       AND regexp_matches(regexp_replace(
+                                           json, {_literal(_JSON_STRING)}, '""', 'g'),
+                                           {_literal(_ODD_NUMBER)})),
+                   list(ordinality) FILTER (
+                       WHERE length(json) - length(replace(replace(json, '{{', ''), '[', ''))
+                             > {MAX_JSON_DEPTH})
             FROM read_json_objects({file}, format = 'newline_delimited',
                                    maximum_object_size = {max(max_size, 1 << 24)})
+                 WITH ORDINALITY
             """
         ).fetchall()[0]
         if n_unknown:
             raise Declined("unknown keys go to meta")
         if n_records != n_lines:
             raise Declined("blank lines: record numbers would not be line numbers")
+        if n_odd_numbers:
+            raise Declined("NaN, Infinity or an overflowing number: the Python reader says which")
+        if bracket_heavy:
+            _check_depth(con, file, max_size, bracket_heavy)
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE _fast_stage AS
@@ -250,6 +274,25 @@ def ingest_canonical(
         con.execute("DROP TABLE _fast_stage")
         con.execute("DROP TABLE _fast_traj")
         return FastIngest(traj_ids=traj_ids, n_turns=int(n_turns))
+
+
+def _check_depth(
+    con: duckdb.DuckDBPyConnection, file: str, max_size: int, lines: list[int]
+) -> None:
+    """Decline when one of ``lines`` is nested deeper than the readers' limit."""
+    from recovery.formats import too_deep
+
+    texts = con.execute(
+        f"""
+        SELECT json FROM read_json_objects({file}, format = 'newline_delimited',
+                                           maximum_object_size = {max(max_size, 1 << 24)})
+             WITH ORDINALITY
+        WHERE ordinality IN (SELECT unnest(?::BIGINT[]))
+        """,
+        [lines],
+    ).fetchall()
+    if any(too_deep(text) is not None for (text,) in texts):
+        raise Declined("a record is nested deeper than the limit: the Python reader says where")
 
 
 @contextmanager

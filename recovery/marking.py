@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -202,9 +203,13 @@ def rule_from_dict(
         value = raw.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise RuleError(f"{label}: '{key}' must be a number")
+        if value is not None and not math.isfinite(value):
+            raise RuleError(f"{label}: '{key}' must be a finite number, got {value}")
     equals = raw.get("equals")
     if equals is not None and not isinstance(equals, (str, int, float, bool)):
         raise RuleError(f"{label}: 'equals' must be a string, number or boolean")
+    if isinstance(equals, float) and not math.isfinite(equals):
+        raise RuleError(f"{label}: 'equals' must be a finite number, got {equals}")
     exists = raw.get("exists")
     if exists is not None and not isinstance(exists, bool):
         raise RuleError(f"{label}: 'exists' must be true or false")
@@ -309,8 +314,16 @@ def load_rules(path: str | Path) -> RuleSet:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise RuleError(f"{path}: no such rules file") from None
+    except IsADirectoryError:
+        raise RuleError(f"{path}: is a directory, not a rules file") from None
+    except UnicodeDecodeError as err:
+        raise RuleError(
+            f"{path}: not UTF-8 text (byte {err.start + 1}); a TOML rules file must be UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise RuleError(f"{path}: not valid TOML: {err}") from None
+    except OSError as err:
+        raise RuleError(f"{path}: cannot read: {err.strerror or err}") from None
     return rules_from_toml(data, str(path))
 
 

@@ -176,6 +176,31 @@ def end_reason(
     return "failure"
 
 
+def text_problem(traj: Trajectory) -> str | None:
+    """The first field of ``traj`` whose text is not valid Unicode (a lone surrogate), if any.
+
+    Readers that parse JSON refuse such text already; this is the store's own check for
+    trajectories built in Python or read from other sources.
+    """
+    def bad(text: str | None) -> bool:
+        if not text or text.isascii():
+            return False
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for name in ("run", "task_id", "prompt"):
+        if bad(getattr(traj, name)):
+            return name
+    for index, turn in enumerate(traj.turns):
+        for name in ("action", "observation", "error"):
+            if bad(getattr(turn, name)):
+                return f"turns[{index}].{name}"
+    return None
+
+
 def end_reason_sql(success: str, n_turns: str, budget: str, given: str = "NULL") -> str:
     """:func:`end_reason` as a SQL expression over the given column expressions."""
     return (
@@ -214,8 +239,11 @@ def as_text(value: Any) -> str:
 
 
 def compact_json(value: Any) -> str:
-    """JSON text as the store keeps it: UTF-8, no spaces (the form DuckDB writes too)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """JSON text as the store keeps it: UTF-8, no spaces (the form DuckDB writes too).
+
+    Strict: NaN and infinities raise ``ValueError``, since JSON has no such numbers.
+    """
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def coerce_task_id(value: Any, where: str = "task_id") -> str:
@@ -231,18 +259,29 @@ def coerce_task_id(value: Any, where: str = "task_id") -> str:
     raise RecordError(f"field '{where}': expected string or integer, got {_type_name(value)}")
 
 
+MAX_STORED_INT = 2**31 - 1
+"""Largest value of an INTEGER column of the store (sample, budget, turn counts)."""
+
+
 def coerce_optional_int(value: Any, where: str) -> int | None:
-    """An optional non-negative integer (floats with an integral value are accepted)."""
+    """An optional non-negative integer that fits the store's INTEGER columns.
+
+    Floats with an integral value are accepted.
+    """
     if value is None:
         return None
     if isinstance(value, bool):
         raise RecordError(f"field '{where}': expected integer, got bool")
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if not isinstance(value, int):
         raise RecordError(f"field '{where}': expected integer, got {_type_name(value)}")
     if value < 0:
         raise RecordError(f"field '{where}': expected a non-negative integer, got {value}")
+    if value > MAX_STORED_INT:
+        raise RecordError(
+            f"field '{where}': {value} is out of range (at most {MAX_STORED_INT})"
+        )
     return value
 
 
@@ -252,7 +291,10 @@ def coerce_optional_float(value: Any, where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(f"field '{where}': expected number, got {_type_name(value)}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise RecordError(f"field '{where}': {value} is out of the range of a double") from None
     if not math.isfinite(value):
         raise RecordError(f"field '{where}': expected a finite number, got {value}")
     return value

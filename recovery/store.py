@@ -33,6 +33,7 @@ from recovery.schema import (
     Trajectory,
     compact_json,
     end_reason_sql,
+    text_problem,
 )
 
 if TYPE_CHECKING:
@@ -369,11 +370,13 @@ class IngestResult:
 
     Attributes:
         file: The input path.
-        format: Format used.
-        status: ``"ingested"`` or ``"skipped"`` (already in the store).
+        format: Format used (empty when it could not be told).
+        status: ``"ingested"``, ``"skipped"`` (already in the store) or ``"failed"``
+            (nothing from it was stored; see ``error``).
         n_trajectories: Trajectories stored.
         n_turns: Turns stored.
         skipped: Bad records skipped (with ``skip_bad``), each naming file and line.
+        error: Why the file failed, naming file and line.
     """
 
     file: str
@@ -382,9 +385,12 @@ class IngestResult:
     n_trajectories: int = 0
     n_turns: int = 0
     skipped: list[RecordError] = field(default_factory=list)
+    error: str | None = None
 
     def summary(self) -> str:
         """One line for the terminal."""
+        if self.status == "failed":
+            return f"error: {self.error}"
         if self.status == "skipped":
             return f"{self.file}: already ingested (same sha256), skipped"
         line = (
@@ -399,7 +405,12 @@ class IngestResult:
 def _json_or_none(value: Any) -> str | None:
     if value is None or value == {}:
         return None
-    return compact_json(value)
+    try:
+        return compact_json(value)
+    except ValueError:
+        raise RecordError("a JSON field holds NaN or an infinity, which JSON cannot") from None
+    except RecursionError:
+        raise RecordError("a JSON field is nested too deeply") from None
 
 
 class _BatchWriter:
@@ -420,6 +431,32 @@ class _BatchWriter:
         self.locations: dict[str, tuple[str | None, int | None]] = {}
 
     def add(self, traj: Trajectory) -> None:
+        """Queue one trajectory (flushed every ``batch_turns`` turns).
+
+        Raises:
+            RecordError: naming the trajectory's file and line, for text that is not
+                Unicode, a JSON field JSON cannot hold, or a duplicate trajectory.
+        """
+        try:
+            self._add(traj)
+        except RecordError as err:
+            raise err.located(traj.source_file, traj.source_line) from None
+
+    def _add(self, traj: Trajectory) -> None:
+        problem = text_problem(traj)
+        if problem is not None:
+            raise RecordError(
+                f"field '{problem}': text holds a lone UTF-16 surrogate, which is not Unicode",
+                file=traj.source_file, line=traj.source_line,
+            )
+        # Checked before the sample counter moves: a bad record skipped with --skip-bad
+        # takes no sample number, as with any other bad record.
+        meta = _json_or_none(traj.meta)
+        turn_json = [
+            (_json_or_none(turn.action_json), _json_or_none(turn.observation_json),
+             _json_or_none(turn.meta))
+            for turn in traj.turns
+        ]
         key = (traj.run, traj.task_id, traj.budget)
         seen = self.sample_counters.get(key, 0)
         self.sample_counters[key] = seen + 1
@@ -449,20 +486,22 @@ class _BatchWriter:
         tc["prompt"].append(traj.prompt or None)
         tc["source_file"].append(traj.source_file)
         tc["source_line"].append(traj.source_line)
-        tc["meta"].append(_json_or_none(traj.meta))
+        tc["meta"].append(meta)
         uc = self.turn_cols
-        for t, turn in enumerate(traj.turns, start=1):
+        for t, (turn, (action_json, observation_json, turn_meta)) in enumerate(
+            zip(traj.turns, turn_json, strict=True), start=1
+        ):
             uc["traj_id"].append(traj_id)
             uc["t"].append(t)
             uc["action"].append(turn.action)
-            uc["action_json"].append(_json_or_none(turn.action_json))
+            uc["action_json"].append(action_json)
             uc["observation"].append(turn.observation)
-            uc["observation_json"].append(_json_or_none(turn.observation_json))
+            uc["observation_json"].append(observation_json)
             uc["reward"].append(turn.reward)
             uc["explicit_error"].append(turn.error)
             uc["label"].append(turn.label)
             uc["done"].append(turn.done)
-            uc["meta"].append(_json_or_none(turn.meta))
+            uc["meta"].append(turn_meta)
         self.traj_ids.append(traj_id)
         self.n_turns += traj.n_turns
         if len(uc["t"]) >= self.batch_turns:
@@ -488,7 +527,8 @@ class _BatchWriter:
                 raise RecordError(
                     f"trajectory (run={existing[1]!r}, task_id={existing[2]!r}) with the same "
                     f"sample is already in the store (from {existing[3]}:{existing[4]}); give "
-                    "samples distinct 'sample' values or a different --run",
+                    "samples distinct 'sample' values, or give this file a run label of its "
+                    "own (`recovery ingest FILE --run NAME --store S`, then analyse the store)",
                     file=file,
                     line=line,
                 )
@@ -660,6 +700,46 @@ def _special_file_kind(path: Path) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def ingest_files(
+    con: duckdb.DuckDBPyConnection,
+    paths: Iterable[str | Path],
+    options: IngestOptions | None = None,
+    *,
+    on_result: Callable[[IngestResult], Any] | None = None,
+) -> list[IngestResult]:
+    """Ingest several files, each in its own transaction; one failing file stops none.
+
+    Args:
+        con: The store.
+        paths: Input files (or directories, for formats that read one).
+        options: Ingest options for every file.
+        on_result: Called with each file's result as soon as it is known (for progress).
+
+    Returns:
+        One result per path, in order; a failed file has ``status == "failed"`` and its
+        ``error``, and left the store as it was.
+    """
+    import duckdb
+
+    from recovery.formats import UnknownFormatError
+
+    results = []
+    for path in paths:
+        try:
+            result = ingest_file(con, path, options)
+        except (IngestError, UnknownFormatError) as err:
+            result = IngestResult(file=str(path), format="", status="failed", error=str(err))
+        except duckdb.Error as err:  # the transaction was rolled back
+            result = IngestResult(
+                file=str(path), format="", status="failed",
+                error=f"{path}: the store refused the file: {err}; nothing from it was stored",
+            )
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
 
 
 def _fast_path_applies(

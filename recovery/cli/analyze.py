@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyses.report import Report
+    from recovery.store import IngestResult
 
 
 @dataclass
@@ -114,25 +115,33 @@ def ingest_inputs(
     A file whose sha256 is already in the store is not read again; its runs are those of the
     trajectories the store recorded for it.
 
+    Every file is tried (each in its own transaction) and reported, before any failure
+    stops the analysis.
+
     Raises:
         click.ClickException: when a file cannot be ingested (the store keeps the others).
     """
-    from recovery.formats import UnknownFormatError
     from recovery.marking import load_rules
-    from recovery.store import IngestError, IngestOptions, file_sha256, ingest_file
+    from recovery.store import IngestOptions, file_sha256, ingest_files
 
     options = IngestOptions(
         format=config.format, rules=load_rules(config.rules) if config.rules else None,
         results=config.results,
     )
     runs: set[str] = set()
-    for path in config.files:
-        try:
-            result = ingest_file(con, path, options)
-        except (IngestError, UnknownFormatError) as err:
-            raise click.ClickException(str(err)) from None
+
+    def report(result: IngestResult) -> None:
         if log is not None:
-            log.print(result.summary(), highlight=False, soft_wrap=True)
+            click.echo(result.summary(), err=True)
+
+    results = ingest_files(con, config.files, options, on_result=report)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise click.ClickException(
+            f"{len(failed)} of {len(results)} input files could not be ingested (each is "
+            "named above); fix or leave them out, nothing was analysed"
+        )
+    for path, result in zip(config.files, results, strict=True):
         sources = [result.file]
         if result.status == "skipped":
             sources = [

@@ -53,7 +53,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
 
     from recovery.formats import UnknownFormatError, get_reader
     from recovery.marking import load_rules
-    from recovery.store import IngestError, IngestOptions, connect, ingest_file
+    from recovery.store import IngestOptions, IngestResult, connect, ingest_files
 
     if config.format is not None:
         try:
@@ -75,34 +75,43 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     )
     import duckdb
 
+    created = config.store is not None and not Path(config.store).exists()
     try:
         con = connect(config.store)
     except duckdb.Error as err:  # e.g. the store's folder does not exist, or the file is locked
         raise click.ClickException(f"cannot open store {config.store}: {err}") from None
-    failed = 0
     files = tqdm(
         config.files, desc="ingest", unit="file", file=sys.stderr,
         disable=len(config.files) < 3, leave=False,
     )
+
+    def report(result: IngestResult) -> None:
+        if result.status == "failed":
+            tqdm.write(result.summary(), file=sys.stderr)
+            return
+        tqdm.write(result.summary(), file=sys.stdout)
+        for bad in result.skipped[:5]:
+            tqdm.write(f"  skipped {bad}", file=sys.stderr)
+        if len(result.skipped) > 5:
+            tqdm.write(f"  ... and {len(result.skipped) - 5} more", file=sys.stderr)
+
     try:
-        for path in files:
-            try:
-                result = ingest_file(con, path, options)
-            except (IngestError, UnknownFormatError) as err:
-                failed += 1
-                tqdm.write(f"error: {err}", file=sys.stderr)
-                continue
-            tqdm.write(result.summary(), file=sys.stdout)
-            for bad in result.skipped[:5]:
-                tqdm.write(f"  skipped {bad}", file=sys.stderr)
-            if len(result.skipped) > 5:
-                tqdm.write(f"  ... and {len(result.skipped) - 5} more", file=sys.stderr)
+        results = ingest_files(con, files, options, on_result=report)
         total = con.execute(
             "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
         ).fetchone()
-        echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
     finally:
         con.close()
+    failed = sum(r.status == "failed" for r in results)
+    if created and total[0] == 0 and failed:
+        # Nothing could be stored: leave no empty store behind for a wrong --format or path.
+        for leftover in (Path(config.store), Path(f"{config.store}.wal")):
+            leftover.unlink(missing_ok=True)
+        echo(f"store {config.store} not created: no file could be ingested", err=True)
+    else:
+        echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
+    if failed:
+        echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
     return failed
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +27,15 @@ from recovery.schema import SUCCESS_THRESHOLD, RecordError, Trajectory
 
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024 * 1024
 """Largest single record (line or document) a reader accepts before reporting it as oversized."""
+
+MAX_JSON_DEPTH = 256
+"""Deepest nesting of arrays and objects a record may have (the record itself is level 1).
+
+Every path applies it, DuckDB's fast path included, so that a file is stored or refused the
+same way whichever path reads it; Python's own parser would fail near 1,000 levels, and no
+rollout format needs more than a few dozen."""
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,116 @@ def get_reader(name: str) -> Reader:
 READ_ERRORS = (OSError, EOFError, zlib.error)
 """What reading a damaged file raises (a truncated or corrupt gzip stream among them)."""
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (0 for a scalar).
+
+    Brackets inside strings do not count.
+    """
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def too_deep(text: str) -> int | None:
+    """The depth of ``text`` when it exceeds :data:`MAX_JSON_DEPTH`, else ``None``.
+
+    Cheap for ordinary records: text with at most that many opening brackets cannot be deeper,
+    and only longer bracket counts are scanned.
+    """
+    if text.count("{") + text.count("[") <= MAX_JSON_DEPTH:
+        return None
+    depth = json_depth(text)
+    return depth if depth > MAX_JSON_DEPTH else None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of the range of a double")
+    return value
+
+
+JSON_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+"""The strict decoder every reader uses: no NaN, no infinities, no overflowing numbers."""
+
+
+def parse_json(text: str | bytes, file: str | None = None, line: int | None = None) -> Any:
+    """Parse one JSON record strictly, or raise a RecordError that names file and line.
+
+    Strict: ``NaN``, ``Infinity`` and ``-Infinity`` are refused (they are not JSON, and the
+    store could not hold them), lone UTF-16 surrogates (``"\\ud800"``) are refused (they are
+    not Unicode text), and so is nesting deeper than :data:`MAX_JSON_DEPTH`.
+
+    Raises:
+        RecordError: naming what is wrong (column for a syntax error).
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise RecordError(
+                f"not valid UTF-8 text (byte {err.start + 1})", file=file, line=line
+            ) from None
+    depth = too_deep(text)
+    if depth is not None:
+        raise RecordError(
+            f"JSON nested {depth} levels deep; the limit is {MAX_JSON_DEPTH}", file=file,
+            line=line,
+        )
+    try:
+        value = JSON_DECODER.decode(text)
+    except json.JSONDecodeError as err:
+        # A line's own number when given; for a whole document, the line of the error.
+        raise RecordError(
+            f"malformed JSON: {err.msg} (column {err.colno})", file=file,
+            line=err.lineno if line is None else line,
+        ) from None
+    except ValueError as err:
+        raise RecordError(f"not valid JSON: {err}", file=file, line=line) from None
+    except RecursionError:
+        raise RecordError(
+            f"JSON nested too deeply (limit {MAX_JSON_DEPTH} levels)", file=file, line=line
+        ) from None
+    if "\\u" in text and has_lone_surrogate(value):
+        raise RecordError(
+            "text holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not "
+            "Unicode; fix the writer or drop the record (--skip-bad)",
+            file=file, line=line,
+        )
+    return value
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether any string (key or value) in ``value`` holds a lone surrogate (iterative)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -137,6 +258,15 @@ def head_bytes(path: Path, n: int = 65536) -> bytes:
     A damaged compressed file gives the bytes that could be read before the damage; the
     reader then reports the damage with its line.
     """
+    if path.suffix == ".gz":
+        # Decompress what the first bytes give, so that a damaged stream still shows its
+        # head (GzipFile raises before returning anything when the stream ends early).
+        with open(path, "rb") as raw:
+            compressed = raw.read(max(n, 1 << 20))
+        try:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(compressed, n)
+        except zlib.error:
+            return b""
     chunks: list[bytes] = []
     size = 0
     with open_binary(path) as fh:
@@ -169,6 +299,14 @@ def detect_format(path: str | Path) -> str:
             f"{path}: is a directory in no format that reads directories (those are: {names}); "
             "give the files inside it, or pass --format"
         )
+    if path.suffix == ".gz":
+        with open(path, "rb") as raw:
+            magic = raw.read(len(GZIP_MAGIC))
+        if magic and magic != GZIP_MAGIC:
+            raise UnknownFormatError(
+                f"{path}: not gzip data (a .gz file starts with the bytes 1f 8b; this one "
+                f"starts with {magic.hex(' ')}); rename it or recompress it"
+            )
     head = head_bytes(path)
     if not head.lstrip(UTF8_BOM).strip():
         raise UnknownFormatError(
@@ -263,14 +401,22 @@ def iter_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, str | R
 def read_document(path: Path, max_record_bytes: int | None = None) -> str | RecordError:
     """The whole (decompressed) file as text, or a RecordError naming where it went wrong.
 
-    Used by formats that are one JSON document (a JSON array, an Inspect ``.json`` log).
+    Used by formats that are one JSON document (a JSON array, an Inspect ``.json`` log). At
+    most ``max_record_bytes`` are decompressed: a larger document is an error.
     """
     file = str(path)
+    limit = DEFAULT_MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
     try:
         with open_binary(path) as fh:
-            data = fh.read()
+            data = fh.read(limit + 1)  # a bounded read: a gzip bomb stops at the limit
     except READ_ERRORS as err:
         return RecordError(f"cannot read the file: {err}", file=file, line=1)
+    if len(data) > limit:
+        return RecordError(
+            f"the document is larger than the limit of {limit} bytes (decompressed; raise it "
+            "with --max-record-mb)",
+            file=file, line=1,
+        )
     data = data.removeprefix(UTF8_BOM)
     try:
         return data.decode("utf-8")
@@ -350,6 +496,8 @@ def first_json_char(head: bytes) -> str:
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
+    "JSON_DECODER",
+    "MAX_JSON_DEPTH",
     "READ_ERRORS",
     "ReadOptions",
     "ReadResult",
@@ -360,12 +508,16 @@ __all__ = [
     "first_record",
     "first_record_has_keys",
     "get_reader",
+    "has_lone_surrogate",
     "head_bytes",
     "iter_lines",
+    "json_depth",
     "known_formats",
     "open_binary",
     "open_text",
+    "parse_json",
     "read_document",
     "read_file",
     "stem",
+    "too_deep",
 ]

@@ -226,10 +226,10 @@ def iter_json_records(
     A JSON array is decoded element by element so that each record knows the line it starts
     on; a syntax error stops the file (nothing after it can be located reliably).
     """
-    from recovery.formats import head_bytes, read_document
+    from recovery.formats import head_bytes, parse_json, read_document
 
     if first_json_char(head_bytes(path, 4096)) == "[":
-        text = read_document(path)
+        text = read_document(path, max_record_bytes)
         if isinstance(text, RecordError):
             yield text.line or 1, text
             return
@@ -240,11 +240,9 @@ def iter_json_records(
             yield lineno, line
             continue
         try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as err:
-            yield lineno, RecordError(
-                f"malformed JSON: {err.msg} (column {err.colno})", file=str(path), line=lineno
-            )
+            yield lineno, parse_json(line, str(path), lineno)
+        except RecordError as err:
+            yield lineno, err
 
 
 def read_records(
@@ -271,7 +269,15 @@ def read_records(
 
 
 def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[int, Any]]:
-    decoder = json.JSONDecoder()
+    from recovery.formats import (
+        JSON_DECODER,
+        MAX_JSON_DEPTH,
+        has_lone_surrogate,
+        json_depth,
+        too_deep,
+    )
+
+    deep = too_deep(text)  # the array itself is one level more than its records
     pos = text.index("[") + 1
     line = text.count("\n", 0, pos) + 1
     n = len(text)
@@ -285,12 +291,24 @@ def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[i
             return
         if text[pos] == "]":
             return
+        if deep is not None and text[pos] in "[{":
+            end = _record_end(text, pos)
+            depth = json_depth(text[pos:end]) if end else deep
+            if depth > MAX_JSON_DEPTH:
+                yield line, RecordError(
+                    f"JSON nested {depth} levels deep; the limit is {MAX_JSON_DEPTH}",
+                    file=file, line=line,
+                )
+                return
         try:
-            value, end = decoder.raw_decode(text, pos)
+            value, end = JSON_DECODER.raw_decode(text, pos)
         except json.JSONDecodeError as err:
             yield err.lineno, RecordError(
                 f"malformed JSON: {err.msg} (column {err.colno})", file=file, line=err.lineno
             )
+            return
+        except ValueError as err:  # NaN, Infinity, an overflowing number
+            yield line, RecordError(f"not valid JSON: {err}", file=file, line=line)
             return
         if end - pos > max_record_bytes:
             yield line, RecordError(
@@ -299,7 +317,34 @@ def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[i
                 file=file,
                 line=line,
             )
+        elif "\\u" in text[pos:end] and has_lone_surrogate(value):
+            yield line, RecordError(
+                "text holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not "
+                "Unicode; fix the writer or drop the record (--skip-bad)",
+                file=file, line=line,
+            )
         else:
             yield line, value
         line += text.count("\n", pos, end)
         pos = end
+
+
+def _record_end(text: str, pos: int) -> int | None:
+    """Where the array or object starting at ``text[pos]`` ends (outside strings), if it does."""
+    depth = 0
+    i = pos
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None

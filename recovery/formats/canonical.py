@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from recovery.formats import (
@@ -11,6 +10,7 @@ from recovery.formats import (
     ReadResult,
     first_record_has_keys,
     iter_lines,
+    parse_json,
     stem,
 )
 from recovery.schema import RecordError, trajectory_from_dict
@@ -29,10 +29,9 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
             yield line
             continue
         try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as err:
-            yield RecordError(f"malformed JSON: {err.msg} (column {err.colno})",
-                              file=str(path), line=lineno)
+            raw = parse_json(line, str(path), lineno)
+        except RecordError as err:
+            yield err
             continue
         try:
             yield trajectory_from_dict(

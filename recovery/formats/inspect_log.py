@@ -16,7 +16,6 @@ that Inspect moved to the sample's ``attachments`` (``attachment://<hash>``) are
 
 from __future__ import annotations
 
-import json
 import struct
 import zipfile
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from recovery.formats import (
     ReadOptions,
     ReadResult,
     first_json_char,
+    parse_json,
     read_document,
     stem,
 )
@@ -48,31 +48,54 @@ def sniff(path: Path, head: bytes) -> bool:
     return first_json_char(head) == "{" and b'"eval"' in head and b'"version"' in head
 
 
-def _read_entry(archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo) -> bytes:
-    """The bytes of one archive entry, zstd (method 93) or any method ``zipfile`` knows."""
+def _read_entry(
+    archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo, limit: int
+) -> bytes:
+    """The bytes of one archive entry, zstd (method 93) or any method ``zipfile`` knows.
+
+    Decompression stops after ``limit`` bytes whatever the entry declares, so an entry that
+    claims a small size and inflates to gigabytes (a zip bomb) is refused, not held in memory.
+
+    Raises:
+        RecordError: when the entry inflates past ``limit``.
+    """
     if info.compress_type != ZIP_METHOD_ZSTD:
-        return archive.read(info)
-    import zstandard
+        with archive.open(info) as stream:
+            data = stream.read(limit + 1)
+    else:
+        import zstandard
 
-    fh.seek(info.header_offset)
-    fields = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
-    if fields[0] != b"PK\x03\x04":
-        raise RecordError(f"entry {info.filename}: bad zip local header")
-    name_len, extra_len = fields[-2], fields[-1]
-    fh.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
-    data = fh.read(info.compress_size)
-    return zstandard.ZstdDecompressor().decompress(data, max_output_size=info.file_size or 0)
+        fh.seek(info.header_offset)
+        fields = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
+        if fields[0] != b"PK\x03\x04":
+            raise RecordError(f"entry {info.filename}: bad zip local header")
+        name_len, extra_len = fields[-2], fields[-1]
+        fh.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+        compressed = fh.read(info.compress_size)
+        with zstandard.ZstdDecompressor().stream_reader(compressed) as stream:
+            data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise RecordError(
+            f"{info.filename}: inflates to more than the limit of {limit} bytes (raise it with "
+            "--max-record-mb)"
+        )
+    return data
 
 
-def _load_entry(archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo) -> Any:
-    """An entry parsed as JSON; a damaged entry raises RecordError naming it."""
+def _load_entry(
+    archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo, limit: int
+) -> Any:
+    """An entry parsed as JSON; a damaged or oversized entry raises RecordError naming it."""
     import zstandard
 
     try:
-        return json.loads(_read_entry(archive, fh, info))
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{info.filename}: malformed JSON: {err.msg}") from None
-    except (zstandard.ZstdError, zipfile.BadZipFile, UnicodeDecodeError, *READ_ERRORS) as err:
+        return parse_json(_read_entry(archive, fh, info, limit))
+    except RecordError as err:
+        message = err.message
+        raise RecordError(
+            message if message.startswith(info.filename) else f"{info.filename}: {message}"
+        ) from None
+    except (zstandard.ZstdError, zipfile.BadZipFile, *READ_ERRORS) as err:
         raise RecordError(f"{info.filename}: cannot read the entry: {err}") from None
 
 
@@ -87,7 +110,7 @@ def _eval_entries(
         entry = next((name for name in HEADER_ENTRIES if name in names), None)
         if entry is None:
             raise RecordError("not an Inspect .eval archive: no header.json entry")
-        header = _load_entry(archive, fh, archive.getinfo(entry))
+        header = _load_entry(archive, fh, archive.getinfo(entry), max_record_bytes)
         if not isinstance(header, dict):
             raise RecordError(f"{entry}: expected an object, got {type(header).__name__}")
     except (zipfile.BadZipFile, *READ_ERRORS) as err:
@@ -111,7 +134,7 @@ def _eval_entries(
                     )
                     continue
                 try:
-                    yield info.filename, _load_entry(archive, fh, info)
+                    yield info.filename, _load_entry(archive, fh, info, max_record_bytes)
                 except RecordError as err:
                     yield info.filename, err
         finally:
@@ -120,15 +143,14 @@ def _eval_entries(
     return header, samples()
 
 
-def _json_entries(path: Path) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
+def _json_entries(
+    path: Path, max_record_bytes: int
+) -> tuple[dict[str, Any], Iterator[tuple[str, Any]]]:
     """The header (the log itself) and its samples, from a ``.json`` log."""
-    text = read_document(path)
+    text = read_document(path, max_record_bytes)
     if isinstance(text, RecordError):
         raise text
-    try:
-        log = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise RecordError(f"malformed JSON: {err.msg}", line=err.lineno) from None
+    log = parse_json(text)
     if not isinstance(log, dict):
         raise RecordError(f"expected an Inspect log object, got {type(log).__name__}")
     samples = log.get("samples") or []
@@ -235,8 +257,12 @@ def sample_trajectory(
     for key in ("error", "limit", "metadata", "target"):
         if sample.get(key):
             meta[key] = sample[key]
+    end_reason = None
     if sample.get("error"):
         meta["crashed"] = True
+        end_reason = "crash"  # the sample errored: the harness, not a judged failure
+    elif sample.get("limit"):
+        end_reason = "budget"  # a message, token or time limit ended it: censored
     reward = None
     found, value = _score_value(scores, options.inspect_scorer)
     if found and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -250,6 +276,7 @@ def sample_trajectory(
         sample=(epoch - 1) if isinstance(epoch, int) and epoch >= 1 else None,
         reward=reward,
         prompt=prompt,
+        end_reason=end_reason,
         meta=meta,
         source_file=file,
         source_line=line,
@@ -264,7 +291,7 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
         if path.suffix == ".eval" or zipfile.is_zipfile(path):
             header, samples = _eval_entries(path, options.max_record_bytes)
         else:
-            header, samples = _json_entries(path)
+            header, samples = _json_entries(path, options.max_record_bytes)
     except RecordError as err:
         yield err.located(file, 1)
         return

@@ -1,0 +1,261 @@
+"""Fuzz every reader through ``ingest_file``: a bad input is a clean error, never a crash.
+
+Each fixture of ``tests/fixtures/formats/`` (``<format>.<ext>``, or a folder ``<format>/``) is a
+small valid input of one registered format. Hypothesis mutates it (a value replaced by random
+Unicode text with lone surrogates, JSON nested thousands deep, integers too large for the
+store, NaN and infinities, a wrong type; a key dropped or added; a CSV cell or a Parquet
+column changed) and ingests the result, with and without ``skip_bad``. The only outcomes
+allowed: the ingest succeeds, or it raises ``IngestError`` whose message names the file and a
+line; and after a failure every table of the store is exactly as before.
+
+The default suite runs a few examples per fixture (a few hundred in all); ``make test-slow``
+runs many more.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import io
+import json
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recovery.formats import known_formats
+from recovery.store import IngestError, IngestOptions, connect, ingest_file
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores", "store_info")
+
+
+def fixtures() -> list[Path]:
+    """Every fixture whose name starts with a registered format."""
+    known = set(known_formats())
+    found = [p for p in sorted(FIXTURES.iterdir()) if p.name.split(".")[0] in known]
+    return found
+
+
+def format_of(fixture: Path) -> str:
+    return fixture.name.split(".")[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Values that break readers
+
+SURROGATE_TEXT = st.builds(
+    lambda a, b: a + "\ud800" + b, st.text(max_size=8), st.text(max_size=8)
+)
+BAD_VALUES = st.one_of(
+    st.text(max_size=40),                      # any Unicode, including control characters
+    SURROGATE_TEXT,                            # a lone surrogate (json.dumps writes \ud800)
+    st.integers(min_value=30, max_value=10_000).map(lambda n: f"{DEEP}{n}__"),
+    st.sampled_from([2**31, 2**40, 2**63, 2**64 + 1, 10**30, -1, -(2**40)]),
+    st.sampled_from([float("nan"), float("inf"), float("-inf"), 1e308]),
+    st.sampled_from([None, True, False, 0, 1.5, "", {}, [], {"x": [1, {"y": None}]}]),
+)
+
+
+DEEP = "__nested_"
+"""A placeholder :func:`dumps` replaces by JSON nested that many levels deep (a value this deep
+cannot pass through Python's own encoder)."""
+
+
+def _nested_text(depth: int) -> str:
+    opens = "".join('{"k":' if level % 2 == 0 else "[" for level in range(depth))
+    closes = "".join("}" if level % 2 == 0 else "]" for level in reversed(range(depth)))
+    return opens + '"leaf"' + closes
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every path (keys and indices) into a JSON value, iteratively."""
+    out = []
+    stack = [(value, prefix)]
+    while stack:
+        item, path = stack.pop()
+        out.append(path)
+        if isinstance(item, dict):
+            stack.extend((v, (*path, k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(item))
+    return out
+
+
+def mutate_json(value: Any, data: st.DataObject) -> Any:
+    """``value`` with one random change at a random place."""
+    value = copy.deepcopy(value)
+    paths = _paths(value)
+    path = data.draw(st.sampled_from(paths), label="path")
+    action = data.draw(st.sampled_from(["replace", "replace", "replace", "drop", "add"]))
+    if not path:
+        return data.draw(BAD_VALUES) if action == "replace" else value
+    parent = value
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if action == "drop":
+        del parent[last]
+    elif action == "add" and isinstance(parent, dict):
+        parent[data.draw(st.text(max_size=10) | SURROGATE_TEXT)] = data.draw(BAD_VALUES)
+    else:
+        parent[last] = data.draw(BAD_VALUES, label="value")
+    return value
+
+
+def dumps(value: Any) -> str:
+    """JSON text as a careless writer might produce: NaN tokens, surrogate escapes kept, and
+    deep nesting where a placeholder stands."""
+    text = json.dumps(value, ensure_ascii=True)
+    return re.sub(f'"{DEEP}(\\d+)__"', lambda m: _nested_text(int(m.group(1))), text)
+
+
+# --------------------------------------------------------------------------------------------
+# Mutating a fixture of any shape
+
+
+def mutate_file(source: Path, target: Path, data: st.DataObject) -> None:
+    name = source.name
+    if source.is_dir():
+        shutil.copytree(source, target)
+        files = sorted(p for p in target.rglob("*") if p.is_file())
+        chosen = data.draw(st.sampled_from(files), label="file")
+        mutate_file(chosen, chosen.with_name("_" + chosen.name), data)
+        chosen.with_name("_" + chosen.name).replace(chosen)
+    elif name.endswith(".gz"):
+        inner = gzip.decompress(source.read_bytes())
+        plain = target.with_name("_inner" + source.name[: -len(".gz")])
+        plain.write_bytes(inner)
+        mutated = plain.with_name("_m" + plain.name)
+        mutate_file(plain, mutated, data)
+        target.write_bytes(gzip.compress(mutated.read_bytes()))
+    elif name.endswith((".jsonl", ".ndjson")):
+        lines = [json.loads(x) for x in source.read_text(encoding="utf-8").splitlines() if x]
+        index = data.draw(st.integers(0, len(lines) - 1), label="line")
+        lines[index] = mutate_json(lines[index], data)
+        target.write_text("".join(dumps(x) + "\n" for x in lines), encoding="utf-8")
+    elif name.endswith((".json", ".traj")):
+        target.write_text(dumps(mutate_json(json.loads(source.read_text("utf-8")), data)),
+                          encoding="utf-8")
+    elif name.endswith(".eval"):
+        with zipfile.ZipFile(source) as archive:
+            entries = {n: archive.read(n) for n in archive.namelist()}
+        names = sorted(n for n in entries if n.endswith(".json"))
+        chosen = data.draw(st.sampled_from(names), label="entry")
+        entries[chosen] = dumps(mutate_json(json.loads(entries[chosen]), data)).encode()
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+            for entry, content in entries.items():
+                archive.writestr(entry, content)
+    elif name.endswith(".csv"):
+        import csv
+
+        rows = list(csv.reader(io.StringIO(source.read_text(encoding="utf-8"))))
+        r = data.draw(st.integers(0, len(rows) - 1), label="row")
+        if rows[r]:
+            c = data.draw(st.integers(0, len(rows[r]) - 1), label="cell")
+            rows[r][c] = str(data.draw(BAD_VALUES.filter(lambda v: not isinstance(v, str)) |
+                                       st.text(max_size=30)))
+        with open(target, "w", newline="", encoding="utf-8", errors="surrogatepass") as fh:
+            csv.writer(fh).writerows(rows)
+    elif name.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(source)
+        column = data.draw(st.sampled_from(table.column_names), label="column")
+        if data.draw(st.booleans(), label="drop column"):
+            table = table.drop_columns([column])
+        else:
+            values = [json.dumps(v) if not isinstance(v, str) else v
+                      for v in table.column(column).to_pylist()]
+            row = data.draw(st.integers(0, max(len(values) - 1, 0)), label="row")
+            if values:
+                values[row] = data.draw(st.text(max_size=30))
+            table = table.set_column(table.column_names.index(column), column,
+                                     pa.array(values, pa.string()))
+        pq.write_table(table, target)
+    else:  # pragma: no cover - a fixture of a kind this harness does not know
+        raise AssertionError(f"no mutator for fixture {source}")
+
+
+# --------------------------------------------------------------------------------------------
+# The property
+
+
+def dump(con: Any) -> dict[str, list[tuple]]:
+    return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+
+
+def check_ingest(con: Any, path: Path, fmt: str, skip_bad: bool) -> None:
+    before = dump(con)
+    try:
+        ingest_file(con, path, IngestOptions(format=fmt, skip_bad=skip_bad))
+    except IngestError as err:
+        message = str(err)
+        assert re.search(re.escape(str(path)) + r"(/[^:]*)?:\d+: ", message), message
+        assert "Traceback" not in message
+        assert dump(con) == before
+        return
+    assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] >= 1
+
+
+def _fuzz(fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    fmt = format_of(fixture)
+    work = tmp_path_factory.mktemp("fuzz")
+    target = work / fixture.name
+    mutate_file(fixture, target, data)
+    con = connect(None)
+    try:
+        # A store that already holds the valid fixture, so "unchanged" has content to keep.
+        ingest_file(con, fixture, IngestOptions(format=fmt))
+        check_ingest(con, target, fmt, skip_bad=data.draw(st.booleans(), label="skip_bad"))
+    finally:
+        con.close()
+
+
+FAST = settings(max_examples=25, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+SLOW = settings(max_examples=400, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def test_every_format_has_a_fixture() -> None:
+    have = {format_of(p) for p in fixtures()}
+    missing = sorted(set(known_formats()) - have)
+    assert not missing, f"add a fixture for {missing} to {FIXTURES}"
+
+
+@pytest.mark.parametrize("fixture", fixtures(), ids=lambda p: p.name)
+def test_fixture_ingests_cleanly(fixture: Path) -> None:
+    con = connect(None)
+    try:
+        result = ingest_file(con, fixture, IngestOptions(format=format_of(fixture)))
+        assert result.n_trajectories >= 1 and not result.skipped
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("fixture", fixtures(), ids=lambda p: p.name)
+@FAST
+@given(data=st.data())
+def test_mutated_input_is_stored_or_refused_cleanly(
+    fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    _fuzz(fixture, tmp_path_factory, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", fixtures(), ids=lambda p: p.name)
+@SLOW
+@given(data=st.data())
+def test_mutated_input_is_stored_or_refused_cleanly_many(
+    fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    _fuzz(fixture, tmp_path_factory, data)
