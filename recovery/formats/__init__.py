@@ -93,14 +93,35 @@ class UnknownFormatError(ValueError):
 
 def _registry() -> dict[str, Reader]:
     # Imported here, not at module load, so that importing one reader never costs the others.
-    from recovery.formats import agentprocessbench, canonical, inspect_log, openai_chat, taubench
+    from recovery.formats import (
+        agentprocessbench,
+        art,
+        atif,
+        balrog,
+        canonical,
+        inspect_log,
+        minisweagent,
+        openai_chat,
+        sweagent,
+        taubench,
+        verl,
+    )
 
+    # Detection tries them in this order. mini-swe-agent files are chat messages too, so their
+    # (specific) sniffer comes before the OpenAI one; the other new sniffers accept only their
+    # own files, and the JSON documents among them come before Inspect's key-text sniffer.
     readers = [
         canonical.READER,
         agentprocessbench.READER,
+        minisweagent.READER,
         openai_chat.READER,
         taubench.READER,
+        atif.READER,
+        sweagent.READER,
         inspect_log.READER,
+        verl.READER,
+        art.READER,
+        balrog.READER,
     ]
     return {r.name: r for r in readers}
 
