@@ -55,7 +55,7 @@ EVENTS = ("progress", "stall", "error", "repeat", "recover", "fatal")
 """Values of a turn's ``meta.event``: the first three outside a spell, the last three inside."""
 
 # --------------------------------------------------------------------------------------------
-# Visible-error observations, one constant per kind. The rules engine (recovery/marking.py)
+# Visible-error observations, one constant per kind. The rules engine (recovery/marking)
 # recognises these; VISIBLE_ERROR_PATTERNS are regular expressions that match every template
 # of their kind and nothing a normal observation says. Placeholders: {noun} the entity,
 # {wrong} a wrong id, {tool} the tool called, {arg} an argument name, {line}/{code}/{req}/{col}

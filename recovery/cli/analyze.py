@@ -122,7 +122,7 @@ def ingest_inputs(
         click.ClickException: when a file cannot be ingested (the store keeps the others).
     """
     from recovery.marking import load_rules
-    from recovery.store import IngestOptions, file_sha256, ingest_files
+    from recovery.store import IngestOptions, ingest_files
 
     options = IngestOptions(
         format=config.format, rules=load_rules(config.rules) if config.rules else None,
@@ -141,12 +141,12 @@ def ingest_inputs(
             f"{len(failed)} of {len(results)} input files could not be ingested (each is "
             "named above); fix or leave them out, nothing was analysed"
         )
-    for path, result in zip(config.files, results, strict=True):
+    for result in results:
         sources = [result.file]
         if result.status == "skipped":
             sources = [
                 row[0] for row in con.execute(
-                    "SELECT file FROM ingests WHERE sha256 = ?", [file_sha256(path)]
+                    "SELECT file FROM ingests WHERE sha256 = ?", [result.sha256]
                 ).fetchall()
             ]
         found = con.execute(

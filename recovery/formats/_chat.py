@@ -67,8 +67,11 @@ def normalise_tool_call(call: Any) -> dict[str, Any]:
         name = function if isinstance(function, str) else call.get("name")
         arguments = call.get("arguments")
     if isinstance(arguments, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            arguments = json.loads(arguments)
+        from recovery.formats import parse_json
+
+        # Arguments that are not strict JSON (a model's malformed call, NaN) stay the string.
+        with contextlib.suppress(RecordError):
+            arguments = parse_json(arguments)
     normalised = {"id": call.get("id"), "name": name, "arguments": arguments}
     if call.get("parse_error"):
         # Inspect records arguments it could not parse here: a parse_error action.

@@ -110,7 +110,7 @@ def test_deep_nesting_is_refused_by_both_paths(store: Path, tmp_path: Path) -> N
 def test_shallow_but_bracket_heavy_records_still_take_the_fast_path(tmp_path: Path,
                                                                     monkeypatch) -> None:
     """Many turns mean many brackets, not depth: such a file is stored, by DuckDB itself."""
-    import recovery.store as store_module
+    import recovery.store.ingest as store_module
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the Python reader was used")

@@ -217,3 +217,19 @@ def test_bad_file_names_file_and_fails(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "bad.jsonl:2: malformed JSON" in result.output
     assert "nothing from this file was stored" in result.output
+
+
+def test_analyze_a_folder_input_twice_with_a_store(tmp_path: Path) -> None:
+    """A folder input already in the store (same digest) is found again by its digest."""
+    from tests.conftest import REPO
+
+    folder = REPO / "tests" / "fixtures" / "formats" / "balrog"
+    store = tmp_path / "s.duckdb"
+    outputs = []
+    for _ in range(2):
+        result = CliRunner().invoke(main, ["analyze", str(folder), "--store", str(store),
+                                           "--n-boot", "0", "--json", str(tmp_path / "r.json")])
+        assert result.exit_code == 0, result.output
+        outputs.append(json.loads((tmp_path / "r.json").read_text()))
+    assert "already ingested" in result.stderr
+    assert outputs[0]["runs"] == outputs[1]["runs"]

@@ -512,9 +512,10 @@ def test_format_override_reads_labelled_chats_as_plain_chats(tmp_path: Path) -> 
 # Detection and the registry
 
 
-def test_known_formats_are_the_five_readers() -> None:
+def test_known_formats_are_the_registered_readers() -> None:
     assert set(known_formats()) == {"canonical", "openai", "taubench", "agentprocessbench",
-                                    "inspect"}
+                                    "inspect", "verl", "atif", "sweagent", "minisweagent",
+                                    "balrog", "art"}
 
 
 def test_get_reader_unknown_lists_known_formats() -> None:

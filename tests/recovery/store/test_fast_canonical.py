@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery import store as store_module
 from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from recovery.store import ingest as store_module
 
 GOOD_RECORDS = [
     {

@@ -1,25 +1,18 @@
-"""The DuckDB store (DESIGN 3.3): tables, views, and atomic, idempotent ingest.
+"""Atomic, idempotent ingest: one transaction per file, rows in as Arrow batches.
 
-One DuckDB connection is opened with :func:`connect` and passed to every function that touches
-the store. Ingest is one transaction per file: a file that fails leaves the store exactly as it
-was, and a file whose sha256 is already recorded is skipped. Rows go in as Arrow batches.
-
-Example:
-    >>> from recovery.store import connect, ingest_file
-    >>> con = connect("runs.duckdb")
-    >>> ingest_file(con, "runs/base.jsonl")
-    >>> con.sql("SELECT run, avg(success::INT) FROM trajectories GROUP BY run").fetchall()
+A file that fails leaves the store exactly as it was; a file whose sha256 is already recorded is
+skipped. Plainly valid canonical JSONL is parsed by DuckDB itself
+(:mod:`recovery.store.fast_canonical`); every other input goes through its reader
+(:mod:`recovery.formats`) and :class:`_BatchWriter`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recovery.errors import InputProblem
 from recovery.formats import (
     DEFAULT_MAX_RECORD_BYTES,
     ReadOptions,
@@ -32,155 +25,15 @@ from recovery.schema import (
     RecordError,
     Trajectory,
     compact_json,
-    end_reason_sql,
     text_problem,
 )
+from recovery.store.digest import FileDigest, directory_digest, file_digest, make_traj_id
 
 if TYPE_CHECKING:
     import duckdb
 
-    from recovery.canonical_sql import FastIngest
     from recovery.marking import RuleSet
-
-SCHEMA_VERSION = 2
-
-TABLES_DDL = """
-CREATE TABLE IF NOT EXISTS ingests (
-    file            VARCHAR NOT NULL,
-    sha256          VARCHAR NOT NULL,
-    format          VARCHAR NOT NULL,
-    n_trajectories  INTEGER NOT NULL,
-    n_turns         BIGINT  NOT NULL,
-    n_skipped       INTEGER NOT NULL,
-    ingested_at     TIMESTAMP NOT NULL
-);
-CREATE TABLE IF NOT EXISTS trajectories (
-    traj_id       VARCHAR NOT NULL,
-    run           VARCHAR NOT NULL,
-    task_id       VARCHAR NOT NULL,
-    sample        INTEGER NOT NULL,
-    budget        INTEGER,
-    success       BOOLEAN,
-    reward        DOUBLE,
-    n_turns       INTEGER NOT NULL,
-    success_turn  INTEGER,
-    end_reason    VARCHAR NOT NULL,
-    format        VARCHAR NOT NULL,
-    prompt        VARCHAR,
-    source_file   VARCHAR,
-    source_line   INTEGER,
-    meta          JSON
-);
-CREATE TABLE IF NOT EXISTS turns (
-    traj_id           VARCHAR NOT NULL,
-    t                 INTEGER NOT NULL,
-    action            VARCHAR,
-    action_json       JSON,
-    observation       VARCHAR,
-    observation_json  JSON,
-    reward            DOUBLE,
-    explicit_error    VARCHAR,
-    error_kind        VARCHAR,
-    is_error          BOOLEAN NOT NULL DEFAULT false,
-    recovery_of       INTEGER,
-    label             DOUBLE,
-    done              BOOLEAN NOT NULL DEFAULT false,
-    meta              JSON
-);
-CREATE TABLE IF NOT EXISTS error_spells (
-    traj_id       VARCHAR NOT NULL,
-    start_t       INTEGER NOT NULL,
-    end_t         INTEGER NOT NULL,
-    kind          VARCHAR,
-    recovered     BOOLEAN NOT NULL,
-    recovered_at  INTEGER,
-    latency       INTEGER,
-    fatal         BOOLEAN NOT NULL
-);
-CREATE TABLE IF NOT EXISTS step_scores (
-    traj_id  VARCHAR NOT NULL,
-    t        INTEGER NOT NULL,
-    model    VARCHAR NOT NULL,
-    score    DOUBLE NOT NULL
-);
-CREATE TABLE IF NOT EXISTS store_info (key VARCHAR, value VARCHAR);
-"""
-
-VIEWS_DDL = """
-CREATE OR REPLACE VIEW task_outcomes AS
-SELECT run, task_id, budget,
-       count(*)                          AS n_samples,
-       count(*) FILTER (WHERE success)   AS n_success,
-       avg(success::INTEGER)             AS success_rate,
-       avg(n_turns)                      AS mean_turns
-FROM trajectories
-GROUP BY run, task_id, budget;
-
-CREATE OR REPLACE VIEW recovery_stats AS
-SELECT tr.run,
-       count(DISTINCT tr.traj_id)                              AS n_trajectories,
-       count(s.traj_id)                                        AS n_spells,
-       count(s.traj_id) FILTER (WHERE s.recovered)             AS n_recovered,
-       count(s.traj_id) FILTER (WHERE s.fatal)                 AS n_fatal,
-       avg(s.recovered::INTEGER)                               AS recovery_rate,
-       avg(s.latency) FILTER (WHERE s.recovered)               AS mean_latency
-FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
-GROUP BY tr.run;
-
--- Pass@(K,T) and pass^(K,T) in truncation mode (DESIGN 5); the SQL face of analyses.passkt,
--- which adds budgeted mode and bootstrap intervals. Per (run, task): n = trajectories with a
--- known outcome, whatever their budget; c = those that succeeded by turn t (a success without
--- success_turn succeeds at its last turn). t takes every distinct success turn of the run (the
--- only turns where the surface can change: between two listed t it keeps the lower one's
--- value) and NULL = no turn limit. k runs from 1 to the most samples a task of the run has;
--- tasks with n < k are left out of value and counted in n_tasks_left_out. The ratios use the
--- product form C(n - a, k) / C(n, k) = prod(1 - k/j, j = a+1..n).
-CREATE OR REPLACE VIEW pass_kt_task_counts AS
-WITH outcomes AS (
-    SELECT run, task_id,
-           CASE WHEN success THEN coalesce(success_turn, n_turns) END AS won_at
-    FROM trajectories
-    WHERE success IS NOT NULL
-),
-limits AS (
-    SELECT DISTINCT run, won_at AS t FROM outcomes WHERE won_at IS NOT NULL
-    UNION ALL
-    SELECT DISTINCT run, NULL::INTEGER AS t FROM outcomes
-)
-SELECT o.run, o.task_id, l.t,
-       count(*)                                                   AS n,
-       count(*) FILTER (WHERE o.won_at <= coalesce(l.t, o.won_at)) AS c
-FROM outcomes o JOIN limits l USING (run)
-GROUP BY o.run, o.task_id, l.t;
-
-CREATE OR REPLACE VIEW pass_at_kt AS
-WITH widths AS (
-    SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
-)
-SELECT w.run, w.k, p.t,
-       avg(CASE WHEN p.n - p.c < w.k THEN 1.0
-                ELSE 1.0 - coalesce(list_product(list_transform(
-                    range(p.n - p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
-           END) FILTER (WHERE p.n >= w.k)                          AS value,
-       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
-       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
-FROM widths w JOIN pass_kt_task_counts p USING (run)
-GROUP BY w.run, w.k, p.t;
-
-CREATE OR REPLACE VIEW pass_hat_kt AS
-WITH widths AS (
-    SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
-)
-SELECT w.run, w.k, p.t,
-       avg(CASE WHEN p.c < w.k THEN 0.0
-                ELSE coalesce(list_product(list_transform(
-                    range(p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
-           END) FILTER (WHERE p.n >= w.k)                          AS value,
-       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
-       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
-FROM widths w JOIN pass_kt_task_counts p USING (run)
-GROUP BY w.run, w.k, p.t;
-"""
+    from recovery.store.fast_canonical import FastIngest
 
 TRAJECTORY_COLUMNS = (
     "traj_id", "run", "task_id", "sample", "budget", "success", "reward", "n_turns",
@@ -194,139 +47,6 @@ TURN_COLUMNS = (
 
 class IngestError(RuntimeError):
     """Ingest of a file failed; the store is unchanged. The message names file and line."""
-
-
-def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the store (in memory when ``path`` is None) and make sure its tables exist.
-
-    Args:
-        path: The DuckDB file; ``None`` or ``":memory:"`` for an in-memory store.
-        read_only: Open read-only (the file must exist; nothing is created).
-
-    Returns:
-        The connection to pass to every other function.
-    """
-    import duckdb
-
-    if path is None or str(path) == ":memory:":
-        con = duckdb.connect(":memory:")
-    else:
-        path = Path(path)
-        if read_only and not path.exists():
-            raise FileNotFoundError(f"store {path} does not exist")
-        con = duckdb.connect(str(path), read_only=read_only)
-    if read_only:
-        check_schema(con, path)
-    else:
-        ensure_schema(con)
-    return con
-
-
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the tables and views when missing, and upgrade an older store (idempotent).
-
-    Schema 1 had no ``trajectories.end_reason``: it is added and filled by the one rule
-    (:func:`recovery.schema.end_reason`) from the stored outcome and budget.
-    """
-    con.execute(TABLES_DDL)
-    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
-    if "end_reason" not in columns:
-        con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
-        con.execute(
-            "UPDATE trajectories SET end_reason = "
-            + end_reason_sql("success", "n_turns", "budget")
-        )
-    con.execute(VIEWS_DDL)
-    con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
-    con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-
-
-def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
-    """Refuse a file this version cannot read: not a store, or a store of an older schema.
-
-    Raises:
-        InputProblem: naming the store and what to do.
-    """
-    tables = {
-        row[0]
-        for row in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
-        ).fetchall()
-    }
-    missing = sorted({"trajectories", "turns"} - tables)
-    if missing:
-        raise InputProblem(
-            f"{path} is not a store of this toolkit: it has no {' or '.join(missing)} table "
-            "(create one with `recovery ingest FILES --store PATH`)"
-        )
-    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
-    if "end_reason" not in columns:
-        raise InputProblem(
-            f"store {path} was written by an older version of this toolkit (no "
-            "trajectories.end_reason); open it once for writing to upgrade it, e.g. with "
-            "`recovery mark --store PATH`"
-        )
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of the file's bytes (streamed)."""
-    return file_digest(path).sha256
-
-
-@dataclass(frozen=True, slots=True)
-class FileDigest:
-    """What one streamed pass over a file's bytes tells.
-
-    Attributes:
-        sha256: Hex digest of the bytes.
-        n_lines: Number of lines (a last line without a newline counts).
-        longest_line: Bytes of the longest line, without its newline.
-    """
-
-    sha256: str
-    n_lines: int
-    longest_line: int
-
-
-def directory_digest(path: str | Path) -> FileDigest:
-    """sha256 of a directory input: of every regular file below it, by relative path.
-
-    The same files with the same bytes give the same digest wherever the directory lies, so
-    re-ingesting a moved copy adds nothing. Line counts are not taken (0).
-    """
-    root = Path(path)
-    digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(file.relative_to(root).as_posix().encode("utf-8", "surrogateescape"))
-        digest.update(b"\0")
-        digest.update(bytes.fromhex(file_digest(file).sha256))
-    return FileDigest(digest.hexdigest(), 0, 0)
-
-
-def file_digest(path: str | Path) -> FileDigest:
-    """sha256, line count and longest line of a file, in one streamed pass."""
-    import numpy as np
-
-    digest = hashlib.sha256()
-    newlines = longest = offset = 0
-    last_newline = -1  # absolute position of the last newline seen
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
-            if len(ends):
-                longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
-                last_newline = int(ends[-1])
-                newlines += len(ends)
-            offset += len(chunk)
-    tail = offset - last_newline - 1
-    return FileDigest(digest.hexdigest(), newlines + (tail > 0), max(longest, tail))
-
-
-def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:
-    """Stable trajectory id: the same (run, task, budget, sample) always gives the same id."""
-    key = f"{run}\x1f{task_id}\x1f{'' if budget is None else budget}\x1f{sample}"
-    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(slots=True)
@@ -343,7 +63,7 @@ class IngestOptions:
         rules: Error rules for marking; ``None`` = the built-in rules only.
         mark: Run error marking on the new trajectories inside the same transaction.
         fast: Let DuckDB parse plainly valid canonical JSONL itself (see
-            :mod:`recovery.canonical_sql`); the Python reader handles everything else and
+            :mod:`recovery.store.fast_canonical`); the Python reader handles everything else and
             is used for all files when false.
         inspect_scorer: Inspect logs: the scorer that decides success (``None`` = first).
         inspect_success: Inspect logs: score values that count as success.
@@ -377,6 +97,7 @@ class IngestResult:
         n_turns: Turns stored.
         skipped: Bad records skipped (with ``skip_bad``), each naming file and line.
         error: Why the file failed, naming file and line.
+        sha256: The input's digest (of a file, or of a directory's files).
     """
 
     file: str
@@ -386,6 +107,7 @@ class IngestResult:
     n_turns: int = 0
     skipped: list[RecordError] = field(default_factory=list)
     error: str | None = None
+    sha256: str | None = None
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -637,7 +359,7 @@ def ingest_file(
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
     if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
-        return IngestResult(file=str(path), format=fmt, status="skipped")
+        return IngestResult(file=str(path), format=fmt, status="skipped", sha256=sha)
     read_options = ReadOptions(
         run=options.run,
         success_threshold=options.success_threshold,
@@ -671,10 +393,11 @@ def ingest_file(
             n_trajectories=len(traj_ids),
             n_turns=n_turns,
             skipped=skipped,
+            sha256=sha,
         )
 
     if _fast_path_applies(path, fmt, digest, options):
-        from recovery.canonical_sql import Declined
+        from recovery.store.fast_canonical import Declined
 
         try:
             return in_transaction(con, lambda: body(fast=True))
@@ -746,8 +469,8 @@ def _fast_path_applies(
     path: Path, fmt: str, digest: FileDigest, options: IngestOptions
 ) -> bool:
     """Canonical, plain, and no line over the record limit (the reader names those)."""
-    from recovery.canonical_sql import eligible
     from recovery.formats import head_bytes
+    from recovery.store.fast_canonical import eligible
 
     return (
         fmt == "canonical"
@@ -761,8 +484,8 @@ def _ingest_canonical_fast(
     con: duckdb.DuckDBPyConnection, path: Path, digest: FileDigest, options: IngestOptions
 ) -> FastIngest:
     """DuckDB-native ingest of a plainly valid canonical file (raises Declined otherwise)."""
-    from recovery.canonical_sql import ingest_canonical
     from recovery.formats import stem
+    from recovery.store.fast_canonical import ingest_canonical
 
     return ingest_canonical(
         con,
@@ -808,23 +531,3 @@ def ingest_trajectories(
         return in_transaction(con, body)
     except RecordError as err:
         raise IngestError(f"{err}; nothing was stored") from None
-
-
-def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:
-    """Write every table of the store to ``out_dir/<table>.parquet``.
-
-    Returns:
-        The files written.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for table in ("ingests", "trajectories", "turns", "error_spells", "step_scores"):
-        target = out / f"{table}.parquet"
-        con.execute(f"COPY {table} TO '{_sql_path(target)}' (FORMAT parquet)")
-        written.append(target)
-    return written
-
-
-def _sql_path(path: Path) -> str:
-    return str(path).replace("'", "''")

@@ -1,0 +1,55 @@
+"""Error marking and error spells, set-wise in DuckDB.
+
+- :mod:`recovery.marking.rules`: the rule model, TOML rule files, the built-in rule sets;
+- :mod:`recovery.marking.compile`: rules to one SQL ``CASE`` expression;
+- :mod:`recovery.marking.mark`: marking the store's turns (:func:`mark_store`);
+- :mod:`recovery.marking.spells`: the one definition of an error spell.
+
+Example:
+    >>> from recovery.marking import load_rules, mark_store
+    >>> counts = mark_store(con, rules=load_rules("my_rules.toml"))
+    >>> counts
+    {'tool_error': 73}
+"""
+
+from __future__ import annotations
+
+from recovery.marking.compile import CompiledRules, compile_rules, rule_condition
+from recovery.marking.mark import mark_counts, mark_store, rule_marks, rule_matches
+from recovery.marking.rules import (
+    BUILTIN_RULE_FILES,
+    KINDS,
+    NOT_AN_ERROR,
+    Rule,
+    RuleError,
+    RuleSet,
+    builtin_rules,
+    load_rules,
+    rule_from_dict,
+    rules_from_toml,
+)
+from recovery.marking.spells import SPELL_COLUMNS, error_spells, rebuild_spells, spells_of_frames
+
+__all__ = [
+    "BUILTIN_RULE_FILES",
+    "KINDS",
+    "NOT_AN_ERROR",
+    "SPELL_COLUMNS",
+    "CompiledRules",
+    "Rule",
+    "RuleError",
+    "RuleSet",
+    "builtin_rules",
+    "compile_rules",
+    "error_spells",
+    "load_rules",
+    "mark_counts",
+    "mark_store",
+    "rebuild_spells",
+    "rule_condition",
+    "rule_from_dict",
+    "rule_marks",
+    "rule_matches",
+    "rules_from_toml",
+    "spells_of_frames",
+]

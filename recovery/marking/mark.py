@@ -1,0 +1,241 @@
+"""Marking: which turns are errors, of which kind, in one set-wise pass over the store.
+
+Marking fills ``turns.error_kind``, ``turns.is_error``, ``turns.recovery_of`` and the
+``error_spells`` table for a set of trajectories. Every rule is compiled into one SQL ``CASE``
+expression evaluated over the turns in a single pass; no Python runs per turn.
+
+Precedence (the first source that fires names the kind; see ``docs/errors.md``):
+
+1. an explicit mark in the data (``turns.explicit_error``): always wins;
+2. ``labelled``: a process label below 0;
+3. user rules (``--rules FILE``), in file order;
+4. built-in rule sets for the trajectory's format, then the generic built-in rules
+   (exceptions and tracebacks, rejected actions, unparseable actions);
+5. ``repeat``: the same action as the previous turn answered by the same observation;
+6. ``prm``: a PRM score in ``step_scores`` below a threshold (only when a model is named).
+
+A user rule of kind ``none`` says "not an error": a turn it matches is left unmarked by the
+later sources (3 to 6), which is how a built-in rule that mis-fires on some data is silenced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from recovery.marking.compile import applicable, compile_rules, rule_condition, sql_str
+from recovery.marking.rules import Rule, RuleSet, builtin_rules
+from recovery.marking.spells import write_spells_and_turns
+from recovery.store.scope import traj_scope
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+
+def _formats(con: duckdb.DuckDBPyConnection, scope: str) -> set[str]:
+    """The formats of the trajectories in ``scope`` (a SQL predicate)."""
+    rows = con.execute(f"SELECT DISTINCT format FROM trajectories WHERE {scope}").fetchall()
+    return {row[0] for row in rows}
+
+
+def _kinds_query(
+    con: duckdb.DuckDBPyConnection,
+    rules: RuleSet,
+    scope: str,
+    *,
+    labels: bool = True,
+    prm_model: str | None = None,
+    prm_threshold: float = 0.5,
+    keep: Sequence[tuple[str, str]] = (),
+) -> str:
+    """A query giving ``traj_id, t, kind`` (``NULL`` = no error) for every turn in ``scope``.
+
+    Explicit marks, process labels (``labels``), content rules, then ``repeat`` and ``prm``.
+    ``keep`` adds turn columns as ``(expression, alias)`` pairs.
+    """
+    formats = _formats(con, scope)
+    all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
+    compiled = compile_rules(all_rules, formats, labels=labels)
+    needs_format = any(
+        r.formats and not formats <= set(r.formats) for r in applicable(all_rules, formats)
+    )
+    sources = "turns"
+    if needs_format:
+        sources += " JOIN (SELECT traj_id, format FROM trajectories) USING (traj_id)"
+    later = []
+    if rules.repeat:
+        # Same action and same observation as the previous turn, compared by a 64-bit hash
+        # of the pair so that the window sorts narrow rows only.
+        later.append("WHEN step_hash = lag(step_hash) OVER w THEN 'repeat'")
+    prm_column = ""
+    if prm_model is not None:
+        sources += (
+            " LEFT JOIN (SELECT traj_id, t, min(score) AS prm_score FROM step_scores "
+            f"WHERE model = {sql_str(prm_model)} GROUP BY traj_id, t) USING (traj_id, t)"
+        )
+        prm_column = ", prm_score"
+        later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")
+    hash_column = ", hash(action, observation) AS step_hash" if rules.repeat else ""
+    prefilter_sql = "".join(
+        f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
+    )
+    final_kind = "nullif(content_kind, 'none')"
+    if later:
+        final_kind = (
+            "CASE WHEN content_kind IS NOT NULL THEN nullif(content_kind, 'none') "
+            + " ".join(later)
+            + " END"
+        )
+    kept = "".join(f", {expression} AS {alias}" for expression, alias in keep)
+    kept_names = "".join(f", {alias}" for _, alias in keep)
+    # One pass over the scoped turns computes the content rules; the window of the repeat
+    # rule then sorts narrow rows.
+    return f"""
+        WITH scoped AS (
+            SELECT *{prefilter_sql} FROM {sources} WHERE {scope}
+        ),
+        content AS (
+            SELECT traj_id, t, {compiled.kind_sql} AS content_kind{hash_column}{prm_column}{kept}
+            FROM scoped
+        )
+        SELECT traj_id, t, {final_kind} AS kind{kept_names}
+        FROM content
+        {"WINDOW w AS (PARTITION BY traj_id ORDER BY t)" if rules.repeat else ""}
+        """
+
+
+def rule_marks(
+    con: duckdb.DuckDBPyConnection,
+    traj_ids: Sequence[str],
+    rules: RuleSet | None = None,
+) -> pd.DataFrame:
+    """What the rules alone say of each turn, without process labels; writes nothing.
+
+    Marking lets a process label below 0 (``labelled``) win over the content rules. To ask
+    what reading the text finds (e.g. to compare a PRM with the rules on data whose labels are
+    Monte Carlo values), this evaluates explicit marks, the content rules and ``repeat`` only.
+
+    Args:
+        con: The store (a read-only connection will do).
+        traj_ids: The trajectories.
+        rules: As for :func:`mark_store`.
+
+    Returns:
+        Columns ``traj_id, t, kind`` (``None`` where no rule fires), one row per turn.
+    """
+    with traj_scope(con, list(traj_ids)) as scope:
+        kinds = _kinds_query(con, rules or RuleSet(), scope, labels=False)
+        frame = con.execute(f"SELECT * FROM ({kinds}) ORDER BY traj_id, t").df()
+    frame["kind"] = frame["kind"].astype(object).where(frame["kind"].notna(), None)
+    return frame
+
+
+def mark_store(
+    con: duckdb.DuckDBPyConnection,
+    rules: RuleSet | None = None,
+    traj_ids: Sequence[str] | None = None,
+    *,
+    prm_model: str | None = None,
+    prm_threshold: float = 0.5,
+) -> dict[str, int]:
+    """Mark error turns and rebuild error spells for some or all trajectories.
+
+    Re-marking is idempotent, and scoped: trajectories outside ``traj_ids`` are not touched.
+    Runs inside the caller's transaction when there is one (ingest marks inside its own).
+
+    Args:
+        con: The store.
+        rules: User rules and switches; ``None`` = the built-in rules and ``repeat`` only.
+        traj_ids: Trajectories to (re)mark; ``None`` = the whole store.
+        prm_model: Also mark ``prm`` errors: turns whose score from this model in
+            ``step_scores`` is below ``prm_threshold``. ``None`` = no ``prm`` marks.
+        prm_threshold: The score below which a turn is a ``prm`` error.
+
+    Returns:
+        The number of error turns of each kind among the marked trajectories.
+    """
+    with traj_scope(con, traj_ids) as scope:
+        return _mark_scoped(con, rules or RuleSet(), scope, prm_model, prm_threshold)
+
+
+def _mark_scoped(
+    con: duckdb.DuckDBPyConnection,
+    rules: RuleSet,
+    scope: str,
+    prm_model: str | None,
+    prm_threshold: float,
+) -> dict[str, int]:
+    try:
+        kinds = _kinds_query(
+            con, rules, scope, prm_model=prm_model, prm_threshold=prm_threshold,
+            keep=(("error_kind", "old_kind"), ("is_error", "old_is_error"),
+                  ("recovery_of", "old_recovery_of")),
+        )
+        # Only the rows that are or were marked are kept: the spells and the update need
+        # nothing else.
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE _marks AS
+            SELECT * FROM ({kinds})
+            WHERE kind IS NOT NULL OR old_kind IS NOT NULL OR old_is_error
+                  OR old_recovery_of IS NOT NULL
+            """
+        )
+        write_spells_and_turns(con, scope)
+        return dict(
+            con.execute(
+                "SELECT kind, count(*) FROM _marks WHERE kind IS NOT NULL "
+                "GROUP BY kind ORDER BY count(*) DESC, kind"
+            ).fetchall()
+        )
+    finally:
+        con.execute("DROP TABLE IF EXISTS _marks")
+
+
+def mark_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Error turns per kind in the whole store, most frequent first."""
+    return dict(
+        con.execute(
+            "SELECT error_kind, count(*) FROM turns WHERE is_error "
+            "GROUP BY error_kind ORDER BY count(*) DESC, error_kind"
+        ).fetchall()
+    )
+
+
+def rule_matches(
+    con: duckdb.DuckDBPyConnection,
+    rules: Sequence[Rule] | None = None,
+    traj_ids: Sequence[str] | None = None,
+) -> dict[str, int]:
+    """How many turns each rule matches on its own, ignoring precedence (a diagnostic).
+
+    Use it to see what a rule would mark on some data before relying on it, e.g. that no
+    generic rule fires on a data set whose errors a format rule already marks.
+
+    Args:
+        con: The store.
+        rules: The rules to try; ``None`` = the built-in rules.
+        traj_ids: Trajectories to look at; ``None`` = the whole store.
+
+    Returns:
+        ``"<source>: <rule name>"`` -> the number of turns (of a format the rule applies to)
+        that the rule matches, in rule order.
+    """
+    rules = builtin_rules() if rules is None else list(rules)
+    if not rules:
+        return {}
+    with traj_scope(con, traj_ids) as scope:
+        counts = []
+        for rule in rules:
+            condition = rule_condition(rule)
+            if rule.formats:
+                names = ", ".join(sql_str(f) for f in rule.formats)
+                condition = f"format IN ({names}) AND {condition}"
+            counts.append(f"count(*) FILTER (WHERE {condition})")
+        row = con.execute(
+            f"SELECT {', '.join(counts)} FROM turns "
+            "JOIN (SELECT traj_id, format FROM trajectories) USING (traj_id) "
+            f"WHERE {scope}"
+        ).fetchall()[0]
+    return {f"{rule.source}: {rule.name}": int(n) for rule, n in zip(rules, row, strict=True)}

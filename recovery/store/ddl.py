@@ -1,0 +1,228 @@
+"""The store's tables and views, and opening a store (the one DuckDB connection).
+
+:func:`connect` opens (or creates) a store and makes sure its tables exist; every other
+function of the toolkit takes that connection. A read-only open refuses a file that is not a
+store, or a store of an older schema, with a message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from recovery.errors import InputProblem
+from recovery.schema import end_reason_sql
+
+if TYPE_CHECKING:
+    import duckdb
+
+SCHEMA_VERSION = 2
+
+TABLES_DDL = """
+CREATE TABLE IF NOT EXISTS ingests (
+    file            VARCHAR NOT NULL,
+    sha256          VARCHAR NOT NULL,
+    format          VARCHAR NOT NULL,
+    n_trajectories  INTEGER NOT NULL,
+    n_turns         BIGINT  NOT NULL,
+    n_skipped       INTEGER NOT NULL,
+    ingested_at     TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trajectories (
+    traj_id       VARCHAR NOT NULL,
+    run           VARCHAR NOT NULL,
+    task_id       VARCHAR NOT NULL,
+    sample        INTEGER NOT NULL,
+    budget        INTEGER,
+    success       BOOLEAN,
+    reward        DOUBLE,
+    n_turns       INTEGER NOT NULL,
+    success_turn  INTEGER,
+    end_reason    VARCHAR NOT NULL,
+    format        VARCHAR NOT NULL,
+    prompt        VARCHAR,
+    source_file   VARCHAR,
+    source_line   INTEGER,
+    meta          JSON
+);
+CREATE TABLE IF NOT EXISTS turns (
+    traj_id           VARCHAR NOT NULL,
+    t                 INTEGER NOT NULL,
+    action            VARCHAR,
+    action_json       JSON,
+    observation       VARCHAR,
+    observation_json  JSON,
+    reward            DOUBLE,
+    explicit_error    VARCHAR,
+    error_kind        VARCHAR,
+    is_error          BOOLEAN NOT NULL DEFAULT false,
+    recovery_of       INTEGER,
+    label             DOUBLE,
+    done              BOOLEAN NOT NULL DEFAULT false,
+    meta              JSON
+);
+CREATE TABLE IF NOT EXISTS error_spells (
+    traj_id       VARCHAR NOT NULL,
+    start_t       INTEGER NOT NULL,
+    end_t         INTEGER NOT NULL,
+    kind          VARCHAR,
+    recovered     BOOLEAN NOT NULL,
+    recovered_at  INTEGER,
+    latency       INTEGER,
+    fatal         BOOLEAN NOT NULL
+);
+CREATE TABLE IF NOT EXISTS step_scores (
+    traj_id  VARCHAR NOT NULL,
+    t        INTEGER NOT NULL,
+    model    VARCHAR NOT NULL,
+    score    DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS store_info (key VARCHAR, value VARCHAR);
+"""
+
+VIEWS_DDL = """
+CREATE OR REPLACE VIEW task_outcomes AS
+SELECT run, task_id, budget,
+       count(*)                          AS n_samples,
+       count(*) FILTER (WHERE success)   AS n_success,
+       avg(success::INTEGER)             AS success_rate,
+       avg(n_turns)                      AS mean_turns
+FROM trajectories
+GROUP BY run, task_id, budget;
+
+CREATE OR REPLACE VIEW recovery_stats AS
+SELECT tr.run,
+       count(DISTINCT tr.traj_id)                              AS n_trajectories,
+       count(s.traj_id)                                        AS n_spells,
+       count(s.traj_id) FILTER (WHERE s.recovered)             AS n_recovered,
+       count(s.traj_id) FILTER (WHERE s.fatal)                 AS n_fatal,
+       avg(s.recovered::INTEGER)                               AS recovery_rate,
+       avg(s.latency) FILTER (WHERE s.recovered)               AS mean_latency
+FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
+GROUP BY tr.run;
+
+-- Pass@(K,T) and pass^(K,T) in truncation mode (DESIGN 5); the SQL face of analyses.passkt,
+-- which adds budgeted mode and bootstrap intervals. Per (run, task): n = trajectories with a
+-- known outcome, whatever their budget; c = those that succeeded by turn t (a success without
+-- success_turn succeeds at its last turn). t takes every distinct success turn of the run (the
+-- only turns where the surface can change: between two listed t it keeps the lower one's
+-- value) and NULL = no turn limit. k runs from 1 to the most samples a task of the run has;
+-- tasks with n < k are left out of value and counted in n_tasks_left_out. The ratios use the
+-- product form C(n - a, k) / C(n, k) = prod(1 - k/j, j = a+1..n).
+CREATE OR REPLACE VIEW pass_kt_task_counts AS
+WITH outcomes AS (
+    SELECT run, task_id,
+           CASE WHEN success THEN coalesce(success_turn, n_turns) END AS won_at
+    FROM trajectories
+    WHERE success IS NOT NULL
+),
+limits AS (
+    SELECT DISTINCT run, won_at AS t FROM outcomes WHERE won_at IS NOT NULL
+    UNION ALL
+    SELECT DISTINCT run, NULL::INTEGER AS t FROM outcomes
+)
+SELECT o.run, o.task_id, l.t,
+       count(*)                                                   AS n,
+       count(*) FILTER (WHERE o.won_at <= coalesce(l.t, o.won_at)) AS c
+FROM outcomes o JOIN limits l USING (run)
+GROUP BY o.run, o.task_id, l.t;
+
+CREATE OR REPLACE VIEW pass_at_kt AS
+WITH widths AS (
+    SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
+)
+SELECT w.run, w.k, p.t,
+       avg(CASE WHEN p.n - p.c < w.k THEN 1.0
+                ELSE 1.0 - coalesce(list_product(list_transform(
+                    range(p.n - p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
+           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
+       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
+FROM widths w JOIN pass_kt_task_counts p USING (run)
+GROUP BY w.run, w.k, p.t;
+
+CREATE OR REPLACE VIEW pass_hat_kt AS
+WITH widths AS (
+    SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
+)
+SELECT w.run, w.k, p.t,
+       avg(CASE WHEN p.c < w.k THEN 0.0
+                ELSE coalesce(list_product(list_transform(
+                    range(p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
+           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
+       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
+FROM widths w JOIN pass_kt_task_counts p USING (run)
+GROUP BY w.run, w.k, p.t;
+"""
+
+def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the store (in memory when ``path`` is None) and make sure its tables exist.
+
+    Args:
+        path: The DuckDB file; ``None`` or ``":memory:"`` for an in-memory store.
+        read_only: Open read-only (the file must exist; nothing is created).
+
+    Returns:
+        The connection to pass to every other function.
+    """
+    import duckdb
+
+    if path is None or str(path) == ":memory:":
+        con = duckdb.connect(":memory:")
+    else:
+        path = Path(path)
+        if read_only and not path.exists():
+            raise FileNotFoundError(f"store {path} does not exist")
+        con = duckdb.connect(str(path), read_only=read_only)
+    if read_only:
+        check_schema(con, path)
+    else:
+        ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables and views when missing, and upgrade an older store (idempotent).
+
+    Schema 1 had no ``trajectories.end_reason``: it is added and filled by the one rule
+    (:func:`recovery.schema.end_reason`) from the stored outcome and budget.
+    """
+    con.execute(TABLES_DDL)
+    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
+    if "end_reason" not in columns:
+        con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
+        con.execute(
+            "UPDATE trajectories SET end_reason = "
+            + end_reason_sql("success", "n_turns", "budget")
+        )
+    con.execute(VIEWS_DDL)
+    con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
+    con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+
+def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+    """Refuse a file this version cannot read: not a store, or a store of an older schema.
+
+    Raises:
+        InputProblem: naming the store and what to do.
+    """
+    tables = {
+        row[0]
+        for row in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()
+    }
+    missing = sorted({"trajectories", "turns"} - tables)
+    if missing:
+        raise InputProblem(
+            f"{path} is not a store of this toolkit: it has no {' or '.join(missing)} table "
+            "(create one with `recovery ingest FILES --store PATH`)"
+        )
+    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
+    if "end_reason" not in columns:
+        raise InputProblem(
+            f"store {path} was written by an older version of this toolkit (no "
+            "trajectories.end_reason); open it once for writing to upgrade it, e.g. with "
+            "`recovery mark --store PATH`"
+        )

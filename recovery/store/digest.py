@@ -1,0 +1,68 @@
+"""What one streamed pass over an input tells (sha256, lines), and stable trajectory ids."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of the file's bytes (streamed)."""
+    return file_digest(path).sha256
+
+
+@dataclass(frozen=True, slots=True)
+class FileDigest:
+    """What one streamed pass over a file's bytes tells.
+
+    Attributes:
+        sha256: Hex digest of the bytes.
+        n_lines: Number of lines (a last line without a newline counts).
+        longest_line: Bytes of the longest line, without its newline.
+    """
+
+    sha256: str
+    n_lines: int
+    longest_line: int
+
+
+def directory_digest(path: str | Path) -> FileDigest:
+    """sha256 of a directory input: of every regular file below it, by relative path.
+
+    The same files with the same bytes give the same digest wherever the directory lies, so
+    re-ingesting a moved copy adds nothing. Line counts are not taken (0).
+    """
+    root = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(root).as_posix().encode("utf-8", "surrogateescape"))
+        digest.update(b"\0")
+        digest.update(bytes.fromhex(file_digest(file).sha256))
+    return FileDigest(digest.hexdigest(), 0, 0)
+
+
+def file_digest(path: str | Path) -> FileDigest:
+    """sha256, line count and longest line of a file, in one streamed pass."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    newlines = longest = offset = 0
+    last_newline = -1  # absolute position of the last newline seen
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
+            if len(ends):
+                longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
+                last_newline = int(ends[-1])
+                newlines += len(ends)
+            offset += len(chunk)
+    tail = offset - last_newline - 1
+    return FileDigest(digest.hexdigest(), newlines + (tail > 0), max(longest, tail))
+
+
+def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:
+    """Stable trajectory id: the same (run, task, budget, sample) always gives the same id."""
+    key = f"{run}\x1f{task_id}\x1f{'' if budget is None else budget}\x1f{sample}"
+    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]

@@ -1,0 +1,29 @@
+"""The store's tables as Parquet files (``recovery export parquet``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:
+    """Write every table of the store to ``out_dir/<table>.parquet``.
+
+    Returns:
+        The files written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table in ("ingests", "trajectories", "turns", "error_spells", "step_scores"):
+        target = out / f"{table}.parquet"
+        con.execute(f"COPY {table} TO '{_sql_path(target)}' (FORMAT parquet)")
+        written.append(target)
+    return written
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")
