@@ -5,6 +5,8 @@ train-sim``).
 Modules: :mod:`~analyses.budgetmix.reference.env` (the task and its dynamics, the optimum by
 dynamic programming), :mod:`~analyses.budgetmix.reference.policy` (the network and its
 inputs), :mod:`~analyses.budgetmix.reference.rollout` (running a policy on a batch of
-episodes), :mod:`~analyses.budgetmix.reference.text` (episodes as canonical trajectories) and
-:mod:`~analyses.budgetmix.reference.train` (the training loop and ``train_sim``). torch is imported only inside the functions that need it.
+episodes), :mod:`~analyses.budgetmix.reference.text` (episodes as canonical trajectories),
+:mod:`~analyses.budgetmix.reference.textenv` (the task as an interactive tool environment for
+LLM trainers) and :mod:`~analyses.budgetmix.reference.train` (the training loop and
+``train_sim``). torch is imported only inside the functions that need it.
 """
