@@ -172,10 +172,17 @@ class BudgetSchedule:
             ValueError: naming the file when it is missing or not a valid schedule.
         """
         try:
-            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as err:
             raise ValueError(f"{path}: cannot read the schedule ({err.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not a BudgetMix schedule: not one JSON object "
+                             f"({err.msg} at line {err.lineno})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not a BudgetMix schedule: not UTF-8 text") from None
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{path}: {err}") from None
 
 

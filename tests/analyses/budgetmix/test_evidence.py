@@ -79,3 +79,14 @@ def test_adaptive_errors(con):
         adaptive_schedule(con, [4, 8], evidence="vibes")
     with pytest.raises(ValueError, match="no trajectories"):
         adaptive_schedule(con, [4, 8], runs=["nope"])
+
+
+def test_trajectories_without_a_budget_are_left_out_of_budgeted_mode(con):
+    budgeted_store(con, {4: 0.2, 8: 0.6})
+    ingest_trajectories(con, [traj("pol", f"task{k}", 0, None, 3, True) for k in range(5)])
+    rows, info = budget_evidence(con, [4, 8])
+    assert info["mode"] == "budgeted"  # every budget asked for was run
+    assert [r.n_trajectories for r in rows] == [50, 50]  # the 5 without a budget are not read
+    assert [r.pass_at_1 for r in rows] == pytest.approx([0.2, 0.6])
+    rows, info = budget_evidence(con, [4, 8], mode="truncation")
+    assert [r.n_trajectories for r in rows] == [105, 105]  # truncation reads them all
