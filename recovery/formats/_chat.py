@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import ReadOptions, ReadResult, first_json_char, iter_lines
+from recovery.formats.base import ReadOptions, ReadResult
+from recovery.formats.files import first_json_char, iter_lines
 from recovery.schema import RecordError, Trajectory, Turn
 
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "model"})
@@ -67,7 +68,7 @@ def normalise_tool_call(call: Any) -> dict[str, Any]:
         name = function if isinstance(function, str) else call.get("name")
         arguments = call.get("arguments")
     if isinstance(arguments, str):
-        from recovery.formats import parse_json
+        from recovery.formats.jsontext import parse_json
 
         # Arguments that are not strict JSON (a model's malformed call, NaN) stay the string.
         with contextlib.suppress(RecordError):
@@ -229,7 +230,8 @@ def iter_json_records(
     A JSON array is decoded element by element so that each record knows the line it starts
     on; a syntax error stops the file (nothing after it can be located reliably).
     """
-    from recovery.formats import head_bytes, parse_json, read_document
+    from recovery.formats.files import head_bytes, read_document
+    from recovery.formats.jsontext import parse_json
 
     if first_json_char(head_bytes(path, 4096)) == "[":
         text = read_document(path, max_record_bytes)
@@ -272,7 +274,7 @@ def read_records(
 
 
 def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[int, Any]]:
-    from recovery.formats import (
+    from recovery.formats.jsontext import (
         JSON_DECODER,
         MAX_JSON_DEPTH,
         has_lone_surrogate,

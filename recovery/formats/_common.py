@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import ReadOptions, parse_json, read_document
+from recovery.formats.base import ReadOptions
+from recovery.formats.files import read_document
+from recovery.formats.jsontext import parse_json
 from recovery.schema import RecordError, Trajectory, coerce_optional_int, text_problem
 
 UNEXPECTED = (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError,

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
 from recovery.formats._chat import read_records
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import first_record_has_keys, stem
 from recovery.formats.openai_chat import KNOWN_KEYS, chat_trajectory
 from recovery.schema import RecordError, Trajectory, coerce_label, coerce_optional_float
 

@@ -27,9 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, parse_json, stem
 from recovery.formats._chat import split_turns, task_id_from_prompt
 from recovery.formats._common import first_key, guard, type_name
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import stem
+from recovery.formats.jsontext import parse_json
 from recovery.schema import (
     RecordError,
     Trajectory,

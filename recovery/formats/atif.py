@@ -36,7 +36,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char
 from recovery.formats._chat import (
     content_text,
     render_observation,
@@ -54,6 +53,8 @@ from recovery.formats._common import (
     optional_dict,
     type_name,
 )
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import first_json_char
 from recovery.schema import (
     RecordError,
     Trajectory,

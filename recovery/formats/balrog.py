@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult
 from recovery.formats._common import expect_dict, guard, load_document, type_name
+from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.schema import (
     RecordError,
     Trajectory,

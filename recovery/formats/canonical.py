@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recovery.formats import (
-    Reader,
-    ReadOptions,
-    ReadResult,
-    first_record_has_keys,
-    iter_lines,
-    parse_json,
-    stem,
-)
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import first_record_has_keys, iter_lines, stem
+from recovery.formats.jsontext import parse_json
 from recovery.schema import RecordError, trajectory_from_dict
 
 

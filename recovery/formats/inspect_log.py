@@ -22,17 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from recovery.formats import (
-    READ_ERRORS,
-    Reader,
-    ReadOptions,
-    ReadResult,
-    first_json_char,
-    parse_json,
-    read_document,
-    stem,
-)
 from recovery.formats._chat import split_turns
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import READ_ERRORS, first_json_char, read_document, stem
+from recovery.formats.jsontext import parse_json
 from recovery.schema import RecordError, Trajectory, coerce_task_id
 
 ZIP_METHOD_ZSTD = 93

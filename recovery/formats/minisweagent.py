@@ -24,7 +24,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_json_char
 from recovery.formats._chat import split_turns
 from recovery.formats._common import (
     Results,
@@ -38,6 +37,8 @@ from recovery.formats._common import (
     positive_limit,
     type_name,
 )
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import first_json_char
 from recovery.schema import RecordError, Trajectory
 
 SUFFIX = ".traj.json"

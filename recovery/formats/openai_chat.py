@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recovery.formats import Reader, ReadOptions, ReadResult, first_record_has_keys, stem
 from recovery.formats._chat import read_records, split_turns, task_id_from_prompt
+from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import first_record_has_keys, stem
 from recovery.schema import (
     RecordError,
     Trajectory,

@@ -2,78 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from recovery.marking.rules import JSON_FIELDS, NUMBER_FIELDS, TEXT_FIELDS, Rule
-
-_SEGMENT_RE = re.compile(
-    r"\.(?P<key>[A-Za-z_][A-Za-z0-9_-]*)"
-    r"|\[(?P<index>-?\d+)\]"
-    r"|\[(?P<star>\*)\]"
-    r"|\[(?P<fkey>[A-Za-z_][A-Za-z0-9_-]*)=(?P<fval>[^\]]*)\]"
+from recovery.marking.rules import (
+    NUMBER_FIELDS,
+    TEXT_FIELDS,
+    Rule,
+    Segment,
+    parse_field,
+    with_flags,
 )
-
 
 
 def sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def with_flags(pattern: str, flags: str) -> str:
-    return f"(?{flags}){pattern}" if flags else pattern
-
-
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    key: str | None = None
-    index: int | None = None
-    star: bool = False
-    filter_key: str | None = None
-    filter_value: str | None = None
-
-    @property
-    def fans_out(self) -> bool:
-        return self.star or self.filter_key is not None
-
-
-def parse_field(path: str) -> tuple[str, list[_Segment]]:
-    """Split ``observation_json[role=tool].content`` into its root and segments."""
-    match = re.match(r"^[A-Za-z_]+", path)
-    root = match.group(0) if match else ""
-    roots = TEXT_FIELDS + NUMBER_FIELDS + JSON_FIELDS
-    if root not in roots:
-        raise ValueError(
-            f"unknown field {path!r}: it must start with one of {', '.join(roots)}"
-        )
-    rest = path[len(root):]
-    if rest and root not in JSON_FIELDS:
-        raise ValueError(f"field {path!r}: only {', '.join(JSON_FIELDS)} take a path")
-    segments = []
-    pos = 0
-    while pos < len(rest):
-        seg = _SEGMENT_RE.match(rest, pos)
-        if not seg:
-            raise ValueError(
-                f"field {path!r}: cannot read the path at {rest[pos:]!r} "
-                "(use .key, [0], [*] or [key=value])"
-            )
-        if seg.group("key") is not None:
-            segments.append(_Segment(key=seg.group("key")))
-        elif seg.group("index") is not None:
-            segments.append(_Segment(index=int(seg.group("index"))))
-        elif seg.group("star"):
-            segments.append(_Segment(star=True))
-        else:
-            segments.append(
-                _Segment(filter_key=seg.group("fkey"), filter_value=seg.group("fval"))
-            )
-        pos = seg.end()
-    return root, segments
-
-
-def _json_path(segments: Sequence[_Segment]) -> str:
+def _json_path(segments: Sequence[Segment]) -> str:
     parts = ["$"]
     for seg in segments:
         if seg.key is not None:
@@ -109,7 +55,7 @@ def _predicate_sql(rule: Rule, text: str) -> str:
     return " AND ".join(terms)
 
 
-def _json_condition(rule: Rule, json_expr: str, segments: list[_Segment], depth: int = 0) -> str:
+def _json_condition(rule: Rule, json_expr: str, segments: list[Segment], depth: int = 0) -> str:
     """Condition over a JSON expression; ``[*]``/``[k=v]`` become ``list_bool_or`` lambdas."""
     fan = next((i for i, seg in enumerate(segments) if seg.fans_out), None)
     if fan is None:
@@ -120,7 +66,7 @@ def _json_condition(rule: Rule, json_expr: str, segments: list[_Segment], depth:
     elements = f"json_extract({json_expr}, {sql_str(_json_path(head) + '[*]')})"
     inner = _json_condition(rule, var, tail, depth + 1)
     if seg.filter_key is not None:
-        key_path = sql_str(_json_path([_Segment(key=seg.filter_key)]))
+        key_path = sql_str(_json_path([Segment(key=seg.filter_key)]))
         values = ", ".join(sql_str(v) for v in (seg.filter_value or "").split("|"))
         inner = f"json_extract_string({var}, {key_path}) IN ({values}) AND ({inner})"
     return f"coalesce(list_bool_or(list_transform({elements}, lambda {var}: {inner})), false)"

@@ -158,8 +158,6 @@ def rule_from_dict(
         field_path = tuple(field_path)
     elif not isinstance(field_path, str):
         raise RuleError(f"{label}: 'field' is missing, or not a string or a list of strings")
-    from recovery.marking.compile import parse_field
-
     for one in (field_path,) if isinstance(field_path, str) else field_path:
         try:
             parse_field(one)
@@ -220,8 +218,6 @@ def _check_regexes(patterns: Sequence[tuple[str, str, str]]) -> None:
     if not patterns:
         return
     import duckdb
-
-    from recovery.marking.compile import with_flags
 
     with duckdb.connect() as check:
         for pattern, flags, label in patterns:
@@ -321,5 +317,68 @@ def _builtin_rules() -> tuple[Rule, ...]:
         data = tomllib.loads((package / name).read_text(encoding="utf-8"))
         rules.extend(rules_from_toml(data, f"recovery/rules/{name}").rules)
     return tuple(rules)
+
+
+# --------------------------------------------------------------------------------------------
+# Field paths
+
+_SEGMENT_RE = re.compile(
+    r"\.(?P<key>[A-Za-z_][A-Za-z0-9_-]*)"
+    r"|\[(?P<index>-?\d+)\]"
+    r"|\[(?P<star>\*)\]"
+    r"|\[(?P<fkey>[A-Za-z_][A-Za-z0-9_-]*)=(?P<fval>[^\]]*)\]"
+)
+
+
+def with_flags(pattern: str, flags: str) -> str:
+    return f"(?{flags}){pattern}" if flags else pattern
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    key: str | None = None
+    index: int | None = None
+    star: bool = False
+    filter_key: str | None = None
+    filter_value: str | None = None
+
+    @property
+    def fans_out(self) -> bool:
+        return self.star or self.filter_key is not None
+
+
+def parse_field(path: str) -> tuple[str, list[Segment]]:
+    """Split ``observation_json[role=tool].content`` into its root and segments."""
+    match = re.match(r"^[A-Za-z_]+", path)
+    root = match.group(0) if match else ""
+    roots = TEXT_FIELDS + NUMBER_FIELDS + JSON_FIELDS
+    if root not in roots:
+        raise ValueError(
+            f"unknown field {path!r}: it must start with one of {', '.join(roots)}"
+        )
+    rest = path[len(root):]
+    if rest and root not in JSON_FIELDS:
+        raise ValueError(f"field {path!r}: only {', '.join(JSON_FIELDS)} take a path")
+    segments = []
+    pos = 0
+    while pos < len(rest):
+        seg = _SEGMENT_RE.match(rest, pos)
+        if not seg:
+            raise ValueError(
+                f"field {path!r}: cannot read the path at {rest[pos:]!r} "
+                "(use .key, [0], [*] or [key=value])"
+            )
+        if seg.group("key") is not None:
+            segments.append(Segment(key=seg.group("key")))
+        elif seg.group("index") is not None:
+            segments.append(Segment(index=int(seg.group("index"))))
+        elif seg.group("star"):
+            segments.append(Segment(star=True))
+        else:
+            segments.append(
+                Segment(filter_key=seg.group("fkey"), filter_value=seg.group("fval"))
+            )
+        pos = seg.end()
+    return root, segments
 
 
