@@ -100,7 +100,7 @@ def load_step_examples(
     Returns:
         Examples ordered by ``(task_id, run, traj_id)``.
     """
-    from prm._scope import traj_scope
+    from recovery.store import traj_scope
 
     with traj_scope(con, traj_ids, "tr.traj_id") as scope:
         trajectories = con.execute(

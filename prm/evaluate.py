@@ -124,11 +124,11 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
     labelled with Monte Carlo values a turn below 0 is marked ``labelled``, which is not the
     rules reading the text.
     """
-    from prm._scope import traj_scope
     from recovery.marking import rule_marks
+    from recovery.store import traj_scope
 
     marks = rule_marks(con, traj_ids)
-    with traj_scope(con, traj_ids) as scope:
+    with traj_scope(con, traj_ids, "u.traj_id") as scope:
         truth = con.execute(
             f"""
             SELECT u.traj_id, u.t,

@@ -1,10 +1,11 @@
-"""Per-turn training targets for a process reward model (DESIGN 7).
+"""Per-turn training targets for a process reward model.
 
 Every source gives one target per turn in [0, 1] (1 = a good step), or NaN where the source
 knows nothing about the turn (NaN targets are left out of the loss and of the metrics).
 Soft values stay floats end to end. The sources:
 
-- ``data``: the stored process label, ``(label + 1) / 2`` (DESIGN 3.2); NaN where it is null.
+- ``data``: the stored process label, ``(label + 1) / 2`` (the stored scale is
+  [-1, 1]); NaN where it is null.
 - ``error``: error marking, 0 on an error turn (``turns.is_error``), else 1.
 - ``outcome``: the episode's outcome on every turn (an outcome reward model, the baseline);
   NaN when the outcome is unknown.
@@ -24,8 +25,8 @@ Soft values stay floats end to end. The sources:
   turn there look alike; the advantage judges what the turn itself did (as in process
   advantage verifiers, Setlur et al. 2024). NaN where the turn or its predecessor has no label.
 - ``recovery``: recovery-aware: an error turn 0, a recovery turn (``turns.recovery_of`` set) 1,
-  the tail of an unrecovered failure 0 (every turn from the start of a fatal spell on: by
-  DESIGN 4 a fatal spell runs to the end of a failed episode), every other turn from ``mc``
+  the tail of an unrecovered failure 0 (every turn from the start of a fatal spell on: a
+  fatal spell runs to the end of a failed episode), every other turn from ``mc``
   (or from ``outcome`` with ``base="outcome"``, or where the state graph has no value).
 
 Example:
@@ -39,7 +40,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from prm._scope import traj_scope
+from recovery.store import traj_scope
 
 if TYPE_CHECKING:
     import duckdb
@@ -67,7 +68,7 @@ _SQL_TARGETS = {
 def _sql_targets(
     con: duckdb.DuckDBPyConnection, expression: str, traj_ids: Sequence[str] | None
 ) -> pd.DataFrame:
-    with traj_scope(con, traj_ids) as scope:
+    with traj_scope(con, traj_ids, "u.traj_id") as scope:
         return con.execute(
             f"""
             SELECT u.traj_id, u.t, ({expression})::DOUBLE AS target
@@ -154,7 +155,7 @@ def advantage_targets(
     Returns:
         Columns ``traj_id, t, target``.
     """
-    with traj_scope(con, traj_ids) as scope:
+    with traj_scope(con, traj_ids, "u.traj_id") as scope:
         return con.execute(
             f"""
             WITH start AS (
@@ -202,7 +203,7 @@ def recovery_targets(
     import pyarrow as pa
 
     with contextlib.ExitStack() as stack:
-        scope = stack.enter_context(traj_scope(con, traj_ids))
+        scope = stack.enter_context(traj_scope(con, traj_ids, "u.traj_id"))
         if base == "mc":
             con.register(
                 "_prm_base", pa.Table.from_pandas(mc_targets(con, traj_ids), preserve_index=False)

@@ -76,3 +76,37 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+TRUTH_LABELS_SQL = (
+    "UPDATE turns SET label = CASE "
+    "WHEN json_extract_string(meta, '$.true_error') IS NOT NULL THEN -1.0 "
+    "WHEN json_extract_string(meta, '$.event') = 'stall' THEN 0.0 ELSE 1.0 END"
+)
+"""Ternary step labels from the simulator's truth: -1 on a true error, 0 on a stall, +1 else
+(as a human labeller would mark wrong, neutral and right steps)."""
+
+
+@pytest.fixture(scope="session")
+def ternary_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small simulator store with ternary labels: 12 tasks x 2 samples x 2 policies."""
+    from recovery.simulate import PRESETS, SimConfig
+    from tests.conftest import simulated_store
+
+    store = tmp_path_factory.mktemp("prm-ternary") / "ternary.duckdb"
+    con = simulated_store(
+        SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=12,
+                  n_samples=2, budgets=[8], seed=3),
+        store,
+    )
+    con.execute(TRUTH_LABELS_SQL)
+    con.close()
+    return store
+
+
+@pytest.fixture(autouse=True)
+def offline_hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """No model hub, and converted weights cached under the test session's own folder."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("PRM_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "prm-cache"))

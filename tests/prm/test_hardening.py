@@ -186,7 +186,7 @@ def test_resume_with_every_checkpoint_damaged_names_the_file(sim_store, tmp_path
     train(dataclasses.replace(config, stop_after=3), echo=lambda *_: None)
     (only,) = checkpoints(tmp_path / "run")
     (only / "trainer_state.json").write_text("{ truncated")
-    with pytest.raises(InputProblem, match="trainer_state.json"):
+    with pytest.raises(InputProblem, match=r"trainer_state\.json"):
         train(dataclasses.replace(config, resume=True), echo=lambda *_: None)
     result = _run("train", "--store", str(sim_store), "--out", str(tmp_path / "run"),
                   "--resume", "--save-every", "2", "--no-progress", "--threads", "1")

@@ -1,0 +1,113 @@
+"""Cross-validated step AUROC of the PRM backbones side by side (``prm cv`` on each).
+
+Two data sets with known step labels:
+
+- ``sim``: simulator runs (``recovery simulate``, policies base and rl) labelled from the
+  simulator's ground truth as a human labeller would: -1 on a true error (visible or silent),
+  0 on a stall (a turn that changes nothing), +1 else. Ternary, like AgentProcessBench.
+- ``tau``: the tau-bench airline results in ../shared/data, with tool errors as the labels
+  (``--labels error``: a turn whose tool answered ``Error:`` is -1, every other turn +1).
+
+For each backbone it runs the cross-validation of ``prm cv`` (grouped by task, 5 folds) and
+prints the pooled step AUROC with its bootstrap interval over tasks, step and first-error
+accuracy beside their floors, and the seconds it took. Run one at a time on a shared machine:
+
+    .venv/bin/python bench/prm_cv.py --data sim --backbones sklearn,tiny,minilm
+    .venv/bin/python bench/prm_cv.py --data tau --backbones sklearn,tiny,minilm
+    .venv/bin/python bench/prm_cv.py --data sim --tasks 50 --backbones smollm2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TAU_AIRLINE = ROOT.parent / "shared" / "data" / "tau-bench" / "gpt-4o-airline.json"
+TRUTH_LABELS_SQL = (
+    "UPDATE turns SET label = CASE "
+    "WHEN json_extract_string(meta, '$.true_error') IS NOT NULL THEN -1.0 "
+    "WHEN json_extract_string(meta, '$.event') = 'stall' THEN 0.0 ELSE 1.0 END"
+)
+
+
+def sim_store(folder: Path, tasks: int, seed: int) -> Path:
+    """Simulator runs (one sample per task and policy, budget 30) with ternary truth labels."""
+    from recovery.simulate import PRESETS, SimConfig, simulate
+    from recovery.store import connect, ingest_trajectories
+
+    store = folder / f"sim-{tasks}.duckdb"
+    con = connect(store)
+    config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=tasks,
+                       n_samples=1, budgets=[30], seed=seed)
+    for trajectories in simulate(config).values():
+        ingest_trajectories(con, trajectories)
+    con.execute(TRUTH_LABELS_SQL)
+    con.close()
+    return store
+
+
+def tau_store(folder: Path) -> Path:
+    """The tau-bench airline results, ingested (tool errors marked by the format's rules)."""
+    from recovery.store import connect, ingest_file
+
+    if not TAU_AIRLINE.exists():
+        raise SystemExit(f"{TAU_AIRLINE} not found")
+    store = folder / "tau-airline.duckdb"
+    con = connect(store)
+    ingest_file(con, TAU_AIRLINE)
+    con.close()
+    return store
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", choices=("sim", "tau"), default="sim")
+    parser.add_argument("--backbones", default="sklearn,tiny,minilm")
+    parser.add_argument("--tasks", type=int, default=125, help="sim: tasks (x 2 policies)")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--json", type=Path, default=None, help="write every report here")
+    args = parser.parse_args()
+
+    from prm.cv import CVConfig, cross_validate
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="prm-cv-bench-") as tmp:
+        folder = Path(tmp)
+        if args.data == "sim":
+            store, labels = sim_store(folder, args.tasks, args.seed), "data"
+        else:
+            store, labels = tau_store(folder), "error"
+        for backbone in args.backbones.split(","):
+            config = CVConfig(store=store, labels=labels, backbone=backbone, folds=args.folds,
+                              seed=args.seed, threads=args.threads, progress=False,
+                              max_length=args.max_length)
+            report = cross_validate(config, echo=lambda line: print(line, file=sys.stderr))
+            results[backbone] = report.to_dict()
+            for line in report.lines():
+                print(line, flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    print()
+    print(f"{'backbone':<10} {'mode':<8} {'step AUROC [95% over tasks]':<30} {'step acc':>9} "
+          f"{'floor':>6} {'first err':>9} {'floor':>6} {'seconds':>8}")
+    for backbone, r in results.items():
+        low, high = r["intervals"].get("step_auroc") or (float("nan"), float("nan"))
+        print(f"{backbone:<10} {r['mode']:<8} {r['step_auroc']:.3f} [{low:.3f}, {high:.3f}]"
+              f"{'':<12} {r['step_acc']:>9.3f} {r['floor_all_correct_step_acc']:>6.3f} "
+              f"{r['first_error_acc']:>9.3f} {r['floor_all_correct_first_error_acc']:>6.3f} "
+              f"{r['wall_s']:>8.0f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
