@@ -157,9 +157,9 @@ def _rows(n: int) -> list[dict]:
     ]
 
 
-@pytest.mark.slow
 def test_grpo_trainer_stops_episodes_at_their_row_budget_and_sees_the_shaped_rewards(tmp_path):
-    """TRL's GRPOTrainer, two steps on CPU: about 20 s on two cores."""
+    """TRL's GRPOTrainer, two steps on CPU: 16 to 27 s on two busy cores (under the ~30 s of
+    the slow marker, so it runs in the default suite)."""
     pytest.importorskip("trl")
     datasets = pytest.importorskip("datasets")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

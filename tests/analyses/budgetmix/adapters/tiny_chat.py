@@ -73,7 +73,7 @@ def chat_tokenizer(conversations: list[list[dict[str, Any]]], tools: list[dict[s
 
 
 def build_model(tokenizer: Any, seed: int = 0) -> Any:
-    """A two-layer Qwen2 causal LM from a config (about 60k parameters)."""
+    """A two-layer Qwen2 causal LM from a config (70,416 parameters with a 594-token vocabulary)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
