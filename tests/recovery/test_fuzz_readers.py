@@ -32,6 +32,8 @@ from recovery.formats import known_formats
 from recovery.store import IngestError, IngestOptions, connect, ingest_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+# Readers warn about what they guessed (e.g. verl outputs without role markers); not a failure.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores", "store_info")
 
 
