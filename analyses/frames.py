@@ -139,3 +139,26 @@ def ended_by_budget(traj: pd.DataFrame) -> np.ndarray:
          for s, n, b in zip(success, n_turns, budget, strict=True)],
         dtype=bool,
     )
+
+
+def spells_frame(
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """The store's ``error_spells`` of the trajectories of :func:`trajectories_frame`.
+
+    The spells are the marking's (the one definition, :mod:`recovery.marking.spells`); this
+    only reads them. Columns: ``run`` then those of the table, ``recovered_at`` and
+    ``latency`` as floats (NaN for an unrecovered spell).
+    """
+    import numpy as np
+
+    where, params = _run_filter(runs)
+    reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
+    frame = con.execute(
+        "SELECT tr.run, s.* FROM error_spells s JOIN trajectories tr USING (traj_id) "
+        f"WHERE tr.success IS NOT NULL AND tr.end_reason NOT IN ({reasons}) "
+        f"AND {where.replace('run', 'tr.run')} ORDER BY s.traj_id, s.start_t",
+        params,
+    ).df()
+    return frame.astype({"recovered_at": np.float64, "latency": np.float64,
+                         "recovered": bool, "fatal": bool})

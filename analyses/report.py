@@ -492,15 +492,21 @@ def build_report(
         ValueError: when there is nothing to analyse, the baseline is not one of the runs, or
             the options do not fit the data (e.g. budgeted mode without shared budgets).
     """
-    from analyses.frames import trajectories_frame, turn_flags_frame, unknown_outcomes
+    from analyses.frames import (
+        spells_frame,
+        trajectories_frame,
+        turn_flags_frame,
+        unknown_outcomes,
+    )
 
     started, cpu_started = time.perf_counter(), time.process_time()
     traj = trajectories_frame(con, runs)
     flags = turn_flags_frame(con, runs)
+    spells = spells_frame(con, runs)
     n_unknown = unknown_outcomes(con, runs)
     loaded, cpu_loaded = time.perf_counter() - started, time.process_time() - cpu_started
     report = report_from_frames(traj, flags, options, n_unknown_outcomes=n_unknown,
-                                progress=progress)
+                                progress=progress, spells=spells)
     report.timings = {"load frames": loaded, **report.timings}
     report.cpu_timings = {"load frames": cpu_loaded, **report.cpu_timings}
     return report
@@ -513,6 +519,7 @@ def report_from_frames(
     *,
     n_unknown_outcomes: int = 0,
     progress: ProgressFn | None = None,
+    spells: pd.DataFrame | None = None,
 ) -> Report:
     """Compute the report from a trajectories frame and a turn flags frame.
 
@@ -522,6 +529,8 @@ def report_from_frames(
         options: What to compute; defaults when ``None``.
         n_unknown_outcomes: Trajectories left out for an unknown outcome (for the notes).
         progress: Called before each step.
+        spells: The error spells (:func:`analyses.frames.spells_frame`); ``None`` = computed
+            from ``flags`` by the one definition (:func:`recovery.marking.spells_of_frames`).
 
     Returns:
         The :class:`Report`.
@@ -530,7 +539,9 @@ def report_from_frames(
         ValueError: see :func:`build_report`.
     """
     from analyses import decompose as dec
+    from analyses import descriptive as desc
     from analyses.passkt import pass_at_kt, pass_hat_kt
+    from recovery.marking.spells import spells_of_frames
 
     options = options or ReportOptions()
     if options.mode not in MODE_DESCRIPTIONS:
@@ -545,6 +556,8 @@ def report_from_frames(
     # Every analysis reads only the error turns (a turn missing from the flags is clean), so
     # the clean ones are dropped once here: 4 to 5 times fewer rows to match by traj_id.
     flags = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    if spells is None:
+        spells = spells_of_frames(traj, flags)
     run_names = sorted(str(r) for r in traj["run"].unique())
     baseline = options.baseline if options.baseline is not None else run_names[0]
     if baseline not in run_names:
@@ -579,12 +592,14 @@ def report_from_frames(
                  "seed": options.seed}
     pass_at = step("Pass@(K,T) grid", lambda: pass_at_kt(traj, **grid_args))
     pass_hat = step("pass^(K,T) grid", lambda: pass_hat_kt(traj, **grid_args))
-    descriptive = step("descriptive e, c, r", lambda: _descriptive(dec, traj, flags, ts, mode))
-    spells = step("error spells", lambda: dec.spell_stats(traj, flags))
-    latency = step("recovery latency", lambda: dec.latency_distribution(traj, flags))
+    descriptive = step("descriptive e, c, r", lambda: _descriptive(desc, traj, flags, ts, mode))
+    spell_table = spells
+    spells = step("error spells", lambda: desc.spell_stats(traj, spell_table))
+    latency = step("recovery latency", lambda: desc.latency_distribution(
+        spell_table[spell_table["traj_id"].isin(traj["traj_id"])]))
     hazards = step(
         "hazard curves",
-        lambda: dec.hazard_curves(traj, flags, run_names, strata=1,
+        lambda: desc.hazard_curves(traj, flags, run_names, strata=1,
                                   min_at_risk=options.min_at_risk),
     )
     kinds = step("error kinds", lambda: _error_kinds(traj, flags))

@@ -29,7 +29,7 @@ Measured on this project's 2-core machine while other jobs kept its load average
     analysis in all                                   9.7 s    5.2 s
 
 The decomposition is the largest part of the analysis; within it (cProfile) the dynamic
-programme ``analyses.decompose.success_curve`` takes about 40% and matching trajectory ids
+programme ``analyses.dp.success_curve`` takes about 40% and matching trajectory ids
 between the frames (pandas ``isin`` on Arrow strings) about 13%.
 """
 

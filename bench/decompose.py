@@ -1,4 +1,4 @@
-"""Timing of the two-clock hazard model (analyses/decompose.py) on about 1M turns.
+"""Timing of the two-clock hazard model (analyses/hazards.py, analyses/dp.py, analyses/decompose.py) on about 1M turns.
 
 Draws two runs from known two-clock hazards (no store, no text: the frames the analyses take),
 then times fitting the hazards, the model's S(T), and the full decomposition with its task
@@ -15,7 +15,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from analyses.decompose import Hazards, decompose, fit_hazards, model_fit, sample_two_clock
+from analyses.decompose import decompose, model_fit
+from analyses.hazards import Hazards, fit_hazards
+from analyses.sampling import sample_two_clock
 
 
 def make_runs(n_traj: int, n_tasks: int, budget: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -137,17 +137,29 @@ class Trajectory:
 
         The number of turns, unless a turn carries ``done`` earlier.
         """
-        if not self.success:
-            return None
-        for t, turn in enumerate(self.turns, start=1):
-            if turn.done:
-                return t
-        return len(self.turns)
+        first_done = next((t for t, turn in enumerate(self.turns, start=1) if turn.done), None)
+        return success_turn(self.success, len(self.turns), first_done)
 
     @property
     def resolved_end_reason(self) -> str:
         """The end reason the store records: the source's own, else derived."""
         return end_reason(self.success, self.n_turns, self.budget, self.end_reason)
+
+
+def success_turn(success: bool | None, n_turns: int, first_done: int | None) -> int | None:
+    """The turn at which an episode succeeded: the one rule every path applies.
+
+    A success succeeded at its first turn marked ``done``, else at its last turn; a failure
+    or an unknown outcome has no success turn.
+    """
+    if not success:
+        return None
+    return n_turns if first_done is None else first_done
+
+
+def success_turn_sql(success: str, n_turns: str, first_done: str = "NULL") -> str:
+    """:func:`success_turn` as a SQL expression over the given column expressions."""
+    return f"CASE WHEN {success} THEN coalesce({first_done}, {n_turns}) END"
 
 
 def end_reason(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recovery.errors import InputProblem
-from recovery.schema import end_reason_sql
+from recovery.schema import end_reason_sql, success_turn_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -101,9 +101,9 @@ SELECT tr.run,
 FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
 GROUP BY tr.run;
 
--- Pass@(K,T) and pass^(K,T) in truncation mode (DESIGN 5); the SQL face of analyses.passkt,
+-- Pass@(K,T) and pass^(K,T) in truncation mode; the SQL face of analyses.passkt,
 -- which adds budgeted mode and bootstrap intervals. Per (run, task): n = trajectories with a
--- known outcome, whatever their budget; c = those that succeeded by turn t (a success without
+-- known outcome that did not crash, whatever their budget; c = those that succeeded by turn t (a success without
 -- success_turn succeeds at its last turn). t takes every distinct success turn of the run (the
 -- only turns where the surface can change: between two listed t it keeps the lower one's
 -- value) and NULL = no turn limit. k runs from 1 to the most samples a task of the run has;
@@ -112,9 +112,9 @@ GROUP BY tr.run;
 CREATE OR REPLACE VIEW pass_kt_task_counts AS
 WITH outcomes AS (
     SELECT run, task_id,
-           CASE WHEN success THEN coalesce(success_turn, n_turns) END AS won_at
+           {WON_AT} AS won_at
     FROM trajectories
-    WHERE success IS NOT NULL
+    WHERE success IS NOT NULL AND end_reason <> 'crash'
 ),
 limits AS (
     SELECT DISTINCT run, won_at AS t FROM outcomes WHERE won_at IS NOT NULL
@@ -154,7 +154,9 @@ SELECT w.run, w.k, p.t,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN pass_kt_task_counts p USING (run)
 GROUP BY w.run, w.k, p.t;
-"""
+""".replace(
+    "{WON_AT}", success_turn_sql("success", "n_turns", "success_turn")
+)
 
 def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open the store (in memory when ``path`` is None) and make sure its tables exist.

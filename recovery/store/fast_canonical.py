@@ -23,6 +23,7 @@ from recovery.schema import (
     CANONICAL_TURN_KEYS,
     END_REASONS,
     end_reason_sql,
+    success_turn_sql,
 )
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ def ingest_canonical(
             f"""
             INSERT INTO trajectories BY NAME
             SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
-                   CASE WHEN success THEN coalesce(nullif(first_done, 0), n_turns) END
+                   {success_turn_sql("success", "n_turns", "nullif(first_done, 0)")}
                                                                       AS success_turn,
                    {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
                                                                       AS end_reason,

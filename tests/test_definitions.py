@@ -1,0 +1,201 @@
+"""One home for each definition, and every consumer agrees with it.
+
+- error spells: the store's ``error_spells`` (marking) equal a plain turn-by-turn reference on
+  the simulator and on tau-bench, and the analyses' spell numbers equal the store's;
+- empirical S(T): Pass@(1,T), task-weighted, also in the model fit, the decomposition and the
+  descriptive numbers, with unequal samples per task;
+- success turn: the trajectory's rule, the store (both ingest paths) and the analyses' frames.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses.decompose import decompose, model_fit
+from analyses.descriptive import descriptive, latency_distribution, spell_stats
+from analyses.frames import spells_frame, success_turns, trajectories_frame, turn_flags_frame
+from analyses.passkt import pass_at_kt
+from recovery.marking.spells import spells_of_frames
+from recovery.schema import Trajectory, Turn
+from recovery.simulate import PRESETS, SimConfig
+from recovery.store import connect, ingest_file
+from tests.conftest import simulated_store
+
+
+def reference_spells(con) -> list[tuple]:
+    """Spells by walking each trajectory's turns one by one (the words of the definition)."""
+    rows = con.execute(
+        "SELECT tr.traj_id, tr.n_turns, tr.success, list(u.is_error ORDER BY u.t), "
+        "list(u.error_kind ORDER BY u.t) FROM trajectories tr JOIN turns u USING (traj_id) "
+        "GROUP BY ALL"
+    ).fetchall()
+    out = []
+    for traj_id, n_turns, success, errors, kinds in rows:
+        t = 1
+        while t <= n_turns:
+            if errors[t - 1] and (t == 1 or not errors[t - 2]):
+                start = t
+                while t <= n_turns and errors[t - 1]:
+                    t += 1
+                end = t - 1
+                recovered = end < n_turns
+                out.append((traj_id, start, end, kinds[start - 1], recovered,
+                            end + 1 if recovered else None,
+                            end + 1 - start if recovered else None,
+                            (not recovered) and success is False))
+            else:
+                t += 1
+    return sorted(out)
+
+
+def store_spells(con) -> list[tuple]:
+    return sorted(con.execute(
+        "SELECT traj_id, start_t, end_t, kind, recovered, recovered_at, latency, fatal "
+        "FROM error_spells").fetchall())
+
+
+@pytest.fixture(scope="module")
+def sim_con():
+    config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=60,
+                       n_samples=4, budgets=[30], seed=3)
+    con = simulated_store(config)
+    yield con
+    con.close()
+
+
+def test_store_spells_equal_the_turn_by_turn_reference_on_the_simulator(sim_con) -> None:
+    spells = store_spells(sim_con)
+    assert len(spells) > 100
+    assert spells == reference_spells(sim_con)
+
+
+def test_store_spells_equal_the_reference_on_tau_bench(tau_airline) -> None:
+    con = connect(None)
+    ingest_file(con, tau_airline)
+    spells = store_spells(con)
+    assert len(spells) == 67
+    assert spells == reference_spells(con)
+
+
+def test_unknown_outcome_open_spell_is_not_fatal() -> None:
+    con = connect(None)
+    from recovery.store import ingest_trajectories
+
+    turns = [Turn("a", "Error: x"), Turn("b", "Error: y")]
+    ingest_trajectories(con, [Trajectory("r", "t", turns, success=None),
+                              Trajectory("r", "u", list(turns), success=False)])
+    fatal = dict(con.execute(
+        "SELECT tr.task_id, s.fatal FROM error_spells s JOIN trajectories tr USING (traj_id)"
+    ).fetchall())
+    assert fatal == {"t": False, "u": True}
+    assert store_spells(con) == reference_spells(con)
+
+
+def test_analyses_spells_equal_the_stores(sim_con) -> None:
+    traj, flags = trajectories_frame(sim_con), turn_flags_frame(sim_con)
+    from_store = spells_frame(sim_con)
+    from_frames = spells_of_frames(traj, flags)
+    columns = ["run", "traj_id", "start_t", "end_t", "kind", "recovered", "recovered_at",
+               "latency", "fatal"]
+    pd.testing.assert_frame_equal(
+        from_store[columns].reset_index(drop=True), from_frames[columns].reset_index(drop=True),
+        check_dtype=False,
+    )
+    pd.testing.assert_frame_equal(spell_stats(traj, from_store), spell_stats(traj, from_frames))
+    pd.testing.assert_frame_equal(latency_distribution(from_store),
+                                  latency_distribution(from_frames))
+
+
+# --------------------------------------------------------------------------------------------
+# Empirical S(T) is Pass@(1,T): task-weighted, whatever the samples per task
+
+
+def unequal() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two runs, tasks with 1, 2 and 3 samples: trajectory and task weights differ."""
+    rows, flags = [], []
+    spec = {
+        "A": {"t1": [(True, 2)], "t2": [(False, 3), (True, 4)], "t3": [(False, 2)] * 3},
+        "B": {"t1": [(True, 1)], "t2": [(True, 2), (True, 3)],
+              "t3": [(True, 2), (False, 4), (False, 1)]},
+    }
+    for run, tasks in spec.items():
+        for task, samples in tasks.items():
+            for i, (ok, n) in enumerate(samples):
+                traj_id = f"{run}-{task}-{i}"
+                rows.append({"traj_id": traj_id, "run": run, "task_id": task, "sample": i,
+                             "budget": np.nan, "success": ok, "n_turns": n,
+                             "success_turn": float(n) if ok else np.nan})
+                flags += [{"traj_id": traj_id, "t": t, "is_error": t == 1 and not ok,
+                           "error_kind": None} for t in range(1, n + 1)]
+    return pd.DataFrame(rows), pd.DataFrame(flags)
+
+
+def test_empirical_success_is_task_weighted_everywhere() -> None:
+    traj, flags = unequal()
+    ts = [2, 3, None]
+    p1 = pass_at_kt(traj, ks=[1], ts=ts, n_boot=0)
+    want = {(r.run, None if pd.isna(r.t) else int(r.t)): r.value for r in p1.itertuples()}
+    # Task-weighted differs from trajectory-weighted here, so the test can tell them apart.
+    assert want[("A", None)] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert want[("A", None)] != pytest.approx(traj[traj.run == "A"]["success"].mean())
+    for run in ("A", "B"):
+        fit = model_fit(traj, flags, run, ts, strata=1)
+        assert fit["empirical"].tolist() == pytest.approx([want[(run, t)] for t in ts])
+        desc = descriptive(traj, flags, [2, 3, 4], mode="truncation")
+        got = desc[desc["run"] == run]["success"].tolist()
+        assert got == pytest.approx([want[(run, 2)], want[(run, 3)], want[(run, None)]])
+        # and the identity S = (1 - e) c + e r holds with the same weights
+        for row in desc[desc["run"] == run].itertuples():
+            parts = [(1 - row.e) * row.c if row.e < 1 else 0.0, row.e * row.r if row.e else 0.0]
+            assert sum(parts) == pytest.approx(row.success)
+    out = decompose(traj, flags, "A", "B", ts, strata=1, n_boot=0)
+    assert out["empirical_baseline"].tolist() == pytest.approx([want[("A", t)] for t in ts])
+    assert out["delta"].tolist() == pytest.approx(
+        [want[("B", t)] - want[("A", t)] for t in ts])
+
+
+# --------------------------------------------------------------------------------------------
+# Success turn: one rule
+
+
+def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
+    records = [
+        {"task_id": "a", "success": True, "turns": [{"action": "x"}, {"action": "y"}]},
+        {"task_id": "b", "success": True,
+         "turns": [{"action": "x", "done": True}, {"action": "y"}, {"action": "z"}]},
+        {"task_id": "c", "success": False, "turns": [{"action": "x", "done": True}]},
+        {"task_id": "d", "success": True, "turns": []},
+    ]
+    expected = {"a": 2, "b": 1, "c": None, "d": 0}
+    from recovery.schema import trajectory_from_dict
+
+    for raw in records:
+        traj = trajectory_from_dict(raw, default_run="r")
+        assert traj.success_turn == expected[raw["task_id"]]
+    plain = tmp_path / "runs.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in records))
+    gz_like = tmp_path / "runs2.jsonl"  # an unknown key sends this copy to the Python reader
+    gz_like.write_text("".join(json.dumps(r | {"extra": 1, "run": "py"}) + "\n" for r in records))
+    con = connect(None)
+    ingest_file(con, plain)
+    ingest_file(con, gz_like)
+    stored = {(run, task): turn for run, task, turn in con.execute(
+        "SELECT run, task_id, success_turn FROM trajectories").fetchall()}
+    for run in ("runs", "py"):
+        assert {k[1]: v for k, v in stored.items() if k[0] == run} == expected
+    frame = trajectories_frame(con)
+    got = dict(zip(frame["run"] + "/" + frame["task_id"], success_turns(frame), strict=True))
+    for run in ("runs", "py"):
+        for task, turn in expected.items():
+            assert got[f"{run}/{task}"] == (np.inf if turn is None else turn)
+    # A hand-built frame without success_turn: a success ends at its last turn, as the rule says.
+    bare = frame.drop(columns=["success_turn"])
+    assert success_turns(bare).tolist() == [
+        np.inf if s is False else float(n) for s, n in zip(frame["success"], frame["n_turns"],
+                                                            strict=True)
+    ]
