@@ -29,7 +29,7 @@ from recovery.errors import InputProblem
 
 if TYPE_CHECKING:
     from prm.data import TaskSplit
-    from prm.loop import Distributed
+    from prm.distributed import Distributed
     from prm.spec import PRMSpec
 
 STATE_KEYS = ("step", "epoch", "group", "world_size", "optimizer", "scheduler")
@@ -108,7 +108,7 @@ def save_checkpoint(
     """Write a resumable checkpoint ``checkpoints/step-NNNNNNNN`` (atomic rename by rank 0)."""
     from safetensors.torch import save_file
 
-    from prm.loop import barrier
+    from prm.distributed import barrier
     from prm.model import save_scorer
 
     final = directory / CHECKPOINT_DIR / f"step-{position.step:08d}"

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.config import TrainConfig
 from prm.labels import LABEL_SOURCES
-from prm.train import TrainConfig
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 

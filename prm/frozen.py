@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from prm.config import TrainConfig, TrainResult
     from prm.data import StepExample, TaskSplit
-    from prm.train import TrainConfig, TrainResult
 
 HEAD_CS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 """Inverse regularisation strengths the head's inner cross-validation tries (on whitened

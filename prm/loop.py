@@ -25,12 +25,10 @@ import copy
 import dataclasses
 import json
 import math
-import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,59 +39,15 @@ from prm.checkpoints import (
     save_checkpoint,
     unflatten_optimizer,
 )
-from prm.device import resolve_device
+from prm.distributed import Distributed, barrier, init_distributed
 from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
 
 if TYPE_CHECKING:
     import pandas as pd
     import torch
 
+    from prm.config import TrainConfig, TrainResult
     from prm.data import StepExample, TaskSplit
-    from prm.train import TrainConfig, TrainResult
-
-
-@dataclass(frozen=True)
-class Distributed:
-    """This process's place in a (possibly single-process) run."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    device: str = "cpu"
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0: the one that logs and writes."""
-        return self.rank == 0
-
-    @property
-    def enabled(self) -> bool:
-        """More than one process."""
-        return self.world_size > 1
-
-
-def init_distributed(device: str = "auto") -> Distributed:
-    """Join the process group when launched by ``torchrun``; pick this process's device."""
-    import torch
-    import torch.distributed as dist
-
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    resolved = resolve_device(device, local_rank)
-    if resolved.startswith("cuda"):
-        torch.cuda.set_device(torch.device(resolved))
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if resolved.startswith("cuda") else "gloo")
-    return Distributed(rank=rank, world_size=world_size, local_rank=local_rank, device=resolved)
-
-
-def barrier(info: Distributed) -> None:
-    """Wait for every process (nothing to do in a single-process run)."""
-    if info.enabled:
-        import torch.distributed as dist
-
-        dist.barrier()
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
@@ -302,7 +256,10 @@ def train_neural(
         DistributedDataParallel(scorer, device_ids=[info.local_rank] if on_cuda else None)
         if info.enabled else scorer
     )
-    optimizer = make_optimizer(scorer, config.lr, config.weight_decay, info.device)
+    from prm.config import learning_rate
+
+    optimizer = make_optimizer(scorer, learning_rate(config, spec.mode), config.weight_decay,
+                               info.device)
     # Bucket boundaries move with each epoch's shuffle, so each epoch counts its own batches.
     total_steps = sum(
         math.ceil(len(epoch_batches(lengths, config.batch_tokens, config.seed, epoch,
