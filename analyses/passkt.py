@@ -96,8 +96,15 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return float(np.prod(1.0 - k / np.arange(c + 1, n + 1)))
 
 
+SMALL_SAMPLE_COUNT = 4
+"""Up to this many samples per task, the default K grid is every K from 1 to that count."""
+
+
 def default_ks(max_samples: int) -> list[int]:
-    """Sampling widths for a report: 1, 2, 4, ... up to ``max_samples``, and ``max_samples``.
+    """Sampling widths for a report: the one default-K policy of the toolkit.
+
+    Every K from 1 to ``max_samples`` when that is at most :data:`SMALL_SAMPLE_COUNT` (so
+    tau-bench's 4 trials give K = 1, 2, 3, 4), else 1, 2, 4, ... and ``max_samples``.
 
     Args:
         max_samples: The most samples any task has.
@@ -105,10 +112,22 @@ def default_ks(max_samples: int) -> list[int]:
     Returns:
         Increasing widths; empty when ``max_samples < 1``.
     """
-    ks = [1 << i for i in range(max(int(max_samples), 0).bit_length())]
-    if max_samples >= 1 and ks[-1] != max_samples:
-        ks.append(int(max_samples))
+    max_samples = max(int(max_samples), 0)
+    if max_samples <= SMALL_SAMPLE_COUNT:
+        return list(range(1, max_samples + 1))
+    ks = [1 << i for i in range(max_samples.bit_length())]
+    if ks[-1] != max_samples:
+        ks.append(max_samples)
     return ks
+
+
+def common_budgets(trajectories: pd.DataFrame) -> list[int]:
+    """The budgets present in every run: the default T grid of budgeted mode."""
+    budgets = [
+        {int(b) for b in pd.to_numeric(group, errors="coerce").dropna()}
+        for _, group in trajectories.groupby("run", sort=True)["budget"]
+    ] if "budget" in trajectories else []
+    return sorted(set.intersection(*budgets)) if budgets else []
 
 
 def default_ts(
@@ -302,10 +321,8 @@ def _grid(
     if len(ks_arr) and ks_arr[0] < 1:
         raise ValueError(f"K must be at least 1, got {ks_arr[0]}")
     if ts is None:
-        if mode == "truncation":
-            ts = default_ts(trajectories["n_turns"])
-        else:
-            ts = sorted(set.intersection(*budgets)) if budgets else []
+        ts = default_ts(trajectories["n_turns"]) if mode == "truncation" else (
+            common_budgets(trajectories))
     finite_ts, with_none = _normalise_ts(ts, mode)
     if mode == "budgeted":
         if not finite_ts and data.run_names:

@@ -6,7 +6,7 @@ Run: ``.venv/bin/python bench/analyze.py [--tasks 4000] [--samples 8] [--n-boot 
 Writes (once; kept in ``--workdir``, by default a folder in the system temp directory named
 after the parameters) the simulator's ``base`` and ``rl`` runs at budget 40, which hold about
 15 turns per trajectory, so 4,000 tasks x 8 samples x 2 runs is about 1M turns. Then calls
-the library face of ``recovery analyze`` (:func:`recovery.cli.analyze.run_analyze`, the same
+the library face of ``recovery analyze`` (:func:`analyses.report.analyze.analyze`, the same
 code as the command, without printing the tables) on both files with an in-memory store, and
 prints the seconds per step: ingest (with error marking), loading the frames, each analysis,
 and the total. ``--profile`` adds the functions that take the most time (cProfile), and
@@ -77,7 +77,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="Print the top functions.")
     args = parser.parse_args()
 
-    from recovery.cli.analyze import AnalyzeConfig, run_analyze
+    from analyses.report.analyze import AnalyzeConfig
+    from analyses.report.analyze import analyze as run_analyze
 
     workdir = args.workdir or Path(tempfile.gettempdir()) / (
         f"recovery-bench-analyze-{args.tasks}x{args.samples}-b{args.budget}-s{args.seed}"

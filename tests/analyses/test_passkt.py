@@ -387,7 +387,9 @@ def test_a_runs_interval_does_not_depend_on_other_runs() -> None:
 
 def test_default_ks() -> None:
     assert default_ks(1) == [1]
-    assert default_ks(4) == [1, 2, 4]
+    assert default_ks(3) == [1, 2, 3]
+    assert default_ks(4) == [1, 2, 3, 4]  # few samples: every K
+    assert default_ks(5) == [1, 2, 4, 5]
     assert default_ks(6) == [1, 2, 4, 6]
     assert default_ks(64) == [1, 2, 4, 8, 16, 32, 64]
     assert default_ks(0) == []

@@ -17,21 +17,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.decompose import decompose, model_fit
+from analyses.decompose import COMPONENTS, decompose, model_fit
 from analyses.descriptive import spell_stats
 from analyses.passkt import pass_at_kt
 from analyses.report import (
-    COMPONENTS,
     ReportOptions,
     choose_ks,
     choose_ts,
-    json_safe,
     print_report,
     report_from_frames,
 )
+from recovery.jsonsafe import json_safe
 from recovery.marking.spells import spells_of_frames
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 """The names bench/html_check.py looks for."""
 
@@ -320,7 +319,7 @@ def test_print_report_shows_grid_drop_and_decomposition(report):
 
 
 def test_decomposition_bars_draw_the_two_shares(report):
-    from analyses.plots import decomposition_bars
+    from analyses.report.plots import decomposition_bars
 
     comp = report.comparisons[0]
     figure = decomposition_bars(comp)
@@ -334,7 +333,7 @@ def test_decomposition_bars_draw_the_two_shares(report):
 
 
 def test_heatmap_annotates_every_cell(report):
-    from analyses.plots import pass_heatmap
+    from analyses.report.plots import pass_heatmap
 
     run = report.runs["A"]
     figure = pass_heatmap(run, report.ks, report.ts)
@@ -345,7 +344,7 @@ def test_heatmap_annotates_every_cell(report):
 def test_html_is_self_contained_and_its_images_decode(report):
     from PIL import Image
 
-    from analyses.html import render_html
+    from analyses.report.html import render_html
 
     page = render_html(report)
     images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', page)
@@ -365,7 +364,7 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
     (slow: two browser processes)."""
     if not any(shutil.which(name) for name in CHROMIUM_NAMES):
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    from analyses.html import write_html
+    from analyses.report.html import write_html
 
     page = write_html(report, tmp_path / "report.html")
     shot = tmp_path / "report.png"

@@ -15,14 +15,14 @@ import io
 import math
 from typing import TYPE_CHECKING
 
+from analyses.report.text import number, t_label
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from analyses.report import Comparison, Report, RunReport
+    from analyses.report.records import Comparison, Report, RunReport
 
-NO_LIMIT_LABEL = "no limit"
-"""Tick label of the T axis position that stands for no turn limit."""
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -48,12 +48,8 @@ def _t_positions(ts: list[int | None]) -> tuple[list[float], list[str]]:
     top = max(finite) if finite else 1
     gap = max(top * 0.15, 1.0)
     positions = [float(t) if t is not None else top + gap for t in ts]
-    labels = [str(t) if t is not None else NO_LIMIT_LABEL for t in ts]
+    labels = [t_label(t) for t in ts]
     return positions, labels
-
-
-def _t_labels(ts: list[int | None]) -> list[str]:
-    return [NO_LIMIT_LABEL if t is None else str(t) for t in ts]
 
 
 def pass_heatmap(run: RunReport, ks: list[int], ts: list[int | None],
@@ -84,10 +80,10 @@ def pass_heatmap(run: RunReport, ks: list[int], ts: list[int | None],
     for i in range(len(ks)):
         for j in range(len(ts)):
             value = values[i, j]
-            text = "-" if math.isnan(value) else f"{value:.2f}"
+            text = number(value, 2)
             ax.text(j, i, text, ha="center", va="center", fontsize=8,
                     color="black" if not math.isnan(value) and value > 0.6 else "white")
-    ax.set_xticks(range(len(ts)), _t_labels(ts))
+    ax.set_xticks(range(len(ts)), [t_label(t) for t in ts])
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
     ax.set_xlabel("turn budget T")
     ax.set_ylabel("K")
@@ -176,7 +172,7 @@ def decomposition_bars(comparison: Comparison) -> Figure:
     ax.errorbar(x + 0.22, delta, yerr=err, fmt="x", color="C3", capsize=3, zorder=3,
                 label="empirical change")
     ax.axhline(0.0, color="0.4", linewidth=0.8)
-    ax.set_xticks(x, _t_labels([r.t for r in rows]))
+    ax.set_xticks(x, [t_label(r.t) for r in rows])
     ax.set_xlabel("turn budget T")
     ax.set_ylabel("change of S(T)")
     ax.set_title(f"{comparison.candidate} vs {comparison.baseline}: single step + recovery",

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from analyses.report.text import MISSING, interval, number, percent, t_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from analyses.report import Comparison, PassCell, Report, RunReport
+    from analyses.report.records import Comparison, PassCell, Report, RunReport
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
@@ -46,7 +47,7 @@ td.label, th.label { text-align: left; }
 
 def figure_data_uri(figure: Figure) -> str:
     """A figure as a ``data:image/png;base64,...`` URI (the figure is closed afterwards)."""
-    from analyses.plots import figure_png
+    from analyses.report.plots import figure_png
 
     data = base64.b64encode(figure_png(figure)).decode("ascii")
     figure.clear()
@@ -59,28 +60,21 @@ def _img(figure: Figure, alt: str) -> str:
 
 
 def _num(value: float, digits: int = 3, signed: bool = False) -> str:
-    if value is None or not math.isfinite(value):
+    """:func:`analyses.report.text.number` as HTML: a dash for missing, red when negative."""
+    text = number(value, digits, signed=signed)
+    if text == MISSING:
         return "&ndash;"
-    if round(value, digits) == 0:
-        value = 0.0  # no "-0.000"
-    text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
     return f'<span class="neg">{text}</span>' if signed and value < 0 else text
 
 
 def _ci(lo: float, hi: float, signed: bool = False) -> str:
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return ""
-    fmt = "{:+.3f}" if signed else "{:.3f}"
-    return f'<span class="ci">[{fmt.format(lo)}, {fmt.format(hi)}]</span>'
-
-
-def _t(t: int | None) -> str:
-    return "no limit" if t is None else str(t)
+    text = interval(lo, hi, 3, signed=signed, compact=False)
+    return f'<span class="ci">{text}</span>' if text else ""
 
 
 def _grid_html(cells: list[PassCell], report: Report, drop: bool) -> str:
     by_key = {(c.k, c.t): c for c in cells}
-    head = "".join(f"<th>T = {_t(t)}</th>" for t in report.ts)
+    head = "".join(f"<th>T = {t_label(t)}</th>" for t in report.ts)
     rows = []
     for k in report.ks:
         tds = []
@@ -93,7 +87,7 @@ def _grid_html(cells: list[PassCell], report: Report, drop: bool) -> str:
         rows.append(f'<tr><th class="label">K = {k}</th>{"".join(tds)}'
                     f"<td>{n_tasks}</td><td>{n_out}</td></tr>")
     if drop:
-        ref = _t(report.reference_t)
+        ref = t_label(report.reference_t)
         for k in report.ks:
             tds = []
             for t in report.ts:
@@ -128,8 +122,8 @@ def _stats_html(run: RunReport) -> str:
 
 
 def _pct(value: float) -> str:
-    return "&ndash;" if not math.isfinite(value) else f"{100 * value:.1f}%"
-
+    text = percent(value)
+    return "&ndash;" if text == MISSING else text
 
 def _fit_html(run: RunReport) -> str:
     desc = {d.t: d for d in run.descriptive}
@@ -137,7 +131,7 @@ def _fit_html(run: RunReport) -> str:
     for fit in run.model_fit:
         d = desc.get(fit.t)
         rows.append(
-            f"<tr><td>{_t(fit.t)}</td><td>{_num(fit.empirical)}</td><td>{_num(fit.model)}</td>"
+            f"<tr><td>{t_label(fit.t)}</td><td>{_num(fit.empirical)}</td><td>{_num(fit.model)}</td>"
             f"<td>{_num(fit.model - fit.empirical, signed=True)}</td>"
             + "".join(f"<td>{_num(getattr(d, x)) if d else ''}</td>" for x in ("e", "c", "r"))
             + "</tr>"
@@ -148,7 +142,7 @@ def _fit_html(run: RunReport) -> str:
 
 
 def _comparison_html(comp: Comparison) -> str:
-    from analyses.report import COMPONENTS
+    from analyses.decompose import COMPONENTS
 
     head = "".join(f"<th>{name.replace('_', ' ')}</th>" for name in COMPONENTS)
     rows = []
@@ -157,7 +151,7 @@ def _comparison_html(comp: Comparison) -> str:
             f"<td>{_num(getattr(r, name), signed=True)}{_ci(r.lo[name], r.hi[name], True)}</td>"
             for name in COMPONENTS
         )
-        rows.append(f"<tr><td>{_t(r.t)}</td><td>{_num(r.empirical_baseline)}</td>"
+        rows.append(f"<tr><td>{t_label(r.t)}</td><td>{_num(r.empirical_baseline)}</td>"
                     f"<td>{_num(r.empirical_candidate)}</td>{tds}"
                     f"<td>{_num(r.recovery_share, 2)}</td></tr>")
     return (f"<table><tr><th>T</th><th>S(T) {html.escape(comp.baseline)}</th>"
@@ -175,8 +169,8 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
     Returns:
         The HTML text (images embedded as base64 PNG).
     """
-    from analyses import plots
-    from analyses.report import MODE_DESCRIPTIONS
+    from analyses.report import plots
+    from analyses.report.records import MODE_DESCRIPTIONS
 
     esc = html.escape
     parts = [
@@ -187,7 +181,7 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
         f"<h1>{esc(title)}</h1>",
         f'<p class="meta">Mode: {esc(MODE_DESCRIPTIONS.get(report.mode, report.mode))}.<br>'
         f"Runs: {esc(', '.join(report.runs))}; baseline: {esc(report.baseline)}; "
-        f"K = {', '.join(map(str, report.ks))}; T = {esc(', '.join(_t(t) for t in report.ts))}."
+        f"K = {', '.join(map(str, report.ks))}; T = {esc(', '.join(t_label(t) for t in report.ts))}."
         f"<br>Intervals: {report.n_boot} bootstrap resamples of tasks, {report.ci:.0%} "
         f"coverage, seed {report.seed}; hazard model strata: {report.strata}; trajectories "
         f"with an unknown outcome (left out): {report.n_unknown_outcomes}.</p>",

@@ -1,0 +1,67 @@
+"""The report of ``recovery analyze``: records, building, terminal, HTML, plots.
+
+Every number comes from the analyses that define it: :mod:`analyses.passkt` (Pass@(K,T),
+pass^(K,T)), :mod:`analyses.descriptive` (e, c, r, hazard curves, spells, latency) and
+:mod:`analyses.decompose` (model fit, the gain decomposition). :mod:`analyses.report.build`
+only chooses sensible defaults, calls them, and puts the results into the dataclasses of
+:mod:`analyses.report.records` that the terminal report (:mod:`analyses.report.terminal`), the
+JSON file (:meth:`Report.to_dict`) and the HTML page (:mod:`analyses.report.html`) all read.
+:func:`analyses.report.analyze.analyze` is ``recovery analyze`` as a library call.
+
+Example:
+    >>> from recovery.store import connect, ingest_file
+    >>> con = connect(None)
+    >>> ingest_file(con, "runs/base.jsonl"); ingest_file(con, "runs/rl.jsonl")
+    >>> report = build_report(con, options=ReportOptions(baseline="base"))
+    >>> report.runs["rl"].pass_at(1, None)          # Pass@(1, no turn limit)
+    >>> print_report(report)                         # rich tables on the terminal
+"""
+
+from __future__ import annotations
+
+from analyses.report.build import ProgressFn, build_report, report_from_frames
+from analyses.report.defaults import choose_ks, choose_ts, samples_per_task
+from analyses.report.html import render_html, write_html
+from analyses.report.records import (
+    MODE_DESCRIPTIONS,
+    Comparison,
+    ComparisonRow,
+    DescriptiveRow,
+    ErrorStats,
+    HazardPoint,
+    LatencyBin,
+    ModelFitRow,
+    PassCell,
+    RecoveryStats,
+    Report,
+    ReportOptions,
+    RunReport,
+    write_json,
+)
+from analyses.report.terminal import print_report
+
+__all__ = [
+    "MODE_DESCRIPTIONS",
+    "Comparison",
+    "ComparisonRow",
+    "DescriptiveRow",
+    "ErrorStats",
+    "HazardPoint",
+    "LatencyBin",
+    "ModelFitRow",
+    "PassCell",
+    "ProgressFn",
+    "RecoveryStats",
+    "Report",
+    "ReportOptions",
+    "RunReport",
+    "build_report",
+    "choose_ks",
+    "choose_ts",
+    "print_report",
+    "render_html",
+    "report_from_frames",
+    "samples_per_task",
+    "write_html",
+    "write_json",
+]

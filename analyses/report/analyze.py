@@ -1,0 +1,243 @@
+"""``recovery analyze`` as a library call: ingest the inputs, build the report, write it.
+
+Example:
+    >>> from analyses.report.analyze import AnalyzeConfig, analyze
+    >>> report = analyze(AnalyzeConfig(files=[Path("runs/base.jsonl"), Path("runs/rl.jsonl")],
+    ...                                baseline="base", json_out=Path("report.json")))
+    >>> report.comparisons[0].by_t[-1].recovery
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from recovery.config import opt
+from recovery.errors import InputProblem, UsageProblem
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from analyses.report.records import Report
+    from recovery.store import IngestOptions
+
+Echo = Callable[[str], None]
+"""Where progress lines go (ingest results, files written)."""
+
+
+@dataclass
+class AnalyzeConfig:
+    """Options of ``recovery analyze`` (and of :func:`analyze`)."""
+
+    files: list[Path] = opt(
+        argument=True, default_factory=list,
+        help="Input files (any known format); none = every run of --store.",
+    )
+    store: Path | None = opt(
+        None,
+        "DuckDB store to ingest into and read from (files already there, by sha256, are not "
+        "read again); in memory when omitted.",
+    )
+    baseline: str | None = opt(
+        None, "Run the others are compared with (default: the first run alphabetically)."
+    )
+    k: list[int] | None = opt(
+        None,
+        "Sampling widths K, e.g. 1,2,4,8 (default: 1..n when tasks have n <= 4 samples, else "
+        "1,2,4,... up to n).",
+    )
+    t: list[str] | None = opt(
+        None,
+        "Turn limits T, e.g. 5,10,20,40; 'none' = no limit, which truncation mode always adds "
+        "(default: quantiles of the observed turn counts; budgeted: the shared budgets).",
+    )
+    mode: str = opt(
+        "truncation",
+        "truncation: cut every trajectory at each T; budgeted: at each T use the runs made "
+        "with budget T.",
+        choices=("truncation", "budgeted"),
+    )
+    strata: int = opt(5, "Task difficulty strata of the hazard model (1 = pooled).")
+    strata_by: str = opt(
+        "clean_success",
+        "What orders tasks into strata: successes per clean turn (default), or the success "
+        "rate, which credits part of a recovery gain to single steps (docs/concepts.md).",
+        choices=("clean_success", "success"),
+    )
+    n_boot: int = opt(200, "Bootstrap resamples of tasks for every interval (0 = none).")
+    seed: int = opt(0, "Seed of the bootstrap.")
+    ci: float = opt(0.95, "Coverage of the intervals.")
+    json_out: Path | None = opt(None, "Write the numbers as JSON to this file.", flag="--json")
+    html_out: Path | None = opt(
+        None, "Write a self-contained HTML report (plots and tables) to this file.",
+        flag="--html",
+    )
+    format: str | None = opt(None, "Input format (default: detected per file).")
+    rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")
+    results: Path | None = opt(
+        None, "A results file that decides success where trajectories carry none (e.g. the "
+        "resolved-instance list of a SWE-bench harness for SWE-agent trajectories).",
+    )
+    quiet: bool = opt(False, "Print no tables (only write --json / --html).")
+
+
+def parse_turn_limits(values: list[str] | None) -> list[int | None] | None:
+    """``["5", "10", "none"]`` -> ``[5, 10, None]``; ``None`` stays ``None``.
+
+    Raises:
+        UsageProblem: for anything but positive integers and none/inf/no-limit.
+    """
+    if not values:
+        return None
+    out: list[int | None] = []
+    for value in values:
+        text = str(value).strip().lower()
+        if text in ("none", "inf", "no-limit", "nolimit"):
+            out.append(None)
+            continue
+        try:
+            number = int(text)
+        except ValueError:
+            raise UsageProblem(
+                f"--t: {value!r} is not a turn limit (a positive integer or 'none')"
+            ) from None
+        if number < 1:
+            raise UsageProblem(f"--t: turn limits must be >= 1, got {number}")
+        out.append(number)
+    return out
+
+
+def ingest_inputs(
+    con: duckdb.DuckDBPyConnection,
+    files: list[Path],
+    options: IngestOptions,
+    *,
+    echo: Echo | None = None,
+) -> list[str]:
+    """Ingest ``files`` into ``con`` and return the runs they hold.
+
+    Every file is tried (each in its own transaction) and reported, before any failure stops
+    the analysis. A file whose digest is already in the store is not read again; its runs are
+    those of the trajectories the store recorded for it.
+
+    Raises:
+        InputProblem: when a file cannot be ingested (the store keeps the others).
+    """
+    from recovery.store import ingest_files
+
+    def report(result) -> None:
+        if echo is not None:
+            echo(result.summary())
+
+    results = ingest_files(con, files, options, on_result=report)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise InputProblem(
+            f"{len(failed)} of {len(results)} input files could not be ingested (each is "
+            "named above); fix or leave them out, nothing was analysed"
+        )
+    runs: set[str] = set()
+    for result in results:
+        sources = [result.file]
+        if result.status == "skipped":
+            sources = [
+                row[0] for row in con.execute(
+                    "SELECT file FROM ingests WHERE sha256 = ?", [result.sha256]
+                ).fetchall()
+            ]
+        found = con.execute(
+            f"SELECT DISTINCT run FROM trajectories WHERE source_file IN "
+            f"({', '.join('?' for _ in sources)})",
+            sources,
+        ).fetchall()
+        runs.update(row[0] for row in found)
+    return sorted(runs)
+
+
+def analyze(
+    config: AnalyzeConfig,
+    *,
+    echo: Echo | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Everything ``recovery analyze`` does but printing the tables.
+
+    Ingests ``config.files`` (into ``config.store``, or an in-memory store), builds the report
+    of their runs (every run of the store when no file is given), and writes ``--json`` and
+    ``--html`` when asked.
+
+    Args:
+        config: The options.
+        echo: Called with each ingest result and each file written.
+        progress: Called before each step of the analysis.
+
+    Returns:
+        The report; its ``timings`` and ``cpu_timings`` hold the seconds per step, ingest and
+        writing included.
+
+    Raises:
+        UsageProblem: for options that do not fit the data (unknown baseline, budgeted mode
+            without shared budgets, no input).
+        InputProblem: when a file cannot be ingested or the store cannot be opened.
+    """
+    from analyses.report.build import build_report
+    from analyses.report.records import ReportOptions, write_json
+    from recovery.marking import load_rules
+    from recovery.store import IngestOptions, connect
+
+    if not config.files and config.store is None:
+        raise UsageProblem("give input FILES, or --store to analyse a store's runs")
+    if not config.files and not Path(config.store).exists():
+        raise UsageProblem(f"store {config.store} does not exist")
+    options = ReportOptions(
+        ks=config.k or None,
+        ts=parse_turn_limits(config.t),
+        mode=config.mode,
+        baseline=config.baseline,
+        strata=config.strata,
+        strata_by=config.strata_by,
+        n_boot=config.n_boot,
+        seed=config.seed,
+        ci=config.ci,
+    )
+    ingest_options = IngestOptions(
+        format=config.format, rules=load_rules(config.rules) if config.rules else None,
+        results=config.results,
+    )
+    con = connect(config.store)
+    try:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        runs = ingest_inputs(con, config.files, ingest_options, echo=echo) if config.files else []
+        ingest_seconds = time.perf_counter() - started
+        ingest_cpu = time.process_time() - cpu_started
+        if config.files and not runs:
+            raise UsageProblem("the input files hold no trajectories")
+        try:
+            report = build_report(con, runs or None, options, progress=progress)
+        except ValueError as err:
+            raise UsageProblem(str(err)) from None
+    finally:
+        con.close()
+    report.timings = {"ingest": ingest_seconds, **report.timings}
+    report.cpu_timings = {"ingest": ingest_cpu, **report.cpu_timings}
+    report.sources = [str(path) for path in config.files]
+    if config.json_out is not None:
+        began = time.perf_counter()
+        write_json(report, config.json_out)
+        report.timings["write json"] = time.perf_counter() - began
+        if echo is not None:
+            echo(f"wrote {config.json_out}")
+    if config.html_out is not None:
+        from analyses.report.html import write_html
+
+        began = time.perf_counter()
+        if progress is not None:
+            progress("drawing the HTML report")
+        write_html(report, config.html_out, title=f"recovery analyze: {', '.join(report.runs)}")
+        report.timings["write html"] = time.perf_counter() - began
+        if echo is not None:
+            echo(f"wrote {config.html_out}")
+    return report

@@ -1,0 +1,439 @@
+"""Building the report: every number from the analyses that define it, into records."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analyses.decompose import COMPONENTS
+from analyses.report.defaults import choose_ks, choose_ts, samples_per_task
+from analyses.report.records import (
+    MODE_DESCRIPTIONS,
+    Comparison,
+    ComparisonRow,
+    DescriptiveRow,
+    ErrorStats,
+    HazardPoint,
+    LatencyBin,
+    ModelFitRow,
+    PassCell,
+    RecoveryStats,
+    Report,
+    ReportOptions,
+    RunReport,
+)
+from analyses.report.text import t_header
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+ProgressFn = Callable[[str], None]
+"""Called with a short description before each step of :func:`report_from_frames`."""
+
+MODEL_FIT_TOLERANCE = 0.03
+"""A model S(T) further than this from the empirical S(T) gets a note in the report."""
+
+
+# ------------------------------------------------------------------------------------------
+# Building the report
+
+
+def build_report(
+    con: duckdb.DuckDBPyConnection,
+    runs: Sequence[str] | None = None,
+    options: ReportOptions | None = None,
+    *,
+    progress: ProgressFn | None = None,
+) -> Report:
+    """Compute the report of the given runs of a store.
+
+    Args:
+        con: The store (see :func:`recovery.store.connect`).
+        runs: Runs to analyse; ``None`` or empty = every run of the store.
+        options: What to compute; defaults when ``None``.
+        progress: Called before each step (for a progress display).
+
+    Returns:
+        The :class:`Report`.
+
+    Raises:
+        ValueError: when there is nothing to analyse, the baseline is not one of the runs, or
+            the options do not fit the data (e.g. budgeted mode without shared budgets).
+    """
+    from analyses.frames import (
+        spells_frame,
+        trajectories_frame,
+        turn_flags_frame,
+        unknown_outcomes,
+    )
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    traj = trajectories_frame(con, runs)
+    flags = turn_flags_frame(con, runs)
+    spells = spells_frame(con, runs)
+    n_unknown = unknown_outcomes(con, runs)
+    loaded, cpu_loaded = time.perf_counter() - started, time.process_time() - cpu_started
+    report = report_from_frames(traj, flags, options, n_unknown_outcomes=n_unknown,
+                                progress=progress, spells=spells)
+    report.timings = {"load frames": loaded, **report.timings}
+    report.cpu_timings = {"load frames": cpu_loaded, **report.cpu_timings}
+    return report
+
+
+def report_from_frames(
+    traj: pd.DataFrame,
+    flags: pd.DataFrame,
+    options: ReportOptions | None = None,
+    *,
+    n_unknown_outcomes: int = 0,
+    progress: ProgressFn | None = None,
+    spells: pd.DataFrame | None = None,
+) -> Report:
+    """Compute the report from a trajectories frame and a turn flags frame.
+
+    Args:
+        traj: As :func:`analyses.frames.trajectories_frame` returns it.
+        flags: As :func:`analyses.frames.turn_flags_frame` returns it.
+        options: What to compute; defaults when ``None``.
+        n_unknown_outcomes: Trajectories left out for an unknown outcome (for the notes).
+        progress: Called before each step.
+        spells: The error spells (:func:`analyses.frames.spells_frame`); ``None`` = computed
+            from ``flags`` by the one definition (:func:`recovery.marking.spells_of_frames`).
+
+    Returns:
+        The :class:`Report`.
+
+    Raises:
+        ValueError: see :func:`build_report`.
+    """
+    from analyses import decompose as dec
+    from analyses import descriptive as desc
+    from analyses.passkt import pass_at_kt, pass_hat_kt
+    from recovery.marking.spells import spells_of_frames
+
+    options = options or ReportOptions()
+    if options.mode not in MODE_DESCRIPTIONS:
+        raise ValueError(f"mode must be 'truncation' or 'budgeted', got {options.mode!r}")
+    if options.strata < 1:
+        raise ValueError(f"strata must be at least 1, got {options.strata}")
+    if "success" in traj and traj["success"].isna().any():
+        traj = traj[traj["success"].notna()]
+    if traj.empty:
+        raise ValueError("no trajectories with a known outcome to analyse")
+    traj = traj.assign(task_id=traj["task_id"].astype(str)).reset_index(drop=True)
+    # Every analysis reads only the error turns (a turn missing from the flags is clean), so
+    # the clean ones are dropped once here: 4 to 5 times fewer rows to match by traj_id.
+    flags = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    if spells is None:
+        spells = spells_of_frames(traj, flags)
+    run_names = sorted(str(r) for r in traj["run"].unique())
+    baseline = options.baseline if options.baseline is not None else run_names[0]
+    if baseline not in run_names:
+        raise ValueError(f"baseline run {baseline!r} not found (runs: {', '.join(run_names)})")
+    mode = options.mode
+    ks = sorted({int(k) for k in options.ks}) if options.ks else choose_ks(traj, mode)
+    if not ks or ks[0] < 1:
+        raise ValueError(f"K must be at least 1, got {ks}")
+    ts = choose_ts(traj, mode, options.ts)
+    reference_t = ts[-1]
+    n_boot = max(int(options.n_boot), 0)
+    timings: dict[str, float] = {}
+    cpu_timings: dict[str, float] = {}
+    notes: list[str] = []
+
+    def step(name: str, fn: Callable[[], Any]) -> Any:
+        if progress is not None:
+            progress(name)
+        began, cpu_began = time.perf_counter(), time.process_time()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fn()
+        for warning in caught:
+            text = str(warning.message)
+            if issubclass(warning.category, UserWarning) and text not in notes:
+                notes.append(text)
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - began
+        cpu_timings[name] = cpu_timings.get(name, 0.0) + time.process_time() - cpu_began
+        return result
+
+    grid_args = {"ks": ks, "ts": ts, "mode": mode, "n_boot": n_boot, "ci": options.ci,
+                 "seed": options.seed}
+    pass_at = step("Pass@(K,T) grid", lambda: pass_at_kt(traj, **grid_args))
+    pass_hat = step("pass^(K,T) grid", lambda: pass_hat_kt(traj, **grid_args))
+    descriptive = step("descriptive e, c, r", lambda: _descriptive(desc, traj, flags, ts, mode))
+    spell_table = spells
+    spells = step("error spells", lambda: desc.spell_stats(traj, spell_table))
+    latency = step("recovery latency", lambda: desc.latency_distribution(
+        spell_table[spell_table["traj_id"].isin(traj["traj_id"])]))
+    hazards = step(
+        "hazard curves",
+        lambda: desc.hazard_curves(traj, flags, run_names, strata=1,
+                                  min_at_risk=options.min_at_risk),
+    )
+    kinds = step("error kinds", lambda: _error_kinds(traj, flags))
+    sizes = samples_per_task(traj, mode)
+
+    runs: dict[str, RunReport] = {}
+    for run in run_names:
+        fit = step(
+            f"model fit {run}",
+            lambda run=run: dec.model_fit(traj, flags, run, ts, options.strata, mode=mode,
+                                          min_at_risk=options.min_at_risk,
+                                          strata_by=options.strata_by),
+        )
+        runs[run] = _run_report(
+            run, traj, pass_at, pass_hat, descriptive, fit, spells, latency, hazards, kinds,
+            sizes, reference_t,
+        )
+
+    comparisons = []
+    for candidate in run_names:
+        if candidate == baseline:
+            continue
+        frame = step(
+            f"decompose {candidate} vs {baseline} ({n_boot} bootstrap resamples)",
+            lambda candidate=candidate: dec.decompose(
+                traj, flags, baseline, candidate, ts, options.strata, n_boot, options.seed,
+                mode=mode, min_at_risk=options.min_at_risk, ci=options.ci,
+                strata_by=options.strata_by,
+            ),
+        )
+        comparisons.append(_comparison(baseline, candidate, frame))
+
+    report = Report(
+        mode=mode, ks=ks, ts=ts, reference_t=reference_t, baseline=baseline,
+        strata=options.strata, n_boot=n_boot, seed=options.seed, ci=options.ci, runs=runs,
+        comparisons=comparisons, n_unknown_outcomes=int(n_unknown_outcomes), timings=timings,
+        cpu_timings=cpu_timings,
+    )
+    report.notes = _notes(report) + notes
+    return report
+
+
+def _descriptive(
+    dec: Any, traj: pd.DataFrame, flags: pd.DataFrame, ts: list[int | None], mode: str
+) -> pd.DataFrame:
+    """``decompose.descriptive`` with "no limit" asked as the longest trajectory.
+
+    Truncating at the longest trajectory is the same as no limit; asking for it that way keeps
+    trajectories without any error out of ``e`` (``descriptive(..., [None])`` counts them as
+    erring at an infinite turn, which ``inf <= inf`` lets through).
+    """
+    longest = int(traj["n_turns"].max())
+    asked = [longest if t is None else t for t in ts]
+    frame = dec.descriptive(traj, flags, asked, mode=mode)
+    if None in ts:
+        # Rows come per run in the order of `asked`; put the labels back.
+        n_ts = len(ts)
+        labels = [ts[i % n_ts] for i in range(len(frame))]
+        import pandas as pd
+
+        frame = frame.assign(t=pd.array(labels, dtype="Int64"))
+    return frame
+
+
+def _error_kinds(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
+    """Error turns and erring trajectories per run and kind."""
+    import pandas as pd
+
+    errors = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    run_of = pd.Series(traj["run"].to_numpy(), index=traj["traj_id"].to_numpy())
+    errors = errors.assign(
+        run=run_of.reindex(errors["traj_id"].to_numpy()).to_numpy(),
+        kind=errors["error_kind"].fillna("unknown").astype(str),
+    )
+    errors = errors[errors["run"].notna()]
+    by_kind = errors.groupby(["run", "kind"]).size().rename("n").reset_index()
+    by_run = errors.groupby("run").agg(n_error_turns=("t", "size"),
+                                       n_trajectories=("traj_id", "nunique"))
+    return by_kind.assign(
+        n_error_turns=by_kind["run"].map(by_run["n_error_turns"]),
+        n_trajectories=by_kind["run"].map(by_run["n_trajectories"]),
+    )
+
+
+def _t_label(value: Any) -> int | None:
+    import pandas as pd
+
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def _cells(grid: pd.DataFrame, run: str, reference_t: int | None) -> list[PassCell]:
+    rows = grid[grid["run"] == run]
+    cells = [
+        PassCell(
+            k=int(r.k), t=_t_label(r.t), value=float(r.value), lo=float(r.lo), hi=float(r.hi),
+            n_tasks=int(r.n_tasks), n_tasks_left_out=int(r.n_tasks_left_out),
+        )
+        for r in rows.itertuples(index=False)
+    ]
+    reference = {c.k: c.value for c in cells if c.t == reference_t}
+    for cell in cells:
+        cell.drop = reference.get(cell.k, math.nan) - cell.value
+    return cells
+
+
+def _float(value: Any) -> float:
+    import pandas as pd
+
+    return math.nan if value is None or pd.isna(value) else float(value)
+
+
+def _run_report(
+    run: str,
+    traj: pd.DataFrame,
+    pass_at: pd.DataFrame,
+    pass_hat: pd.DataFrame,
+    descriptive: pd.DataFrame,
+    fit: pd.DataFrame,
+    spells: pd.DataFrame,
+    latency: pd.DataFrame,
+    hazards: pd.DataFrame,
+    kinds: pd.DataFrame,
+    sizes: pd.Series,
+    reference_t: int | None,
+) -> RunReport:
+    mine = traj[traj["run"] == run]
+    n_traj = len(mine)
+    n_turns = int(mine["n_turns"].sum())
+    run_sizes = sizes.loc[run] if run in sizes.index.get_level_values(0) else sizes.iloc[:0]
+
+    sp = spells[spells["run"] == run]
+    n_spells = int(sp["n_spells"].iloc[0]) if len(sp) else 0
+    n_recovered = int(sp["n_recovered"].iloc[0]) if len(sp) else 0
+    n_fatal = int(sp["n_fatal"].iloc[0]) if len(sp) else 0
+    lat = latency[latency["run"] == run].sort_values("latency")
+    lat_values = np.repeat(lat["latency"].to_numpy(dtype=float), lat["n"].to_numpy(dtype=int))
+    kd = kinds[kinds["run"] == run].sort_values(["n", "kind"], ascending=[False, True])
+    n_err = int(kd["n_error_turns"].iloc[0]) if len(kd) else 0
+    n_err_traj = int(kd["n_trajectories"].iloc[0]) if len(kd) else 0
+
+    errors = ErrorStats(
+        n_turns=n_turns,
+        n_error_turns=n_err,
+        error_turn_rate=n_err / n_turns if n_turns else math.nan,
+        n_trajectories_with_error=n_err_traj,
+        trajectory_error_rate=n_err_traj / n_traj if n_traj else math.nan,
+        n_spells=n_spells,
+        spells_per_trajectory=n_spells / n_traj if n_traj else math.nan,
+        kinds={str(r.kind): int(r.n) for r in kd.itertuples(index=False)},
+    )
+    recovery = RecoveryStats(
+        n_spells=n_spells,
+        n_recovered=n_recovered,
+        n_fatal=n_fatal,
+        n_open_at_success=n_spells - n_recovered - n_fatal,
+        recovery_rate=n_recovered / n_spells if n_spells else math.nan,
+        fatal_rate=n_fatal / n_spells if n_spells else math.nan,
+        mean_latency=float(lat_values.mean()) if lat_values.size else math.nan,
+        median_latency=float(np.median(lat_values)) if lat_values.size else math.nan,
+        latency=[
+            LatencyBin(latency=int(r.latency), n=int(r.n), share=float(r.share))
+            for r in lat.itertuples(index=False)
+        ],
+    )
+    hz = hazards[hazards["run"] == run]
+    curves = {
+        str(name): [
+            HazardPoint(x=int(r.x), value=float(r.value), events=int(r.events),
+                        at_risk=int(r.at_risk))
+            for r in part.sort_values("x").itertuples(index=False)
+        ]
+        for name, part in hz.groupby("hazard", sort=False)
+    }
+    desc = descriptive[descriptive["run"] == run]
+    return RunReport(
+        run=run,
+        n_tasks=int(mine["task_id"].nunique()),
+        n_trajectories=n_traj,
+        n_turns=n_turns,
+        min_samples=int(run_sizes.min()) if len(run_sizes) else 0,
+        max_samples=int(run_sizes.max()) if len(run_sizes) else 0,
+        pass_at_kt=_cells(pass_at, run, reference_t),
+        pass_hat_kt=_cells(pass_hat, run, reference_t),
+        descriptive=[
+            DescriptiveRow(t=_t_label(r.t), e=_float(r.e), c=_float(r.c), r=_float(r.r),
+                           success=_float(r.success), n=int(r.n))
+            for r in desc.itertuples(index=False)
+        ],
+        model_fit=[
+            ModelFitRow(t=_t_label(r.t), empirical=_float(r.empirical), model=_float(r.model))
+            for r in fit.itertuples(index=False)
+        ],
+        errors=errors,
+        recovery=recovery,
+        hazards=curves,
+    )
+
+
+def _comparison(baseline: str, candidate: str, frame: pd.DataFrame) -> Comparison:
+    rows = []
+    for r in frame.to_dict("records"):
+        model_delta = _float(r["model_delta"])
+        recovery = _float(r["recovery"])
+        share = recovery / model_delta if abs(model_delta) > 1e-12 else math.nan
+        rows.append(
+            ComparisonRow(
+                t=_t_label(r["t"]),
+                **{name: _float(r[name]) for name in COMPONENTS},
+                lo={name: _float(r.get(f"{name}_lo")) for name in COMPONENTS},
+                hi={name: _float(r.get(f"{name}_hi")) for name in COMPONENTS},
+                empirical_baseline=_float(r["empirical_baseline"]),
+                empirical_candidate=_float(r["empirical_candidate"]),
+                model_baseline=_float(r["model_baseline"]),
+                model_candidate=_float(r["model_candidate"]),
+                recovery_share=share,
+                n_tasks=int(r["n_tasks"]),
+            )
+        )
+    return Comparison(baseline=baseline, candidate=candidate, by_t=rows)
+
+
+def _notes(report: Report) -> list[str]:
+    """What a reader must know to read the numbers right."""
+    notes = []
+    for name, run in report.runs.items():
+        left_out = {}
+        for cell in run.pass_at_kt:
+            if cell.n_tasks_left_out:
+                left_out[cell.k] = max(left_out.get(cell.k, 0), cell.n_tasks_left_out)
+        for k, n in sorted(left_out.items()):
+            notes.append(
+                f"run {name}: {n} of {run.n_tasks} tasks have fewer than K={k} samples and are "
+                f"left out of Pass@({k},T) and pass^({k},T)"
+            )
+        if run.max_samples == 1:
+            notes.append(
+                f"run {name}: one trajectory per task, so Pass@(K,T) exists only for K=1 "
+                "(the intervals still resample tasks)"
+            )
+        if run.errors.n_error_turns == 0:
+            notes.append(
+                f"run {name}: no error turns were marked, so there are no error spells, no "
+                "latency and no recovery hazard; the model sees only single-step behaviour"
+            )
+        gaps = [(abs(r.model - r.empirical), r.t) for r in run.model_fit
+                if math.isfinite(r.model) and math.isfinite(r.empirical)]
+        if gaps:
+            gap, t = max(gaps, key=lambda g: g[0])
+            if gap > MODEL_FIT_TOLERANCE:
+                notes.append(
+                    f"run {name}: the hazard model's S(T) is {gap:.3f} away from the empirical "
+                    f"S(T) at {t_header(t)}; read its decomposition with care"
+                )
+    if len(report.runs) == 1:
+        notes.append("one run: no decomposition (give two or more runs to compare)")
+    if report.n_unknown_outcomes:
+        notes.append(
+            f"{report.n_unknown_outcomes} trajectories have an unknown outcome and are left out "
+            "of every number"
+        )
+    if report.n_boot == 0:
+        notes.append("no bootstrap (--n-boot 0): no intervals")
+    return notes

@@ -1,0 +1,57 @@
+"""The K and T grids of a report, from the one default policy of :mod:`analyses.passkt`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def samples_per_task(traj: pd.DataFrame, mode: str = "truncation") -> pd.Series:
+    """Samples per (run, task), per (run, task, budget) in budgeted mode."""
+    keys = ["run", "task_id", "budget"] if mode == "budgeted" else ["run", "task_id"]
+    return traj.groupby(keys, dropna=False, sort=False).size()
+
+
+def choose_ks(traj: pd.DataFrame, mode: str = "truncation") -> list[int]:
+    """The default K grid: :func:`analyses.passkt.default_ks` of the most samples of a task."""
+    from analyses.passkt import default_ks
+
+    sizes = samples_per_task(traj, mode)
+    return default_ks(int(sizes.max()) if len(sizes) else 0)
+
+
+def choose_ts(
+    traj: pd.DataFrame, mode: str = "truncation", ts: Sequence[int | None] | None = None
+) -> list[int | None]:
+    """The T grid: ``ts`` (or the defaults), sorted, no limit last in truncation mode.
+
+    Defaults: quantiles of the observed turn counts (:func:`analyses.passkt.default_ts`) in
+    truncation mode; the budgets present in every run (:func:`analyses.passkt.common_budgets`)
+    in budgeted mode.
+
+    Raises:
+        ValueError: in budgeted mode, for a ``None`` T or when no budget is shared by every run.
+    """
+    from analyses.passkt import common_budgets, default_ts
+
+    if mode == "budgeted":
+        if ts is None:
+            common = common_budgets(traj)
+            if not common:
+                raise ValueError(
+                    "budgeted mode: no budget is present in every run (the 'budget' field); "
+                    "use --mode truncation or give --t"
+                )
+            return common
+        if any(t is None for t in ts):
+            raise ValueError("budgeted mode takes budgets as T; 'no limit' has no meaning there")
+        return sorted({int(t) for t in ts})  # type: ignore[arg-type]
+    if ts is None:
+        return list(default_ts(traj["n_turns"]))
+    finite = sorted({int(t) for t in ts if t is not None})
+    if finite and finite[0] < 1:
+        raise ValueError(f"turn limits must be at least 1, got {finite[0]}")
+    return [*finite, None]

@@ -1,0 +1,376 @@
+"""The report's typed records: what ``recovery analyze`` says, as dataclasses.
+
+The terminal report, the JSON file (:meth:`Report.to_dict`) and the HTML page all read these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recovery.jsonsafe import json_safe
+
+if TYPE_CHECKING:
+    pass
+
+
+MODE_DESCRIPTIONS = {
+    "truncation": "truncation: every trajectory is cut at each T (valid when the agent is not "
+    "told its budget)",
+    "budgeted": "budgeted: at each T only the trajectories run with budget T count",
+}
+
+# ------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(slots=True)
+class ReportOptions:
+    """What to compute (the library face of ``recovery analyze``'s options).
+
+    Attributes:
+        ks: Sampling widths K; ``None`` = every K up to the samples per task when there are at
+            most :data:`analyses.passkt.SMALL_SAMPLE_COUNT`, else 1, 2, 4, ... up to the most samples.
+        ts: Turn limits T (``None`` entries = no turn limit); ``None`` = quantiles of the
+            observed turn counts (:func:`analyses.passkt.default_ts`) in truncation mode, the
+            budgets present in every run in budgeted mode. In truncation mode "no limit" is
+            always added.
+        mode: ``"truncation"`` or ``"budgeted"`` (DESIGN 5).
+        baseline: The run the others are compared with; ``None`` = the first alphabetically.
+        strata: Task difficulty strata of the hazard model (1 = pooled; DESIGN 6).
+        strata_by: What orders tasks into strata: ``"clean_success"`` (successes per clean
+            turn, the default) or ``"success"`` (DESIGN 6's success rate); see
+            :func:`analyses.decompose.task_strata`.
+        n_boot: Bootstrap resamples of tasks for every interval (0 = no intervals).
+        seed: Seed of the bootstraps.
+        ci: Central coverage of the intervals.
+        min_at_risk: Bin size of the hazards (turns at risk per bin).
+    """
+
+    ks: Sequence[int] | None = None
+    ts: Sequence[int | None] | None = None
+    mode: str = "truncation"
+    baseline: str | None = None
+    strata: int = 5
+    strata_by: str = "clean_success"
+    n_boot: int = 200
+    seed: int = 0
+    ci: float = 0.95
+    min_at_risk: int = 30
+
+
+@dataclass(slots=True)
+class PassCell:
+    """One cell of a Pass@(K,T) or pass^(K,T) grid.
+
+    Attributes:
+        k: Sampling width.
+        t: Turn limit; ``None`` = no limit.
+        value: The estimate (NaN when no task has ``k`` samples).
+        lo: Lower end of the bootstrap interval (NaN without bootstrap).
+        hi: Upper end.
+        n_tasks: Tasks with at least ``k`` samples (the ones averaged).
+        n_tasks_left_out: Tasks with fewer than ``k`` samples.
+        drop: Value at the report's reference T (no limit, or the largest T) minus this value:
+            how much is lost by cutting the budget to ``t``.
+    """
+
+    k: int
+    t: int | None
+    value: float
+    lo: float
+    hi: float
+    n_tasks: int
+    n_tasks_left_out: int
+    drop: float = math.nan
+
+
+@dataclass(slots=True)
+class DescriptiveRow:
+    """Descriptive numbers of one run at one T (DESIGN 6; no attribution).
+
+    Attributes:
+        t: Turn limit (``None`` = no limit).
+        e: P(an error spell starts within the first T turns).
+        c: P(success by T | no error within T).
+        r: P(success by T | an error within T).
+        success: S(T) = (1 - e) c + e r.
+        n: Trajectories counted.
+    """
+
+    t: int | None
+    e: float
+    c: float
+    r: float
+    success: float
+    n: int
+
+
+@dataclass(slots=True)
+class ModelFitRow:
+    """The hazard model's S(T) beside the empirical S(T) of one run.
+
+    Attributes:
+        t: Turn limit (``None`` = no limit).
+        empirical: Share of trajectories that succeeded by T.
+        model: S_model(T) of the run's own fitted hazards (strata from its own trajectories).
+    """
+
+    t: int | None
+    empirical: float
+    model: float
+
+
+@dataclass(slots=True)
+class ErrorStats:
+    """Error turns and spells of one run (DESIGN 4).
+
+    Attributes:
+        n_turns: Turns of the run's trajectories.
+        n_error_turns: Turns marked as errors.
+        error_turn_rate: ``n_error_turns / n_turns``.
+        n_trajectories_with_error: Trajectories with at least one error turn.
+        trajectory_error_rate: Their share of the run's trajectories.
+        n_spells: Error spells.
+        spells_per_trajectory: ``n_spells`` over the run's trajectories.
+        kinds: Error turns per kind, most frequent first.
+    """
+
+    n_turns: int
+    n_error_turns: int
+    error_turn_rate: float
+    n_trajectories_with_error: int
+    trajectory_error_rate: float
+    n_spells: int
+    spells_per_trajectory: float
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LatencyBin:
+    """Recovered spells of one latency.
+
+    Attributes:
+        latency: ``recovered_at - start_t`` in turns.
+        n: Spells.
+        share: Share of the run's recovered spells.
+    """
+
+    latency: int
+    n: int
+    share: float
+
+
+@dataclass(slots=True)
+class RecoveryStats:
+    """How the error spells of one run ended (DESIGN 4).
+
+    Attributes:
+        n_spells: Error spells.
+        n_recovered: Spells followed by a clean turn.
+        n_fatal: Spells open at the end of a failed episode.
+        n_open_at_success: Spells open at the end of a successful episode (neither).
+        recovery_rate: ``n_recovered / n_spells`` (NaN without spells).
+        fatal_rate: ``n_fatal / n_spells``.
+        mean_latency: Mean latency of the recovered spells, in turns.
+        median_latency: Median latency of the recovered spells.
+        latency: The latency distribution.
+    """
+
+    n_spells: int
+    n_recovered: int
+    n_fatal: int
+    n_open_at_success: int
+    recovery_rate: float
+    fatal_rate: float
+    mean_latency: float
+    median_latency: float
+    latency: list[LatencyBin] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class HazardPoint:
+    """One clock value of a fitted hazard (pooled over the run's tasks).
+
+    Attributes:
+        x: Clock value (``n`` clean turns for h, s, f; ``d`` spell age for rho, phi).
+        value: The binned hazard.
+        events: Raw events at ``x``.
+        at_risk: Raw turns at risk at ``x``.
+    """
+
+    x: int
+    value: float
+    events: int
+    at_risk: int
+
+
+@dataclass(slots=True)
+class RunReport:
+    """Everything the report says about one run.
+
+    Attributes:
+        run: The run label.
+        n_tasks: Tasks with at least one trajectory of known outcome.
+        n_trajectories: Trajectories with a known outcome.
+        n_turns: Their turns.
+        min_samples: Fewest samples of a task (per budget in budgeted mode).
+        max_samples: Most samples of a task.
+        pass_at_kt: Pass@(K,T) grid, ordered by K then T.
+        pass_hat_kt: pass^(K,T) grid, same order.
+        descriptive: e, c, r per T.
+        model_fit: Model vs empirical S(T) per T.
+        errors: Error statistics.
+        recovery: Recovery statistics.
+        hazards: Hazard name (``h, s, f, rho, phi``) -> its curve.
+    """
+
+    run: str
+    n_tasks: int
+    n_trajectories: int
+    n_turns: int
+    min_samples: int
+    max_samples: int
+    pass_at_kt: list[PassCell]
+    pass_hat_kt: list[PassCell]
+    descriptive: list[DescriptiveRow]
+    model_fit: list[ModelFitRow]
+    errors: ErrorStats
+    recovery: RecoveryStats
+    hazards: dict[str, list[HazardPoint]] = field(default_factory=dict)
+
+    def pass_at(self, k: int, t: int | None) -> float:
+        """Pass@(k, t) from the grid (NaN when the cell is not in it)."""
+        return _cell_value(self.pass_at_kt, k, t)
+
+    def pass_hat(self, k: int, t: int | None) -> float:
+        """pass^(k, t) from the grid (NaN when the cell is not in it)."""
+        return _cell_value(self.pass_hat_kt, k, t)
+
+
+@dataclass(slots=True)
+class ComparisonRow:
+    """The gain of a candidate over the baseline at one T (DESIGN 6).
+
+    Attributes:
+        t: Turn limit (``None`` = no limit).
+        delta: Empirical change of S(T).
+        model_delta: The model's change, ``single_step + recovery``.
+        single_step: Share of the single-step process.
+        recovery: Share of the recovery process.
+        residual: ``delta - model_delta`` (how well the model fits).
+        lo: Lower interval ends of the components of :data:`COMPONENTS`.
+        hi: Upper interval ends.
+        empirical_baseline: Empirical S(T) of the baseline.
+        empirical_candidate: Empirical S(T) of the candidate.
+        model_baseline: Model S(T) of the baseline (strata of the two runs).
+        model_candidate: Model S(T) of the candidate.
+        recovery_share: ``recovery / model_delta`` (NaN when the model's change is 0).
+        n_tasks: Tasks of the two runs.
+    """
+
+    t: int | None
+    delta: float
+    model_delta: float
+    single_step: float
+    recovery: float
+    residual: float
+    lo: dict[str, float]
+    hi: dict[str, float]
+    empirical_baseline: float
+    empirical_candidate: float
+    model_baseline: float
+    model_candidate: float
+    recovery_share: float
+    n_tasks: int
+
+
+@dataclass(slots=True)
+class Comparison:
+    """One candidate run against the baseline, per T.
+
+    Attributes:
+        baseline: Run A.
+        candidate: Run B.
+        by_t: One row per T.
+    """
+
+    baseline: str
+    candidate: str
+    by_t: list[ComparisonRow]
+
+
+@dataclass(slots=True)
+class Report:
+    """The whole report of ``recovery analyze``.
+
+    Attributes:
+        mode: ``"truncation"`` or ``"budgeted"``.
+        ks: The K grid.
+        ts: The T grid (``None`` = no limit).
+        reference_t: The T that ``PassCell.drop`` is measured against (``None`` = no limit).
+        baseline: The baseline run.
+        strata: Strata of the hazard model.
+        n_boot: Bootstrap resamples.
+        seed: Bootstrap seed.
+        ci: Interval coverage.
+        runs: Run label -> its report, alphabetically.
+        comparisons: Each other run against the baseline.
+        n_unknown_outcomes: Trajectories of the analysed runs left out for an unknown outcome.
+        notes: Plain-language remarks (left-out tasks, missing errors, poor model fit, ...).
+        sources: Input files of this analysis (empty when the whole store was analysed).
+        timings: Wall-clock seconds per step (not part of :meth:`to_dict`).
+        cpu_timings: CPU seconds of the process per step, all threads (not part of
+            :meth:`to_dict`); on a busy machine a truer measure of the work than ``timings``.
+    """
+
+    mode: str
+    ks: list[int]
+    ts: list[int | None]
+    reference_t: int | None
+    baseline: str
+    strata: int
+    n_boot: int
+    seed: int
+    ci: float
+    runs: dict[str, RunReport]
+    comparisons: list[Comparison]
+    n_unknown_outcomes: int = 0
+    notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict, repr=False)
+    cpu_timings: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-safe dict: NaN and infinities become ``None``.
+
+        Shape: ``{"mode", "ks", "ts", "reference_t", "baseline", "strata", "n_boot", "seed",
+        "ci", "n_unknown_outcomes", "notes", "sources", "runs": {run: {...}},
+        "comparisons": [{"baseline", "candidate", "by_t": [...]}]}``; the run and comparison
+        entries have the fields of :class:`RunReport` and :class:`Comparison`.
+        """
+        out = dataclasses.asdict(self)
+        out.pop("timings")
+        out.pop("cpu_timings")
+        out["mode_description"] = MODE_DESCRIPTIONS.get(self.mode, self.mode)
+        for run in out["runs"].values():
+            run.pop("run")
+        return json_safe(out)
+
+
+def _cell_value(cells: list[PassCell], k: int, t: int | None) -> float:
+    for cell in cells:
+        if cell.k == k and cell.t == t:
+            return cell.value
+    return math.nan
+
+
+def write_json(report: Report, path: str | Path) -> Path:
+    """Write :meth:`Report.to_dict` to ``path`` (strict JSON: no NaN) and return the path."""
+    from recovery.jsonsafe import write_json as write_strict_json
+
+    return write_strict_json(path, report.to_dict())
