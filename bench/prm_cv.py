@@ -79,8 +79,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from prm.cv import CVConfig, cross_validate
+    from prm.metrics import paired_auroc_difference
 
-    results = {}
+    results, predictions = {}, {}
     with tempfile.TemporaryDirectory(prefix="prm-cv-bench-") as tmp:
         folder = Path(tmp)
         if args.data == "sim":
@@ -93,6 +94,7 @@ def main() -> None:
                               max_length=args.max_length)
             report = cross_validate(config, echo=lambda line: print(line, file=sys.stderr))
             results[backbone] = report.to_dict()
+            predictions[backbone] = report.predictions
             for line in report.lines():
                 print(line, flush=True)
         shutil.rmtree(folder, ignore_errors=True)
@@ -105,6 +107,15 @@ def main() -> None:
               f"{'':<12} {r['step_acc']:>9.3f} {r['floor_all_correct_step_acc']:>6.3f} "
               f"{r['first_error_acc']:>9.3f} {r['floor_all_correct_first_error_acc']:>6.3f} "
               f"{r['wall_s']:>8.0f}")
+    names = list(predictions)
+    print()
+    for j, x in enumerate(names):  # each backbone against every one listed before it
+        for y in names[:j]:
+            paired = paired_auroc_difference(predictions[x], predictions[y], seed=args.seed)
+            results.setdefault("paired", {})[f"{x} - {y}"] = paired
+            low, high = paired["interval"] or (float("nan"), float("nan"))
+            print(f"step AUROC {x} - {y}: {paired['difference']:+.3f} "
+                  f"[{low:+.3f}, {high:+.3f}] (paired bootstrap over tasks)")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
 

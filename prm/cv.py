@@ -79,6 +79,8 @@ class CVReport:
             the floors (``step_acc_minus_floor``, ``first_error_acc_minus_floor``).
         per_fold: The same metrics per fold, with its tasks and error threshold.
         wall_s: Seconds the cross-validation took.
+        predictions: The pooled out-of-fold scores (``traj_id, t, task_id, fold, target,
+            score``, ``p_neutral`` for a ternary head, ``threshold``); not in the JSON.
     """
 
     backbone: str
@@ -97,10 +99,11 @@ class CVReport:
     intervals: dict[str, Any] = field(default_factory=dict)
     per_fold: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
+    predictions: Any = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return asdict(self)
+        """JSON-ready (without the predictions)."""
+        return {k: v for k, v in asdict(self).items() if k != "predictions"}
 
     def lines(self) -> list[str]:
         """A short text report."""
@@ -285,6 +288,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
             **decision_metrics(part, None),
         })
     report.wall_s = time.perf_counter() - started
+    report.predictions = pooled
     if config.json_out is not None:
         from recovery.jsonsafe import json_safe
 

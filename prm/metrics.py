@@ -477,3 +477,50 @@ def choose_error_threshold(frame: pd.DataFrame,
         if value > best_value + 1e-12:
             best, best_value = float(threshold), value
     return best
+
+
+def paired_auroc_difference(
+    a: pd.DataFrame, b: pd.DataFrame, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0,
+) -> dict[str, float | list[float] | None]:
+    """Step AUROC of model ``a`` minus model ``b`` on the same turns, with a paired percentile
+    bootstrap interval over tasks (both scored on each replicate's same resample of tasks).
+
+    Args:
+        a, b: ``traj_id, t, task_id, target, score`` (e.g. two ``prm cv`` runs' predictions);
+            the turns both have are compared.
+
+    Returns:
+        ``difference`` (on all turns), ``interval`` (or ``None`` with one class) and
+        ``n_steps``.
+    """
+    import numpy as np
+
+    both = a.merge(b[["traj_id", "t", "score"]], on=["traj_id", "t"], suffixes=("_a", "_b"))
+    both = both.loc[both["target"].notna()]
+    good = both["target"].to_numpy(float) >= THRESHOLD
+    if good.all() or not good.any():
+        return {"difference": None, "interval": None, "n_steps": len(both)}
+    _, group = np.unique(both["task_id"].astype(str).to_numpy(), return_inverse=True)
+    bins = [np.unique(both[c].to_numpy(float), return_inverse=True)[1]
+            for c in ("score_a", "score_b")]
+    n_groups = int(group.max()) + 1
+
+    def auroc(score_bin: np.ndarray, weight: np.ndarray) -> float:
+        n_bins = int(score_bin.max()) + 1
+        pos = np.bincount(score_bin, weight * good, n_bins)
+        neg = np.bincount(score_bin, weight * ~good, n_bins)
+        total = pos.sum() * neg.sum()
+        return float((pos * (np.cumsum(neg) - 0.5 * neg)).sum() / total) if total > 0 else np.nan
+
+    ones = np.ones(len(both))
+    difference = auroc(bins[0], ones) - auroc(bins[1], ones)
+    draws = np.random.default_rng(seed).multinomial(
+        n_groups, np.full(n_groups, 1.0 / n_groups), size=n_boot
+    )
+    values = np.array([auroc(bins[0], w) - auroc(bins[1], w)
+                       for w in (counts[group].astype(float) for counts in draws)])
+    values = values[np.isfinite(values)]
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail])
+    return {"difference": float(difference), "interval": [float(low), float(high)],
+            "n_steps": len(both)}

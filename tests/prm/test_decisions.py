@@ -16,7 +16,9 @@ from prm.metrics import (
     choose_error_threshold,
     decision_intervals,
     decision_metrics,
+    paired_auroc_difference,
     predict_classes,
+    step_auroc,
     target_classes,
 )
 
@@ -166,3 +168,22 @@ def test_score_shows_progress_on_stderr_only(trained_tiny, sim_store, tmp_path):
     n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]
     con.close()
     assert f"{n_turns}/{n_turns}" in result.stderr and "turn" in result.stderr
+
+
+def test_paired_auroc_difference_is_exact_and_paired():
+    rng = np.random.default_rng(3)
+    n = 600
+    frame = pd.DataFrame({"traj_id": np.repeat(np.arange(n // 6), 6).astype(str),
+                          "t": np.tile(np.arange(1, 7), n // 6),
+                          "target": (rng.random(n) < 0.7).astype(float)})
+    frame["task_id"] = (frame["traj_id"].astype(int) // 2).astype(str)
+    good = frame.assign(score=frame["target"] * 0.5 + rng.random(n) * 0.6)
+    noisy = frame.assign(score=rng.random(n))
+    same = paired_auroc_difference(good, good, n_boot=200)
+    assert same["difference"] == 0.0 and same["interval"] == [0.0, 0.0]
+    paired = paired_auroc_difference(good, noisy, n_boot=300)
+    want = step_auroc(good["target"], good["score"]) - step_auroc(noisy["target"],
+                                                                  noisy["score"])
+    assert paired["difference"] == pytest.approx(want)
+    low, high = paired["interval"]
+    assert 0 < low < want < high and paired["n_steps"] == n
