@@ -6,14 +6,17 @@ Two data sets with known step labels:
   simulator's ground truth as a human labeller would: -1 on a true error (visible or silent),
   0 on a stall (a turn that changes nothing), +1 else. Ternary, like AgentProcessBench.
 - ``tau``: the tau-bench airline results in ../shared/data, with tool errors as the labels
-  (``--labels error``: a turn whose tool answered ``Error:`` is -1, every other turn +1).
+  (``--tau-labels error``: a turn whose tool answered ``Error:`` is -1, every other turn +1;
+  the error is in the observation, so this is easy) or the outcome (``--tau-labels outcome``:
+  every turn of a failed episode is -1, of a successful one +1: whether the episode is on its
+  way to success, from the turns so far).
 
 For each backbone it runs the cross-validation of ``prm cv`` (grouped by task, 5 folds) and
 prints the pooled step AUROC with its bootstrap interval over tasks, step and first-error
 accuracy beside their floors, and the seconds it took. Run one at a time on a shared machine:
 
     .venv/bin/python bench/prm_cv.py --data sim --backbones sklearn,tiny,minilm
-    .venv/bin/python bench/prm_cv.py --data tau --backbones sklearn,tiny,minilm
+    .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome --backbones sklearn,tiny,minilm
     .venv/bin/python bench/prm_cv.py --data sim --tasks 50 --backbones smollm2
 """
 
@@ -71,6 +74,7 @@ def main() -> None:
     parser.add_argument("--data", choices=("sim", "tau"), default="sim")
     parser.add_argument("--backbones", default="sklearn,tiny,minilm")
     parser.add_argument("--tasks", type=int, default=125, help="sim: tasks (x 2 policies)")
+    parser.add_argument("--tau-labels", choices=("error", "outcome"), default="error")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -87,7 +91,7 @@ def main() -> None:
         if args.data == "sim":
             store, labels = sim_store(folder, args.tasks, args.seed), "data"
         else:
-            store, labels = tau_store(folder), "error"
+            store, labels = tau_store(folder), args.tau_labels
         for backbone in args.backbones.split(","):
             config = CVConfig(store=store, labels=labels, backbone=backbone, folds=args.folds,
                               seed=args.seed, threads=args.threads, progress=False,

@@ -8,9 +8,8 @@ threshold chosen by grouped cross-validation over the training tasks. The fitted
 become the ``StepScorer``'s linear head, so a saved frozen model scores exactly like any other
 (its folder holds the head alone; the backbone is the one shipped in the package).
 
-This is what makes a pretrained backbone usable on a small CPU: one forward pass per window
-(MiniLM reads about 1,400 tokens/s on 2 cores, SmolLM2-135M about 180), instead of a forward
-and backward pass per window and epoch.
+This is what makes a pretrained backbone usable on a small CPU: one forward pass per window,
+instead of a forward and backward pass per window and epoch (docs/prm.md gives the times).
 """
 
 from __future__ import annotations

@@ -113,5 +113,5 @@ def tokenise(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[l
     if not texts:
         return []
     return tokenizer(
-        list(texts), add_special_tokens=False, split_special_tokens=True
+        list(texts), add_special_tokens=False, split_special_tokens=True, verbose=False
     )["input_ids"]

@@ -208,21 +208,19 @@ def test_smollm2_converts_once_and_trains_a_frozen_head(ternary_store, tmp_path)
     out = tmp_path / "smol"
     result = CliRunner().invoke(main, [
         "train", "--store", str(ternary_store), "--out", str(out), "--backbone", "smollm2",
-        "--labels", "data", "--threads", "2", "--no-progress", "--max-length", "256",
+        "--labels", "data", "--runs", "base", "--threads", "2", "--no-progress",
+        "--max-length", "256",
     ])
     assert result.exit_code == 0, result.output
-    import shutil
-
+    spec = json.loads((out / "prm_config.json").read_text())
+    assert (spec["mode"], spec["head"], spec["step_token"]) == ("frozen", "ternary", "<|im_end|>")
+    from prm.data import load_step_examples
+    from prm.score import predict_steps
     from recovery.store import connect
 
-    store = tmp_path / "store.duckdb"
-    shutil.copy(ternary_store, store)
-    scored = CliRunner().invoke(main, ["score", "--store", str(store), "--model", str(out),
-                                       "--no-progress", "--name", "smol"])
-    assert scored.exit_code == 0, scored.output
-    con = connect(store, read_only=True)
-    n_scores, n_turns = con.execute(
-        "SELECT (SELECT count(*) FROM step_scores WHERE model = 'smol' AND score BETWEEN 0 AND 1),"
-        " (SELECT count(*) FROM turns)").fetchone()
+    con = connect(ternary_store, read_only=True)
+    examples = [e for e in load_step_examples(con, "data") if e.run == "rl"][:3]
     con.close()
-    assert n_scores == n_turns
+    scores = predict_steps(out, examples, device="cpu")
+    assert len(scores) == sum(e.n_steps for e in examples)
+    assert scores["score"].between(0, 1).all()
