@@ -6,7 +6,7 @@ The formula is :func:`analyses.budgetmix.shaping.shape_rewards`; the offsets are
 the store's ``turns`` one to one.
 
 Duplicate scores: when ``step_scores`` holds several rows for one ``(traj_id, t, model)``,
-their mean is the turn's score (:data:`DUPLICATE_SCORES`): a duplicate is a second estimate of
+their mean is the turn's score (the store's ``step_score_means`` view): a duplicate is a second estimate of
 the same probability, and the mean does not move with the number of copies.
 """
 
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 
 REWARD_LAYOUTS = ("turns", "trajectories")
 """Shapes of a rewards file: one row per turn, or one row per trajectory with lists."""
-
-DUPLICATE_SCORES = "avg"
-"""SQL aggregate of duplicate ``step_scores`` rows of one ``(traj_id, t, model)``."""
 
 REWARD_COLUMNS = (
     "traj_id", "t", "run", "task_id", "sample", "budget", "n_turns", "is_last", "score",
@@ -149,8 +146,7 @@ def shaped_rewards_frame(
     frame = con.execute(
         f"""
         WITH scores AS (
-            SELECT traj_id, t, {DUPLICATE_SCORES}(score) AS score FROM step_scores
-            WHERE model = ? GROUP BY traj_id, t
+            SELECT traj_id, t, score FROM step_score_means WHERE model = ?
         ),
         chosen AS (
             SELECT traj_id, run, task_id, sample, budget, n_turns, coalesce(prompt, '') AS prompt,

@@ -71,8 +71,8 @@ def _kinds_query(
     prm_column = ""
     if prm_model is not None:
         sources += (
-            " LEFT JOIN (SELECT traj_id, t, min(score) AS prm_score FROM step_scores "
-            f"WHERE model = {sql_str(prm_model)} GROUP BY traj_id, t) USING (traj_id, t)"
+            " LEFT JOIN (SELECT traj_id, t, score AS prm_score FROM step_score_means "
+            f"WHERE model = {sql_str(prm_model)}) USING (traj_id, t)"
         )
         prm_column = ", prm_score"
         later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")

@@ -81,6 +81,14 @@ CREATE TABLE IF NOT EXISTS store_info (key VARCHAR, value VARCHAR);
 """
 
 VIEWS_DDL = """
+-- One score per scored turn and model: duplicate rows of step_scores (a turn scored twice by
+-- the same model) are averaged, a second estimate of the same probability. Marking (prm
+-- errors) and BudgetMix's shaped rewards both read this view.
+CREATE OR REPLACE VIEW step_score_means AS
+SELECT traj_id, t, model, avg(score) AS score, count(*) AS n_scores
+FROM step_scores
+GROUP BY traj_id, t, model;
+
 CREATE OR REPLACE VIEW task_outcomes AS
 SELECT run, task_id, budget,
        count(*)                          AS n_samples,

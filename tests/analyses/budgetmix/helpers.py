@@ -54,4 +54,7 @@ def copy_to_file(con, path):
     for table in ("ingests", "trajectories", "turns", "error_spells", "step_scores"):
         con.execute(f"CREATE TABLE disk.{table} AS SELECT * FROM {table}")
     con.execute("DETACH disk")
+    from recovery.store import connect
+
+    connect(path).close()  # a store has its views and store_info too
     return path
