@@ -27,10 +27,12 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow
