@@ -225,7 +225,7 @@ def matched_state_errors(
 
     Only turns taken outside an error spell (the previous turn was not an error) count, from
     states of the task state graph that both runs reached, so the comparison is decision by
-    decision from the same situations (DESIGN 4, 6); what a policy does inside a spell is
+    decision from the same situations; what a policy does inside a spell is
     recovery, not single-step quality.
 
     Args:

@@ -1,4 +1,4 @@
-"""The gain decomposition of DESIGN 6: the two-clock hazard model.
+"""The two-clock hazard model behind the gain decomposition.
 
 Each run is summarised by two processes on two clocks:
 

@@ -1,4 +1,4 @@
-"""Pass@(K,T) and pass^(K,T) over tasks, with bootstrap intervals (DESIGN 5).
+"""Pass@(K,T) and pass^(K,T) over tasks, with bootstrap intervals.
 
 For task ``i`` with ``n_i`` samples, ``c_i(T)`` is the number of samples that succeeded with a
 success turn ``<= T`` (``T = None``: no turn limit). Then

@@ -2,12 +2,12 @@
 
 **Strata.** Hazards are fitted within strata of tasks of similar difficulty (:func:`task_strata`)
 and the model's ``S(T)`` is the task-weighted mean of the strata's. Tasks are ordered by their
-successes per clean turn rather than by their success rate as DESIGN 6 has it (which
+successes per clean turn rather than by their success rate (which
 ``strata_by="success"`` keeps): the success rate mixes recovery into the difficulty key and
 puts a spurious single-step gain on a pure recovery change (measured in :func:`task_strata`). Bootstrap intervals resample
 tasks with replacement and redo the whole estimator (strata included) on each resample. With
 ``strata_folds > 1`` the strata are cross-fitted: each fold of samples is stratified by success
-rates computed on the other folds (an option beyond DESIGN 6; see :func:`decompose`).
+rates computed on the other folds (see :func:`analyses.decompose.decompose`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 STRATA_KEYS = ("clean_success", "success")
 """How tasks are ordered into strata: by their successes per clean turn (default), or by their
-success rate (DESIGN 6 as written)."""
+success rate."""
 
 
 def task_strata(
@@ -37,7 +37,7 @@ def task_strata(
     *,
     by: str = "clean_success",
 ) -> pd.DataFrame:
-    """Difficulty strata of the tasks of ``traj`` (DESIGN 6).
+    """Difficulty strata of the tasks of ``traj``.
 
     Tasks are sorted by a difficulty key computed over all the trajectories given (ties by
     ``task_id``) and cut into ``k`` near-equal consecutive groups exactly as
@@ -45,7 +45,7 @@ def task_strata(
 
     The key is, by default, the task's *clean-turn success rate*: successes divided by the
     clean turns at risk of ending in success (the events and turns at risk of ``s``), pooled over
-    the runs. DESIGN 6 sorts by the plain success rate instead (``by="success"``), but a
+    the runs. Sorting by the plain success rate instead (``by="success"``) is possible, but a
     success rate mixes single-step difficulty with recovery: within a stratum of equal success
     rates, error-prone short tasks sit beside clean long ones, a policy that recovers better
     keeps more of the short ones alive, and its pooled ``s(n)`` rises, which the decomposition

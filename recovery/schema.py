@@ -1,4 +1,4 @@
-"""The canonical trajectory record (DESIGN 3.2) and its validation.
+"""The canonical trajectory record and its validation.
 
 Every reader turns its format into :class:`Trajectory` objects; the store only ever sees these.
 Validation errors are :class:`RecordError` values that name the file, the line and the field, so
@@ -65,7 +65,7 @@ class RecordError(ValueError):
 
 @dataclass(slots=True)
 class Turn:
-    """One agent decision and what the environment returned to it (DESIGN 3.1).
+    """One agent decision and what the environment returned to it.
 
     Attributes:
         action: The agent's output as text (tool calls rendered as ``name({json args})``).
@@ -76,7 +76,7 @@ class Turn:
         reward: Optional per-turn reward.
         error: Explicit error mark from the data: a kind name, or ``None``. An explicit mark
             wins over every rule.
-        label: Optional process label in [-1, 1] (DESIGN 3.2).
+        label: Optional process label in [-1, 1]: -1 wrong, 0 neutral or unknown, +1 right.
         done: True when the data says the episode ended at this turn.
         meta: Everything else the source had for this turn.
     """
@@ -94,7 +94,7 @@ class Turn:
 
 @dataclass(slots=True)
 class Trajectory:
-    """One episode of one policy on one task (DESIGN 3.2).
+    """One episode of one policy on one task.
 
     Attributes:
         run: Policy or checkpoint label.
@@ -313,7 +313,7 @@ def coerce_optional_float(value: Any, where: str) -> float | None:
 
 
 def coerce_label(value: Any, where: str) -> float | None:
-    """A process label in [-1, 1] (DESIGN 3.2)."""
+    """A process label in [-1, 1] (a Monte Carlo value v in [0, 1] is stored as 2v - 1)."""
     label = coerce_optional_float(value, where)
     if label is not None and not -1.0 <= label <= 1.0:
         raise RecordError(f"field '{where}': expected a label in [-1, 1], got {label}")
@@ -409,7 +409,7 @@ def trajectory_from_dict(
     file: str | None = None,
     line: int | None = None,
 ) -> Trajectory:
-    """Validate one canonical JSONL record (DESIGN 3.2) into a :class:`Trajectory`.
+    """Validate one canonical JSONL record into a :class:`Trajectory`.
 
     Args:
         raw: The parsed JSON value of the line.

@@ -1,6 +1,6 @@
 """Chat messages to turns, shared by the chat-shaped formats.
 
-A turn is one assistant message (DESIGN 3.1); the tool, user and environment messages that
+A turn is one assistant message (one agent decision); the tool, user and environment messages that
 follow it, up to the next assistant message, are its observation. Messages before the first
 assistant message are the prompt.
 """

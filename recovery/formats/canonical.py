@@ -1,4 +1,4 @@
-"""Canonical JSONL (DESIGN 3.2): one trajectory per line, also ``.jsonl.gz``."""
+"""Canonical JSONL: one trajectory per line, also ``.jsonl.gz``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inspect AI eval logs, ``.json`` and ``.eval`` (DESIGN 11).
+"""Inspect AI eval logs, ``.json`` and ``.eval``.
 
 One sample is one trajectory; the sample's ``epoch`` (1-based in Inspect) minus one is the sample
 index; a turn is one assistant message. Success comes from the sample's score: the first scorer

@@ -26,7 +26,7 @@ KINDS: tuple[str, ...] = (
     "labelled",
     "prm",
 )
-"""The built-in error kinds (DESIGN 4); user rules may name others."""
+"""The built-in error kinds; user rules may name others."""
 
 NOT_AN_ERROR = "none"
 """A rule of this kind marks a turn as *not* an error: later rules do not fire on it."""

@@ -142,8 +142,8 @@ class SimConfig:
         budgets: Turn budgets; every budget gets ``n_samples`` samples per task.
         seed: Seed of everything.
         tasks: How tasks are drawn.
-        mc_rollouts: When positive, every turn gets a Monte Carlo process label (DESIGN 3.2:
-            ``2v - 1``): ``v`` is the success rate of this many continuations of the same
+        mc_rollouts: When positive, every turn gets a Monte Carlo process label
+            ``2v - 1``: ``v`` is the success rate of this many continuations of the same
             policy from the hidden state right after the turn (Math-Shepherd-style rollouts,
             the labels a PRM is trained on where the environment can be restarted). 0 = no
             labels. The rollouts draw from their own random stream, so the trajectories are
