@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from recovery.quality import RunQuality
+
 TRAJECTORY_FRAME_COLUMNS = (
     "traj_id", "run", "task_id", "sample", "budget", "success", "n_turns", "success_turn",
     "end_reason",
@@ -162,3 +164,18 @@ def spells_frame(
     ).df()
     return frame.astype({"recovered_at": np.float64, "latency": np.float64,
                          "recovered": bool, "fatal": bool})
+
+
+def data_quality(
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+) -> dict[str, RunQuality]:
+    """The data-quality numbers of each run (:func:`recovery.quality.run_quality`, in SQL).
+
+    Covers every trajectory of the runs, the left-out ones too (that is what they count).
+
+    Returns:
+        Run label -> :class:`recovery.quality.RunQuality`.
+    """
+    from recovery.quality import run_quality
+
+    return run_quality(con, runs)

@@ -100,6 +100,9 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         total = con.execute(
             "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
         ).fetchone()
+        from recovery.quality import run_quality, summary_lines
+
+        quality_lines = summary_lines(run_quality(con)) if total[0] else []
     finally:
         con.close()
     failed = sum(r.status == "failed" for r in results)
@@ -110,6 +113,8 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:
         echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
+        for line in quality_lines:
+            echo(line, err=line.startswith("warning:"))
     if failed:
         echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
     return failed
