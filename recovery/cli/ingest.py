@@ -113,8 +113,8 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:
         echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
-        for line in quality_lines:
-            echo(line, err=line.startswith("warning:"))
+        for line in quality_lines:  # on stderr: stdout keeps one line per file and the total
+            echo(line, err=True)
     if failed:
         echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
     return failed

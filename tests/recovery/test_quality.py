@@ -118,5 +118,5 @@ def test_ingest_prints_the_summary_line(tmp_path):
     result = CliRunner().invoke(main, ["ingest", str(path), "--store",
                                        str(tmp_path / "s.duckdb")])
     assert result.exit_code == 0, result.output
-    assert "data quality: 1 run;" in result.stdout
+    assert "data quality: 1 run;" in result.stderr and "data quality" not in result.stdout
     assert "warning: run bad: 83.3% of actions are empty (5 of 6 turns)" in result.stderr
