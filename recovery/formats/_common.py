@@ -10,7 +10,7 @@ mini-swe-agent, BALROG, ART).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,3 +223,23 @@ def first_key(data: Mapping[str, Any], keys: Iterable[str]) -> Any:
         if data.get(key) is not None:
             return data[key]
     return None
+
+
+def read_one_document(
+    path: Path,
+    options: ReadOptions,
+    build: Callable[[Any, Results | None], Trajectory],
+) -> Iterator[Trajectory | RecordError]:
+    """The read loop of a format that is one JSON document per file, with ``--results``.
+
+    Loads the results file (when given) and the document, then yields ``build(document,
+    results)`` or the RecordError of whatever failed, located at the file's line 1.
+    """
+    file = str(path)
+    try:
+        results = load_results(options.results, options)
+        document = load_document(path, options)
+    except RecordError as err:
+        yield err.located(file, 1)
+        return
+    yield guard(file, 1, lambda: build(document, results))

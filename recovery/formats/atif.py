@@ -47,10 +47,9 @@ from recovery.formats._common import (
     expect_dict,
     expect_list,
     first_key,
-    guard,
     load_document,
-    load_results,
     optional_dict,
+    read_one_document,
     type_name,
 )
 from recovery.formats.base import Reader, ReadOptions, ReadResult
@@ -328,13 +327,9 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
         warnings.warn(f"{file}: a continuation of {head}.json, read with it; nothing read from "
                       "this file alone", stacklevel=2)
         return
-    try:
-        results = load_results(options.results, options)
-        root = load_document(path, options)
-    except RecordError as err:
-        yield err.located(file, 1)
-        return
-    yield guard(file, 1, lambda: trajectory(path, root, options, results))
+    yield from read_one_document(
+        path, options, lambda document, results: trajectory(path, document, options, results)
+    )
 
 
 READER = Reader(

@@ -29,12 +29,10 @@ from recovery.formats._common import (
     Results,
     expect_dict,
     expect_list,
-    guard,
     layout_run,
-    load_document,
-    load_results,
     optional_dict,
     positive_limit,
+    read_one_document,
     type_name,
 )
 from recovery.formats.base import Reader, ReadOptions, ReadResult
@@ -131,14 +129,9 @@ def trajectory(path: Path, raw: Any, options: ReadOptions, results: Results | No
 
 def read(path: Path, options: ReadOptions) -> ReadResult:
     """Read one mini-swe-agent ``.traj.json`` file."""
-    file = str(path)
-    try:
-        results = load_results(options.results, options)
-        raw = load_document(path, options)
-    except RecordError as err:
-        yield err.located(file, 1)
-        return
-    yield guard(file, 1, lambda: trajectory(path, raw, options, results))
+    yield from read_one_document(
+        path, options, lambda document, results: trajectory(path, document, options, results)
+    )
 
 
 READER = Reader(
