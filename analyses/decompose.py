@@ -9,7 +9,7 @@ run's model ``S(T)`` beside its empirical one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,11 @@ COMPONENTS = ("delta", "model_delta", "single_step", "recovery", "residual")
 """The per-T quantities of :func:`decompose` that get bootstrap intervals."""
 
 MODES = ("truncation", "budgeted")
+
+# Model rows (replicate x stratum x pair) per call of the model, at most, and the number of
+# progress steps a bootstrap is cut into, at least where there are enough replicates.
+_ROWS_PER_CALL = 2048
+_PROGRESS_STEPS = 20
 
 # Layout of the count arrays: (events, at risk) per hazard, in HAZARD_NAMES order.
 
@@ -65,9 +70,13 @@ def _engine(
     combos: bool,
     folds: int = 1,
     strata_by: str = "clean_success",
+    progress: Callable[[int, int], None] | None = None,
 ) -> _EngineResult:
     """Empirical and model S(T) per run (and per cross combination) on the point estimate and
-    ``n_boot`` task bootstrap resamples (row 0 = point estimate)."""
+    ``n_boot`` task bootstrap resamples (row 0 = point estimate).
+
+    ``progress(done, n_boot)`` is called with 0 first and then after each chunk of replicates,
+    ``done`` counting the bootstrap resamples whose model is computed."""
     import pandas as pd
 
     traj = traj[traj["run"].isin(list(runs))].reset_index(drop=True)
@@ -113,9 +122,8 @@ def _engine(
         copies = np.concatenate([copies, boot])
     n_rep = copies.shape[0]
 
-    # Stratum weights per rep, fold, task: (R, folds, n_tasks, k). Each fold's tasks are
-    # ordered by their difficulty key (task_strata; ties by task_id); with folds > 1 the key
-    # of fold f is computed on the other folds' trajectories only.
+    # Each fold's tasks are ordered by their difficulty key (task_strata; ties by task_id);
+    # with folds > 1 the key of fold f is computed on the other folds' trajectories only.
     if strata_by == "success":
         ok_by = np.zeros((folds, n_tasks))
         all_by = np.zeros((folds, n_tasks))
@@ -123,7 +131,7 @@ def _engine(
         np.add.at(all_by, (fold_of_row, task_of_row), 1.0)
     else:  # successes per clean turn, summed over the runs: (folds, n_tasks)
         ok_by, all_by = (part.sum(axis=0) for part in key_counts(counts))
-    weights = np.zeros((n_rep, folds, n_tasks, strata))
+    orders = []
     for f in range(folds):
         if folds > 1:
             ok_f = ok_by.sum(axis=0) - ok_by[f]
@@ -134,32 +142,49 @@ def _engine(
         else:
             ok_f, all_f = ok_by[0], all_by[0]
         rate = ok_f / np.maximum(all_f, 1)
-        order = np.lexsort((np.arange(n_tasks), rate))      # task_ids are sorted already
-        weights[:, f, order, :] = strata_weights(copies[:, order], strata)
-
-    # Counts per rep, run, stratum: (R, n_runs, k, 10, L).
-    agg = np.einsum("rfik,xficl->rxkcl", weights, counts, optimize=True)
-    rates = rates_from_counts(agg, min_at_risk)                  # (R, n_runs, k, 5, L)
-    units = weights.sum(axis=(1, 2))
-    stratum_share = units / np.maximum(units.sum(axis=1), 1e-300)[:, None]
+        orders.append(np.lexsort((np.arange(n_tasks), rate)))   # task_ids are sorted already
 
     pairs = [(x, y) for x in range(n_runs) for y in range(n_runs)] if combos else [
         (x, x) for x in range(n_runs)
     ]
+    xs = np.array([x for x, _ in pairs])
+    ys = np.array([y for _, y in pairs])
     model = np.full((n_rep, n_runs, n_runs, n_t), np.nan)
     idx_t = np.asarray(t_eval, dtype=np.int64)
-    for x, y in pairs:
-        single = rates[:, x]                                       # (R, k, 5, L)
-        rec = rates[:, y]
+    # Replicates go through in chunks: the counts, rates and curves of a chunk are
+    # O(chunk x strata x L), so memory does not grow with n_boot, and the chunks give the
+    # progress its steps. One call of the model per chunk, for every pair and stratum at once,
+    # keeps the rows per call large enough that numpy's per-call overhead does not show.
+    per_rep = len(pairs) * strata
+    chunk = max(1, min(-(-n_rep // _PROGRESS_STEPS), _ROWS_PER_CALL // per_rep))
+    if progress is not None:
+        progress(0, n_rep - 1)
+    for r0 in range(0, n_rep, chunk):
+        reps = slice(r0, min(r0 + chunk, n_rep))
+        n_chunk = reps.stop - reps.start
+        # Stratum weights per rep, fold, task: (r, folds, n_tasks, k).
+        weights = np.zeros((n_chunk, folds, n_tasks, strata))
+        for f, order in enumerate(orders):
+            weights[:, f, order, :] = strata_weights(copies[reps][:, order], strata)
+        # Counts per rep, run, stratum: (r, n_runs, k, 10, L); integer-valued, so exact.
+        agg = np.einsum("rfik,xficl->rxkcl", weights, counts, optimize=True)
+        rates = rates_from_counts(agg, min_at_risk)                  # (r, n_runs, k, 5, L)
+        units = weights.sum(axis=(1, 2))
+        stratum_share = units / np.maximum(units.sum(axis=1), 1e-300)[:, None]
+        # Rows ordered (pair, stratum, rep): neighbours have similar hazards, which keeps the
+        # arrays of the model's row blocks narrow.
+        single = rates[:, xs].transpose(1, 2, 0, 3, 4)                # (P, k, r, 5, L)
+        rec = rates[:, ys].transpose(1, 2, 0, 3, 4)
         curve = success_curve(
-            single[:, :, 0].reshape(-1, length),
-            single[:, :, 1].reshape(-1, length),
-            single[:, :, 2].reshape(-1, length),
-            rec[:, :, 3].reshape(-1, length),
-            rec[:, :, 4].reshape(-1, length),
+            *(single[..., j, :].reshape(-1, length) for j in range(3)),
+            *(rec[..., j, :].reshape(-1, length) for j in (3, 4)),
             t_max,
-        ).reshape(n_rep, strata, t_max + 1)
-        model[:, x, y, :] = np.einsum("rk,rkt->rt", stratum_share, curve[:, :, idx_t])
+        ).reshape(len(pairs), strata, n_chunk, t_max + 1)
+        model[reps, xs, ys, :] = np.einsum(
+            "rk,pkrt->rpt", stratum_share, curve[..., idx_t]
+        )
+        if progress is not None:
+            progress(reps.stop - 1, n_rep - 1)
 
     # Empirical S(T) = Pass@(1,T): the mean over tasks of each task's success rate, every task
     # (each bootstrap copy of one) counting once whatever its number of samples.
@@ -232,6 +257,7 @@ def decompose(
     ci: float = 0.95,
     strata_folds: int = 1,
     strata_by: str = "clean_success",
+    progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """The gain of ``candidate`` over ``baseline`` per turn budget, split into single-step
     quality and recovery (DESIGN 6).
@@ -258,6 +284,12 @@ def decompose(
             :func:`task_strata`).
         strata_by: The difficulty key that orders tasks into strata (see
             :func:`task_strata`): ``"clean_success"`` (default) or ``"success"``.
+        progress: Called as ``progress(done, total)`` while the bootstrap runs, for a progress
+            display: ``total`` is the number of bootstrap resamples to compute (``n_boot``, times
+            the number of budgets in budgeted mode) and ``done`` how many are finished. It is
+            called with ``done = 0`` before the first and with ``done = total`` at the end (also
+            when ``n_boot = 0``), and in about 20 steps per budget group in between; ``done``
+            never decreases. ``None`` (default): no calls.
 
     Returns:
         One row per T: ``t, n_tasks, empirical_baseline, empirical_candidate, model_baseline,
@@ -278,16 +310,33 @@ def decompose(
         if run not in known:
             raise ValueError(f"run {run!r} not found (runs: {', '.join(sorted(map(str, known)))})")
     runs = [baseline, candidate]
+    groups = mode_groups(traj, ts, mode)
+    n_boot = max(int(n_boot), 0)
+    total = len(groups) * n_boot
     frames = []
-    for group_ts, group_traj in mode_groups(traj, ts, mode):
+    for g, (group_ts, group_traj) in enumerate(groups):
+        step = None if progress is None else _group_progress(progress, g * n_boot, total)
         res = _engine(
             group_traj, flags, runs, group_ts, strata, n_boot, seed, min_at_risk, True,
-            strata_folds, strata_by,
+            strata_folds, strata_by, step,
         )
         frames.append(_decomposition_rows(res, group_ts, ci))
+    if progress is not None:
+        progress(total, total)
     out = pd.concat(frames, ignore_index=True)
     out["t"] = pd.array(out["t"].tolist(), dtype="Int64")
     return out
+
+
+def _group_progress(
+    progress: Callable[[int, int], None], base: int, total: int
+) -> Callable[[int, int], None]:
+    """The engine's ``(done, n_boot)`` of one budget group as ``(base + done, total)``."""
+
+    def step(done: int, _n_boot: int) -> None:
+        progress(base + done, total)
+
+    return step
 
 
 def _decomposition_rows(res: _EngineResult, ts: Sequence[int | None], ci: float) -> pd.DataFrame:

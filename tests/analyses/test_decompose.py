@@ -107,6 +107,34 @@ def test_pure_changes_on_model_data_land_on_their_share(changed, params_b):
     assert (out[changed] / out["model_delta"] > 0.8).all(), out
 
 
+def test_decompose_reports_bootstrap_progress_without_changing_the_result():
+    parts = []
+    for budget in (10, 20):
+        tr, fl = two_runs(
+            dict(h=0.1, s=0.08, f=0.0, rho=0.3, phi=0.05),
+            dict(h=0.1, s=0.08, f=0.0, rho=0.6, phi=0.05),
+            n_tasks=30, n_samples=6, budget=budget, seed=budget,
+        )
+        tr["traj_id"] = tr["traj_id"] + f"-b{budget}"
+        fl["traj_id"] = fl["traj_id"] + f"-b{budget}"
+        parts.append((tr, fl))
+    traj, flags = stacked(parts)
+    for mode, ts, n_groups in (("truncation", [5, 10, None], 1), ("budgeted", [10, 20], 2)):
+        calls: list[tuple[int, int]] = []
+        out = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=45, seed=1, mode=mode,
+                        progress=lambda done, total, calls=calls: calls.append((done, total)))
+        plain = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=45, seed=1, mode=mode)
+        pd.testing.assert_frame_equal(out, plain)
+        total = 45 * n_groups
+        assert calls[0] == (0, total) and calls[-1] == (total, total)
+        assert {t for _, t in calls} == {total}
+        done = [d for d, _ in calls]
+        assert done == sorted(done) and len(set(done)) > 10 * n_groups
+    calls = []
+    decompose(traj, flags, "A", "B", [5], n_boot=0, progress=lambda *a: calls.append(a))
+    assert calls[0] == (0, 0) and calls[-1] == (0, 0)
+
+
 def test_budgeted_mode_uses_only_the_runs_at_that_budget():
     good = Hazards.constant(h=0.05, s=0.2, f=0.0, rho=0.5, phi=0.0)
     bad = Hazards.constant(h=0.3, s=0.05, f=0.1, rho=0.2, phi=0.2)
