@@ -56,8 +56,9 @@ def sim_store(folder: Path, tasks: int, seed: int) -> Path:
     return store
 
 
-def tau_store(folder: Path) -> Path:
-    """The tau-bench airline results, ingested (tool errors marked by the format's rules)."""
+def tau_store(folder: Path, tasks: int | None = None) -> Path:
+    """The tau-bench airline results, ingested (tool errors marked by the format's rules);
+    with ``tasks``, only the first that many tasks (by id) are kept."""
     from recovery.store import connect, ingest_file
 
     if not TAU_AIRLINE.exists():
@@ -65,6 +66,11 @@ def tau_store(folder: Path) -> Path:
     store = folder / "tau-airline.duckdb"
     con = connect(store)
     ingest_file(con, TAU_AIRLINE)
+    if tasks is not None:
+        keep = ("SELECT traj_id FROM trajectories WHERE task_id IN (SELECT DISTINCT task_id "
+                f"FROM trajectories ORDER BY task_id LIMIT {int(tasks)})")
+        for table in ("turns", "error_spells", "trajectories"):
+            con.execute(f"DELETE FROM {table} WHERE traj_id NOT IN ({keep})")
     con.close()
     return store
 
@@ -75,6 +81,8 @@ def main() -> None:
     parser.add_argument("--backbones", default="sklearn,tiny,minilm")
     parser.add_argument("--tasks", type=int, default=125, help="sim: tasks (x 2 policies)")
     parser.add_argument("--tau-labels", choices=("error", "outcome"), default="error")
+    parser.add_argument("--tau-tasks", type=int, default=None,
+                        help="tau: keep only the first N tasks (of 50; 4 trajectories each)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -91,7 +99,7 @@ def main() -> None:
         if args.data == "sim":
             store, labels = sim_store(folder, args.tasks, args.seed), "data"
         else:
-            store, labels = tau_store(folder), args.tau_labels
+            store, labels = tau_store(folder, args.tau_tasks), args.tau_labels
         for backbone in args.backbones.split(","):
             config = CVConfig(store=store, labels=labels, backbone=backbone, folds=args.folds,
                               seed=args.seed, threads=args.threads, progress=False,
