@@ -55,16 +55,17 @@ class AnalyzeConfig:
         "(default: quantiles of the observed turn counts; budgeted: the shared budgets).",
     )
     mode: str = opt(
-        "truncation",
+        "auto",
         "truncation: cut every trajectory at each T; budgeted: at each T use the runs made "
-        "with budget T.",
-        choices=("truncation", "budgeted"),
+        "with budget T; auto: budgeted when a run holds trajectories made at several budgets "
+        "that every run has, else truncation (the report says which and why).",
+        choices=("auto", "truncation", "budgeted"),
     )
     strata: int = opt(5, "Task difficulty strata of the hazard model (1 = pooled).")
     strata_by: str = opt(
         "clean_success",
         "What orders tasks into strata: successes per clean turn (default), or the success "
-        "rate, which credits part of a recovery gain to single steps (docs/concepts.md).",
+        "rate, which credits part of a recovery gain to single steps.",
         choices=("clean_success", "success"),
     )
     n_boot: int = opt(200, "Bootstrap resamples of tasks for every interval (0 = none).")

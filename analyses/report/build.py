@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analyses.decompose import COMPONENTS
-from analyses.report.defaults import choose_ks, choose_ts, samples_per_task
+from analyses.report.defaults import choose_ks, choose_ts, resolve_mode, samples_per_task
 from analyses.report.records import (
-    MODE_DESCRIPTIONS,
+    MODES,
+    REACH_FRACTION,
     Comparison,
     ComparisonRow,
     DescriptiveRow,
@@ -27,14 +29,21 @@ from analyses.report.records import (
     ReportOptions,
     RunReport,
 )
-from analyses.report.text import t_header
+from analyses.report.text import definitions, number, share_text, signed_interval, t_header
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
+    from recovery.quality import RunQuality
+
 ProgressFn = Callable[[str], None]
-"""Called with a short description before each step of :func:`report_from_frames`."""
+"""Called with a short description before each step of :func:`report_from_frames`, and again
+with the resamples done (``"... 120/200 bootstrap resamples"``) while a bootstrap runs."""
+
+SHARE_UNCLEAR = ("the model's change is not clearly non-zero (its interval holds 0), so a "
+                 "share of it means nothing; read the signed single-step and recovery parts")
+"""Why a comparison row has no recovery share when the model's change may be 0."""
 
 MODEL_FIT_TOLERANCE = 0.03
 """A model S(T) further than this from the empirical S(T) gets a note in the report."""
@@ -67,6 +76,7 @@ def build_report(
             the options do not fit the data (e.g. budgeted mode without shared budgets).
     """
     from analyses.frames import (
+        data_quality,
         spells_frame,
         trajectories_frame,
         turn_flags_frame,
@@ -78,9 +88,10 @@ def build_report(
     flags = turn_flags_frame(con, runs)
     spells = spells_frame(con, runs)
     n_unknown = unknown_outcomes(con, runs)
+    quality = data_quality(con, runs)
     loaded, cpu_loaded = time.perf_counter() - started, time.process_time() - cpu_started
     report = report_from_frames(traj, flags, options, n_unknown_outcomes=n_unknown,
-                                progress=progress, spells=spells)
+                                progress=progress, spells=spells, quality=quality)
     report.timings = {"load frames": loaded, **report.timings}
     report.cpu_timings = {"load frames": cpu_loaded, **report.cpu_timings}
     return report
@@ -94,6 +105,7 @@ def report_from_frames(
     n_unknown_outcomes: int = 0,
     progress: ProgressFn | None = None,
     spells: pd.DataFrame | None = None,
+    quality: dict[str, RunQuality] | None = None,
 ) -> Report:
     """Compute the report from a trajectories frame and a turn flags frame.
 
@@ -105,6 +117,9 @@ def report_from_frames(
         progress: Called before each step.
         spells: The error spells (:func:`analyses.frames.spells_frame`); ``None`` = computed
             from ``flags`` by the one definition (:func:`recovery.marking.spells_of_frames`).
+        quality: The runs' data-quality numbers (:func:`analyses.frames.data_quality`);
+            ``None`` = what the frames tell (:func:`analyses.report.quality.quality_from_frames`:
+            no shares of empty actions or repeated observations).
 
     Returns:
         The :class:`Report`.
@@ -115,13 +130,18 @@ def report_from_frames(
     from analyses import decompose as dec
     from analyses import descriptive as desc
     from analyses.passkt import pass_at_kt, pass_hat_kt
+    from analyses.report.surface import pass_difference
     from recovery.marking.spells import spells_of_frames
 
     options = options or ReportOptions()
-    if options.mode not in MODE_DESCRIPTIONS:
-        raise ValueError(f"mode must be 'truncation' or 'budgeted', got {options.mode!r}")
+    if options.mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
     if options.strata < 1:
         raise ValueError(f"strata must be at least 1, got {options.strata}")
+    if quality is None:
+        from analyses.report.quality import quality_from_frames
+
+        quality = quality_from_frames(traj, flags, n_unknown_outcomes)
     if "success" in traj and traj["success"].isna().any():
         traj = traj[traj["success"].notna()]
     if traj.empty:
@@ -136,16 +156,24 @@ def report_from_frames(
     baseline = options.baseline if options.baseline is not None else run_names[0]
     if baseline not in run_names:
         raise ValueError(f"baseline run {baseline!r} not found (runs: {', '.join(run_names)})")
-    mode = options.mode
-    ks = sorted({int(k) for k in options.ks}) if options.ks else choose_ks(traj, mode)
-    if not ks or ks[0] < 1:
-        raise ValueError(f"K must be at least 1, got {ks}")
+    mode, mode_reason = resolve_mode(traj, options.mode, options.ts)
+    asked_ks = sorted({int(k) for k in options.ks}) if options.ks else choose_ks(traj, mode)
+    if not asked_ks or asked_ks[0] < 1:
+        raise ValueError(f"K must be at least 1, got {asked_ks}")
+    # K = 1 is always computed: Pass@(1,T) = S(T) is what the curves, the headline and the
+    # decomposition speak of.
+    ks = sorted({1, *asked_ks})
     ts = choose_ts(traj, mode, options.ts)
     reference_t = ts[-1]
     n_boot = max(int(options.n_boot), 0)
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
     notes: list[str] = []
+    if mode == "truncation" and "several budgets" in mode_reason:
+        notes.append(f"truncation mode ({mode_reason})")
+    if ks != asked_ks:
+        notes.append("K = 1 is added to the K asked for: Pass@(1,T) = S(T) is what the budget "
+                     "curves, the headline and the decomposition are about")
 
     def step(name: str, fn: Callable[[], Any]) -> Any:
         if progress is not None:
@@ -156,11 +184,18 @@ def report_from_frames(
             result = fn()
         for warning in caught:
             text = str(warning.message)
+            if "several budgets" in text:
+                continue  # the mode's reason says it, in the command line's words
             if issubclass(warning.category, UserWarning) and text not in notes:
                 notes.append(text)
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - began
         cpu_timings[name] = cpu_timings.get(name, 0.0) + time.process_time() - cpu_began
         return result
+
+    def counted(name: str) -> Callable[[int, int], None] | None:
+        if progress is None:
+            return None
+        return lambda done, total: progress(f"{name}: {done}/{total} bootstrap resamples")
 
     grid_args = {"ks": ks, "ts": ts, "mode": mode, "n_boot": n_boot, "ci": options.ci,
                  "seed": options.seed}
@@ -189,31 +224,163 @@ def report_from_frames(
         )
         runs[run] = _run_report(
             run, traj, pass_at, pass_hat, descriptive, fit, spells, latency, hazards, kinds,
-            sizes, reference_t,
+            sizes, reference_t, options.min_at_risk,
         )
+        runs[run].t_90 = reach_turn(traj[traj["run"] == run], runs[run], mode, reference_t)
 
     comparisons = []
     for candidate in run_names:
         if candidate == baseline:
             continue
+        name = f"decompose {candidate} vs {baseline}"
         frame = step(
-            f"decompose {candidate} vs {baseline} ({n_boot} bootstrap resamples)",
-            lambda candidate=candidate: dec.decompose(
+            f"{name} ({n_boot} bootstrap resamples)",
+            lambda candidate=candidate, name=name: _with_progress(
+                dec.decompose, counted(name),
                 traj, flags, baseline, candidate, ts, options.strata, n_boot, options.seed,
                 mode=mode, min_at_risk=options.min_at_risk, ci=options.ci,
                 strata_by=options.strata_by,
             ),
         )
-        comparisons.append(_comparison(baseline, candidate, frame))
+        comparison = _comparison(baseline, candidate, frame, n_boot)
+        surface = f"difference surface {candidate} vs {baseline}"
+        comparison.pass_at_difference = step(
+            surface,
+            lambda candidate=candidate, surface=surface: pass_difference(
+                traj, baseline, candidate, ks, ts, mode=mode, n_boot=n_boot, ci=options.ci,
+                seed=options.seed, progress=counted(surface),
+            ),
+        )
+        comparisons.append(comparison)
 
+    for name, q in quality.items():
+        if name in runs:
+            q.tasks_below_k = _tasks_below_k(runs[name])
     report = Report(
         mode=mode, ks=ks, ts=ts, reference_t=reference_t, baseline=baseline,
         strata=options.strata, n_boot=n_boot, seed=options.seed, ci=options.ci, runs=runs,
         comparisons=comparisons, n_unknown_outcomes=int(n_unknown_outcomes), timings=timings,
-        cpu_timings=cpu_timings,
+        cpu_timings=cpu_timings, mode_reason=mode_reason,
+        data_quality={name: quality[name] for name in sorted(quality) if name in runs},
+        definitions=definitions(options.strata, options.strata_by),
+        min_at_risk=options.min_at_risk,
     )
+    from recovery.quality import quality_warnings
+
+    report.data_warnings = [w for q in report.data_quality.values() for w in quality_warnings(q)]
     report.notes = _notes(report) + notes
+    for comparison in comparisons:
+        comparison.headline = comparison_headline(comparison, report)
+    report.headline = [c.headline for c in comparisons] + [
+        run_headline(run, report) for run in runs.values()]
     return report
+
+
+def _with_progress(fn: Callable[..., Any], progress: Callable[[int, int], None] | None,
+                   *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn``, passing ``progress`` when it takes one (older versions do not)."""
+    if progress is not None and "progress" in inspect.signature(fn).parameters:
+        kwargs["progress"] = progress
+    return fn(*args, **kwargs)
+
+
+def _tasks_below_k(run: RunReport) -> dict[int, int]:
+    """K -> tasks of the run left out of Pass@(K,T) for having fewer than K samples."""
+    out: dict[int, int] = {}
+    for cell in run.pass_at_kt:
+        if cell.n_tasks_left_out:
+            out[cell.k] = max(out.get(cell.k, 0), cell.n_tasks_left_out)
+    return out
+
+
+def reach_turn(
+    traj: pd.DataFrame, run: RunReport, mode: str, reference_t: int | None,
+    fraction: float = REACH_FRACTION,
+) -> int | None:
+    """The smallest T at which Pass@(1,T) reaches ``fraction`` of its reference value.
+
+    Truncation mode: every integer T, from the run's own success turns (Pass@(1,T) only
+    changes at them), against no turn limit. Budgeted mode: the budgets of the grid, against
+    the largest. ``None`` when the reference value is 0 or unknown.
+    """
+    import pandas as pd
+
+    from analyses.frames import success_turns
+
+    if mode == "budgeted":
+        cells = sorted((c for c in run.pass_at_kt if c.k == 1 and c.t is not None),
+                       key=lambda c: c.t)
+        ref = run.pass_at(1, reference_t)
+        if not (math.isfinite(ref) and ref > 0):
+            return None
+        return next((c.t for c in cells if c.value >= fraction * ref - 1e-12), None)
+    won_at = success_turns(traj)
+    task, _ = pd.factorize(traj["task_id"].astype(str))
+    if not len(task):
+        return None
+    weight = 1.0 / np.bincount(task)[task]
+    ok = np.isfinite(won_at)
+    total = weight[ok].sum()
+    if total <= 0:
+        return None
+    order = np.argsort(won_at[ok], kind="stable")
+    reached = np.cumsum(weight[ok][order])
+    first = int(np.searchsorted(reached, fraction * total - 1e-9 * total, side="left"))
+    return int(won_at[ok][order][min(first, len(order) - 1)])
+
+
+def _short_t(report: Report, comparison: Comparison) -> int | None:
+    """The short budget of a headline: the grid's T nearest a quarter of its largest finite T
+    (the smaller on a tie), not the reference T; ``None`` when the grid has no other T."""
+    finite = [r.t for r in comparison.by_t if r.t is not None and r.t != report.reference_t]
+    if not finite:
+        return None
+    top = max(t for t in report.ts if t is not None)
+    return min(finite, key=lambda t: (abs(t - top / 4), t))
+
+
+def _change_text(row: ComparisonRow, where: str = "") -> str:
+    """``"+0.227 at no limit [+0.200, +0.258], 74% recovery"``; the signed parts instead of a
+    share where the share is not defined."""
+    band = signed_interval(row.lo["delta"], row.hi["delta"])
+    text = " ".join(x for x in (number(row.delta, signed=True), where, band) if x)
+    if math.isfinite(row.recovery_share):
+        return f"{text}, {share_text(row.recovery_share)} recovery"
+    parts = []
+    for name, label in (("single_step", "single step"), ("recovery", "recovery")):
+        value = getattr(row, name)
+        part_band = signed_interval(row.lo[name], row.hi[name])
+        parts.append(" ".join(x for x in (label, number(value, signed=True), part_band) if x))
+    return f"{text}, no clear change: {', '.join(parts)}"
+
+
+def comparison_headline(comparison: Comparison, report: Report) -> str:
+    """``"rl vs base: +0.227 at no limit [+0.200, +0.258], 74% recovery; at T = 10: ..."``."""
+    rows = {r.t: r for r in comparison.by_t}
+    ref = rows.get(report.reference_t)
+    if ref is None:
+        return f"{comparison.candidate} vs {comparison.baseline}: no comparison"
+    where = "at no limit" if ref.t is None else f"at T = {ref.t}"
+    parts = [_change_text(ref, where)]
+    short = _short_t(report, comparison)
+    if short is not None:
+        row = rows[short]
+        parts.append(f"at T = {short}: " + _change_text(row))
+    return f"{comparison.candidate} vs {comparison.baseline}: " + "; ".join(parts)
+
+
+def run_headline(run: RunReport, report: Report) -> str:
+    """``"base: Pass@(1, no limit) 0.481 [0.44, 0.52]; 90% of it by T = 31"``."""
+    ref = next((c for c in run.pass_at_kt if c.k == 1 and c.t == report.reference_t), None)
+    where = "no limit" if report.reference_t is None else f"T = {report.reference_t}"
+    if ref is None:
+        return f"{run.run}: no Pass@(1,T)"
+    band = signed_interval(ref.lo, ref.hi).replace("+", "")
+    text = f"{run.run}: Pass@(1, {where}) {number(ref.value)}" + (f" {band}" if band else "")
+    if run.t_90 is None:
+        return f"{text}; it never succeeds"
+    unit = "budget" if report.mode == "budgeted" else "T"
+    return f"{text}; reaches {REACH_FRACTION:.0%} of it at {unit} = {run.t_90}"
 
 
 def _descriptive(
@@ -298,6 +465,7 @@ def _run_report(
     kinds: pd.DataFrame,
     sizes: pd.Series,
     reference_t: int | None,
+    min_at_risk: int = 30,
 ) -> RunReport:
     mine = traj[traj["run"] == run]
     n_traj = len(mine)
@@ -340,11 +508,11 @@ def _run_report(
     )
     hz = hazards[hazards["run"] == run]
     curves = {
-        str(name): [
+        str(name): with_bins([
             HazardPoint(x=int(r.x), value=float(r.value), events=int(r.events),
                         at_risk=int(r.at_risk))
             for r in part.sort_values("x").itertuples(index=False)
-        ]
+        ], min_at_risk)
         for name, part in hz.groupby("hazard", sort=False)
     }
     desc = descriptive[descriptive["run"] == run]
@@ -372,12 +540,50 @@ def _run_report(
     )
 
 
-def _comparison(baseline: str, candidate: str, frame: pd.DataFrame) -> Comparison:
+def with_bins(points: list[HazardPoint], min_at_risk: int) -> list[HazardPoint]:
+    """Set each point's bin: clock values with turns at risk, in order, gathered until a bin
+    holds ``min_at_risk`` of them, a last bin left smaller joining the previous one (the rule
+    of :func:`analyses.hazards.bin_rates`; values without turns at risk add nothing)."""
+    ids: list[int] = []
+    current, acc = 0, 0
+    threshold = max(min_at_risk, 1e-300)
+    for point in points:
+        ids.append(current)
+        acc += point.at_risk
+        if acc >= threshold:
+            current, acc = current + 1, 0
+    if ids and acc > 0 and ids[-1] > 0:
+        last = ids[-1]
+        ids = [i - 1 if i == last else i for i in ids]
+    for bin_id in set(ids):
+        members = [p for p, i in zip(points, ids, strict=True) if i == bin_id]
+        events = sum(p.events for p in members)
+        at_risk = sum(p.at_risk for p in members)
+        for p in members:
+            p.bin_start, p.bin_end = members[0].x, members[-1].x
+            p.bin_events, p.bin_at_risk = events, at_risk
+    return points
+
+
+def _share_note(row: ComparisonRow, n_boot: int) -> str | None:
+    """Why a row's shares are not given (``None`` when they are)."""
+    if not math.isfinite(row.model_delta):
+        return "no model change to share out"
+    if n_boot == 0:
+        return "no interval (--n-boot 0) to tell the model's change from 0"
+    lo, hi = row.lo["model_delta"], row.hi["model_delta"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "no interval to tell the model's change from 0"
+    if row.change_is_clear():
+        return None
+    return (f"{SHARE_UNCLEAR} (model delta {number(row.model_delta, signed=True)} "
+            f"{signed_interval(lo, hi)})")
+
+
+def _comparison(baseline: str, candidate: str, frame: pd.DataFrame,
+                n_boot: int = 0) -> Comparison:
     rows = []
     for r in frame.to_dict("records"):
-        model_delta = _float(r["model_delta"])
-        recovery = _float(r["recovery"])
-        share = recovery / model_delta if abs(model_delta) > 1e-12 else math.nan
         rows.append(
             ComparisonRow(
                 t=_t_label(r["t"]),
@@ -388,10 +594,15 @@ def _comparison(baseline: str, candidate: str, frame: pd.DataFrame) -> Compariso
                 empirical_candidate=_float(r["empirical_candidate"]),
                 model_baseline=_float(r["model_baseline"]),
                 model_candidate=_float(r["model_candidate"]),
-                recovery_share=share,
+                recovery_share=math.nan,
                 n_tasks=int(r["n_tasks"]),
             )
         )
+    for row in rows:
+        row.recovery_share_note = _share_note(row, n_boot)
+        if row.recovery_share_note is None:
+            row.recovery_share = row.recovery / row.model_delta
+            row.single_step_share = row.single_step / row.model_delta
     return Comparison(baseline=baseline, candidate=candidate, by_t=rows)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
-    pass
+    from recovery.quality import RunQuality
 
 
 MODE_DESCRIPTIONS = {
@@ -23,6 +23,15 @@ MODE_DESCRIPTIONS = {
     "told its budget)",
     "budgeted": "budgeted: at each T only the trajectories run with budget T count",
 }
+
+MODES = ("auto", "truncation", "budgeted")
+"""What ``ReportOptions.mode`` takes: ``auto`` picks budgeted mode when a run holds
+trajectories made at several budgets (and every run has the budgets asked for), else
+truncation."""
+
+REACH_FRACTION = 0.9
+""":attr:`RunReport.t_90` is the smallest T at which Pass@(1,T) reaches this share of its
+value with no turn limit (budgeted mode: at the largest budget)."""
 
 # ------------------------------------------------------------------------------------------
 # Records
@@ -39,11 +48,13 @@ class ReportOptions:
             observed turn counts (:func:`analyses.passkt.default_ts`) in truncation mode, the
             budgets present in every run in budgeted mode. In truncation mode "no limit" is
             always added.
-        mode: ``"truncation"`` or ``"budgeted"`` (DESIGN 5).
+        mode: ``"auto"`` (default: budgeted when a run holds trajectories made at several
+            budgets that every run shares, else truncation), ``"truncation"`` or
+            ``"budgeted"``.
         baseline: The run the others are compared with; ``None`` = the first alphabetically.
-        strata: Task difficulty strata of the hazard model (1 = pooled; DESIGN 6).
+        strata: Task difficulty strata of the hazard model (1 = pooled).
         strata_by: What orders tasks into strata: ``"clean_success"`` (successes per clean
-            turn, the default) or ``"success"`` (DESIGN 6's success rate); see
+            turn, the default) or ``"success"`` (the success rate); see
             :func:`analyses.decompose.task_strata`.
         n_boot: Bootstrap resamples of tasks for every interval (0 = no intervals).
         seed: Seed of the bootstraps.
@@ -53,7 +64,7 @@ class ReportOptions:
 
     ks: Sequence[int] | None = None
     ts: Sequence[int | None] | None = None
-    mode: str = "truncation"
+    mode: str = "auto"
     baseline: str | None = None
     strata: int = 5
     strata_by: str = "clean_success"
@@ -91,7 +102,7 @@ class PassCell:
 
 @dataclass(slots=True)
 class DescriptiveRow:
-    """Descriptive numbers of one run at one T (DESIGN 6; no attribution).
+    """Descriptive numbers of one run at one T (no attribution).
 
     Attributes:
         t: Turn limit (``None`` = no limit).
@@ -127,7 +138,7 @@ class ModelFitRow:
 
 @dataclass(slots=True)
 class ErrorStats:
-    """Error turns and spells of one run (DESIGN 4).
+    """Error turns and spells of one run.
 
     Attributes:
         n_turns: Turns of the run's trajectories.
@@ -167,7 +178,7 @@ class LatencyBin:
 
 @dataclass(slots=True)
 class RecoveryStats:
-    """How the error spells of one run ended (DESIGN 4).
+    """How the error spells of one run ended.
 
     Attributes:
         n_spells: Error spells.
@@ -196,17 +207,28 @@ class RecoveryStats:
 class HazardPoint:
     """One clock value of a fitted hazard (pooled over the run's tasks).
 
+    Clock values are gathered into bins of at least ``min_at_risk`` turns at risk (the rule of
+    :func:`analyses.hazards.bin_rates`); ``value`` is its bin's events over its turns at risk.
+
     Attributes:
         x: Clock value (``n`` clean turns for h, s, f; ``d`` spell age for rho, phi).
         value: The binned hazard.
         events: Raw events at ``x``.
         at_risk: Raw turns at risk at ``x``.
+        bin_start: First clock value of the bin ``x`` is in.
+        bin_end: Last clock value of that bin (with any turn at risk).
+        bin_events: Events of the bin.
+        bin_at_risk: Turns at risk of the bin (the sample count behind ``value``).
     """
 
     x: int
     value: float
     events: int
     at_risk: int
+    bin_start: int = 0
+    bin_end: int = 0
+    bin_events: int = 0
+    bin_at_risk: int = 0
 
 
 @dataclass(slots=True)
@@ -227,6 +249,9 @@ class RunReport:
         errors: Error statistics.
         recovery: Recovery statistics.
         hazards: Hazard name (``h, s, f, rho, phi``) -> its curve.
+        t_90: The smallest T at which Pass@(1,T) reaches :data:`REACH_FRACTION` of its
+            value with no turn limit (every integer T in truncation mode; the budgets of the
+            grid in budgeted mode, against the largest); ``None`` when the run never succeeds.
     """
 
     run: str
@@ -242,6 +267,7 @@ class RunReport:
     errors: ErrorStats
     recovery: RecoveryStats
     hazards: dict[str, list[HazardPoint]] = field(default_factory=dict)
+    t_90: int | None = None
 
     def pass_at(self, k: int, t: int | None) -> float:
         """Pass@(k, t) from the grid (NaN when the cell is not in it)."""
@@ -254,7 +280,7 @@ class RunReport:
 
 @dataclass(slots=True)
 class ComparisonRow:
-    """The gain of a candidate over the baseline at one T (DESIGN 6).
+    """The gain of a candidate over the baseline at one T.
 
     Attributes:
         t: Turn limit (``None`` = no limit).
@@ -269,8 +295,12 @@ class ComparisonRow:
         empirical_candidate: Empirical S(T) of the candidate.
         model_baseline: Model S(T) of the baseline (strata of the two runs).
         model_candidate: Model S(T) of the candidate.
-        recovery_share: ``recovery / model_delta`` (NaN when the model's change is 0).
+        recovery_share: ``recovery / model_delta``, only where the interval of ``model_delta``
+            excludes 0 (else NaN, written ``null``: a share of a change that cannot be told from
+            0 means nothing; the signed components still say what moved).
         n_tasks: Tasks of the two runs.
+        single_step_share: ``single_step / model_delta``, under the same condition.
+        recovery_share_note: Why the shares are not given (``None`` when they are).
     """
 
     t: int | None
@@ -287,6 +317,42 @@ class ComparisonRow:
     model_candidate: float
     recovery_share: float
     n_tasks: int
+    single_step_share: float = math.nan
+    recovery_share_note: str | None = None
+
+    def change_is_clear(self) -> bool:
+        """Whether the model's change has an interval that excludes 0."""
+        lo, hi = self.lo.get("model_delta", math.nan), self.hi.get("model_delta", math.nan)
+        return math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or hi < 0)
+
+
+@dataclass(slots=True)
+class DifferenceCell:
+    """One cell of the difference surface: candidate minus baseline Pass@(K,T).
+
+    Over the tasks both runs have (each with at least ``k`` samples in both), paired by task;
+    the interval resamples those tasks, the same draw for both runs.
+
+    Attributes:
+        k: Sampling width.
+        t: Turn limit (``None`` = no limit).
+        value: Mean over the tasks of the candidate's Pass@(k,t) minus the baseline's.
+        lo: Lower end of the bootstrap interval (NaN without bootstrap).
+        hi: Upper end.
+        n_tasks: Tasks averaged.
+    """
+
+    k: int
+    t: int | None
+    value: float
+    lo: float
+    hi: float
+    n_tasks: int
+
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies on one side of 0."""
+        return math.isfinite(self.lo) and math.isfinite(self.hi) and (
+            self.lo > 0 or self.hi < 0)
 
 
 @dataclass(slots=True)
@@ -297,11 +363,23 @@ class Comparison:
         baseline: Run A.
         candidate: Run B.
         by_t: One row per T.
+        pass_at_difference: The difference surface, ordered by K then T.
+        headline: One sentence: the change at the reference T and at a short budget, with
+            the recovery share where it is defined.
     """
 
     baseline: str
     candidate: str
     by_t: list[ComparisonRow]
+    pass_at_difference: list[DifferenceCell] = field(default_factory=list)
+    headline: str = ""
+
+    def difference(self, k: int, t: int | None) -> float:
+        """The difference surface at (k, t) (NaN when the cell is not in it)."""
+        for cell in self.pass_at_difference:
+            if cell.k == k and cell.t == t:
+                return cell.value
+        return math.nan
 
 
 @dataclass(slots=True)
@@ -322,6 +400,12 @@ class Report:
         comparisons: Each other run against the baseline.
         n_unknown_outcomes: Trajectories of the analysed runs left out for an unknown outcome.
         notes: Plain-language remarks (left-out tasks, missing errors, poor model fit, ...).
+        mode_reason: Why this mode (chosen, or asked for and what it means for the data).
+        headline: The report's first lines: one per comparison, then one per run.
+        data_quality: Run label -> its data-quality numbers (:mod:`recovery.quality`).
+        data_warnings: Extreme data-quality shares, with their numbers.
+        definitions: Name -> one-sentence definition of each quantity the report shows.
+        min_at_risk: Turns at risk a hazard bin holds at least.
         sources: Input files of this analysis (empty when the whole store was analysed).
         timings: Wall-clock seconds per step (not part of :meth:`to_dict`).
         cpu_timings: CPU seconds of the process per step, all threads (not part of
@@ -342,16 +426,25 @@ class Report:
     n_unknown_outcomes: int = 0
     notes: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    mode_reason: str = ""
+    headline: list[str] = field(default_factory=list)
+    data_quality: dict[str, RunQuality] = field(default_factory=dict)
+    data_warnings: list[str] = field(default_factory=list)
+    definitions: dict[str, str] = field(default_factory=dict)
+    min_at_risk: int = 30
     timings: dict[str, float] = field(default_factory=dict, repr=False)
     cpu_timings: dict[str, float] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-safe dict: NaN and infinities become ``None``.
 
-        Shape: ``{"mode", "ks", "ts", "reference_t", "baseline", "strata", "n_boot", "seed",
-        "ci", "n_unknown_outcomes", "notes", "sources", "runs": {run: {...}},
-        "comparisons": [{"baseline", "candidate", "by_t": [...]}]}``; the run and comparison
-        entries have the fields of :class:`RunReport` and :class:`Comparison`.
+        Shape: ``{"mode", "mode_description", "mode_reason", "ks", "ts", "reference_t",
+        "baseline", "strata", "n_boot", "seed", "ci", "n_unknown_outcomes", "notes", "sources",
+        "headline", "data_quality": {run: {...}}, "data_warnings", "definitions",
+        "runs": {run: {...}}, "comparisons": [{"baseline", "candidate", "by_t": [...],
+        "pass_at_difference": [...], "headline"}]}``; the run, comparison and data-quality
+        entries have the fields of :class:`RunReport`, :class:`Comparison` and
+        :class:`recovery.quality.RunQuality`.
         """
         out = dataclasses.asdict(self)
         out.pop("timings")
@@ -359,6 +452,8 @@ class Report:
         out["mode_description"] = MODE_DESCRIPTIONS.get(self.mode, self.mode)
         for run in out["runs"].values():
             run.pop("run")
+        for quality in out["data_quality"].values():
+            quality.pop("run")
         return json_safe(out)
 
 

@@ -1,0 +1,152 @@
+"""The difference surface: candidate minus baseline Pass@(K,T) over the whole grid, paired by task.
+
+Per task that both runs have, each run's Pass@(k,t) is the unbiased estimate of
+:func:`analyses.passkt.pass_at_k` from that run's samples of the task; the cell is the mean over
+the tasks (with at least ``k`` samples in both runs) of the candidate's value minus the
+baseline's. The interval is the percentile bootstrap of :mod:`analyses.passkt` with one change:
+each resample draws tasks once and uses that draw for both runs, so the task-to-task spread
+that both runs share cancels out of the interval.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analyses.frames import success_turns
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analyses.report.records import DifferenceCell
+
+_CHUNK_CELLS = 4_000_000
+
+
+def _counts(
+    traj: pd.DataFrame, tasks: np.ndarray, ts: Sequence[int | None], mode: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per task (in ``tasks`` order) and T: samples ``n`` and successes by T ``c``."""
+    import pandas as pd
+
+    code = pd.Index(tasks).get_indexer(traj["task_id"].astype(str))
+    keep = code >= 0
+    code = code[keep]
+    won_at = success_turns(traj)[keep]
+    budget = pd.to_numeric(traj["budget"]).to_numpy(dtype=float, na_value=np.nan)[keep] if (
+        "budget" in traj) else np.full(len(code), np.nan)
+    n = np.zeros((len(tasks), len(ts)))
+    c = np.zeros((len(tasks), len(ts)))
+    for j, t in enumerate(ts):
+        if mode == "budgeted":
+            rows = budget == t
+            won = rows & (won_at <= t)
+        else:
+            rows = np.ones(len(code), dtype=bool)
+            won = np.isfinite(won_at) if t is None else won_at <= t
+        n[:, j] = np.bincount(code[rows], minlength=len(tasks))
+        c[:, j] = np.bincount(code[won], minlength=len(tasks))
+    return n, c
+
+
+def _values(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
+    """Per-task Pass@(k) for every (task, T) and k: shape (tasks, T, K); 0 where n < k."""
+    from analyses.passkt import pass_at_k
+
+    out = np.zeros((*n.shape, len(ks)))
+    pairs, inverse = np.unique(np.stack([n.ravel(), c.ravel()], axis=1), axis=0,
+                               return_inverse=True)
+    inverse = inverse.reshape(-1)
+    table = np.array([
+        [pass_at_k(int(nn), int(cc), k) if nn >= k else 0.0 for k in ks]
+        for nn, cc in pairs
+    ]).reshape(len(pairs), len(ks))
+    out[:] = table[inverse].reshape(*n.shape, len(ks))
+    return out
+
+
+def pass_difference(
+    traj: pd.DataFrame,
+    baseline: str,
+    candidate: str,
+    ks: Sequence[int],
+    ts: Sequence[int | None],
+    *,
+    mode: str = "truncation",
+    n_boot: int = 200,
+    ci: float = 0.95,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[DifferenceCell]:
+    """Candidate minus baseline Pass@(K,T) per cell, paired by task, with intervals.
+
+    Args:
+        traj: Trajectories frame (both runs; others are ignored).
+        baseline: Run A.
+        candidate: Run B.
+        ks: Sampling widths.
+        ts: Turn limits (``None`` = no limit; budgeted mode: budgets).
+        mode: ``"truncation"`` (every trajectory cut at T) or ``"budgeted"`` (at T only the
+            trajectories run with budget T).
+        n_boot: Bootstrap resamples of the shared tasks (0 = no intervals).
+        ci: Coverage of the intervals.
+        seed: Seed; the draws depend only on it and the two run names.
+        progress: Called with (resamples done, resamples in all) as the bootstrap goes.
+
+    Returns:
+        One :class:`~analyses.report.records.DifferenceCell` per (k, t), ordered by k then t;
+        ``value`` is NaN where no task has ``k`` samples in both runs.
+    """
+    import pandas as pd
+
+    from analyses.report.records import DifferenceCell
+
+    ks = [int(k) for k in ks]
+    ts = list(ts)
+    task = traj["task_id"].astype(str)
+    in_a = traj["run"] == baseline
+    in_b = traj["run"] == candidate
+    tasks = np.array(sorted(set(task[in_a]) & set(task[in_b])), dtype=object)
+    n_a, c_a = _counts(traj[in_a], tasks, ts, mode)
+    n_b, c_b = _counts(traj[in_b], tasks, ts, mode)
+    kept = ((np.minimum(n_a, n_b)[:, :, None] >= np.array(ks)[None, None, :])
+            .astype(float).reshape(len(tasks), -1))                        # (tasks, T*K)
+    diff = (_values(n_b, c_b, ks) - _values(n_a, c_a, ks)).reshape(len(tasks), -1) * kept
+    count = kept.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        point = diff.sum(axis=0) / count
+    lo = hi = np.full(point.shape, np.nan)
+    n_tasks = len(tasks)
+    if n_boot > 0 and n_tasks > 0:
+        rng = np.random.default_rng(np.random.SeedSequence(
+            [int(seed), zlib.crc32(f"{baseline}\0{candidate}".encode())]))
+        means = np.empty((n_boot, point.size))
+        chunk = max(1, _CHUNK_CELLS // n_tasks)
+        for start in range(0, n_boot, chunk):
+            size = min(chunk, n_boot - start)
+            draws = rng.integers(0, n_tasks, size=(size, n_tasks), dtype=np.int64)
+            draws += np.arange(size, dtype=np.int64)[:, None] * n_tasks
+            weights = np.bincount(draws.ravel(), minlength=size * n_tasks).reshape(
+                size, n_tasks).astype(float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means[start:start + size] = (weights @ diff) / (weights @ kept)
+            if progress is not None:
+                progress(start + size, n_boot)
+        alpha = (1.0 - ci) / 2.0
+        finite = np.isfinite(means).any(axis=0)
+        lo, hi = np.full(point.shape, np.nan), np.full(point.shape, np.nan)
+        if finite.any():
+            lo[finite], hi[finite] = np.nanquantile(means[:, finite], [alpha, 1.0 - alpha],
+                                                    axis=0)
+    cells = []
+    for i, k in enumerate(ks):
+        for j, t in enumerate(ts):
+            cell = j * len(ks) + i
+            cells.append(DifferenceCell(
+                k=k, t=None if t is None or pd.isna(t) else int(t), value=float(point[cell]),
+                lo=float(lo[cell]), hi=float(hi[cell]), n_tasks=int(count[cell]),
+            ))
+    return cells
