@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python bench/html_check.py REPORT.html [--screenshot OUT.png]``.
 
-Three checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
+Four checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
 
 1. **self-contained**: every ``<img>`` is a ``data:image/png`` URI that decodes to an image
    (with Pillow), and nothing is loaded from elsewhere (no ``src``/``href`` to a URL or file,
@@ -10,7 +10,11 @@ Three checks, each printed; the exit status is 1 when one fails (2 when no Chrom
 2. **decoded in the browser**: headless Chromium loads a copy of the page with a small script
    that counts the images with a non-zero natural width once the page has loaded, and
    ``--dump-dom`` reports the count, which must equal the number of images;
-3. **not blank**: a headless Chromium screenshot (``--window-size``, default 1400x4000) shows
+3. **the sections a reader needs**: the same script measures, as laid out by the browser, the
+   sections ``headline`` (text), ``data-quality`` (a table) and ``difference-surface`` (a
+   decoded image of a difference surface; ``--one-run`` for a report of one run, which has
+   none): each must be there, take up room on the page and hold what it should;
+4. **not blank**: a headless Chromium screenshot (``--window-size``, default 1400x4000) shows
    enough non-white pixels and colours.
 
 Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``); it runs with
@@ -42,14 +46,29 @@ MIN_INK = 0.02
 MIN_COLOURS = 16
 """Fewest distinct colours in the screenshot (a page of plots has hundreds)."""
 
+SECTIONS = ("headline", "data-quality", "difference-surface")
+"""The report's sections that check 3 looks for, by their HTML ``id``."""
+
 _PROBE = """<script>
 window.addEventListener("load", function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
   document.body.setAttribute("data-images-total", String(imgs.length));
   document.body.setAttribute("data-images-decoded", String(ok));
+  var found = [];
+  [SECTION_IDS].forEach(function (id) {
+    var el = document.getElementById(id);
+    if (!el) { found.push(id + ":missing"); return; }
+    var box = el.getBoundingClientRect();
+    var surfaces = Array.prototype.filter.call(el.querySelectorAll("img"), function (i) {
+      return i.alt.indexOf("difference") >= 0 && i.complete && i.naturalWidth > 0;
+    }).length;
+    found.push([id, Math.round(box.height), el.querySelectorAll("table").length, surfaces,
+                (el.innerText || "").trim().length].join(":"));
+  });
+  document.body.setAttribute("data-sections", found.join(";"));
 });
-</script>"""
+</script>""".replace("SECTION_IDS", ", ".join(f'"{name}"' for name in SECTIONS))
 
 
 @dataclass
@@ -60,6 +79,9 @@ class HtmlCheck:
         n_images: ``<img>`` elements in the page.
         n_images_decoded_pil: Those whose data URI decodes with Pillow.
         n_images_decoded_browser: Those Chromium decoded (``-1`` when not checked).
+        sections: Section id -> what the browser found in it: ``height`` (pixels),
+            ``tables``, ``surfaces`` (decoded difference-surface images), ``text``
+            (characters); absent when the section is missing.
         ink: Share of non-white pixels in the screenshot.
         n_colours: Distinct colours in the screenshot.
         screenshot: The screenshot's path.
@@ -69,6 +91,7 @@ class HtmlCheck:
     n_images: int = 0
     n_images_decoded_pil: int = 0
     n_images_decoded_browser: int = -1
+    sections: dict[str, dict[str, int]] = field(default_factory=dict)
     ink: float = 0.0
     n_colours: int = 0
     screenshot: Path | None = None
@@ -122,8 +145,9 @@ def check_html(
     chromium: str | None = None,
     window_size: str = "1400,4000",
     timeout: float = 120.0,
+    one_run: bool = False,
 ) -> HtmlCheck:
-    """Run the three checks of the module docstring on one HTML file.
+    """Run the four checks of the module docstring on one HTML file.
 
     Args:
         path: The HTML file.
@@ -131,6 +155,7 @@ def check_html(
         chromium: The browser executable (default: :func:`find_chromium`).
         window_size: ``WIDTH,HEIGHT`` of the headless window.
         timeout: Seconds allowed per browser run.
+        one_run: The report has one run: its difference-surface section holds no surface.
 
     Returns:
         The :class:`HtmlCheck`.
@@ -190,6 +215,8 @@ def check_html(
                     f"chromium decoded {decoded.group(1)} of {total.group(1)} images "
                     f"({result.n_images} in the file)"
                 )
+        result.sections = _sections(run.stdout)
+        result.problems.extend(_section_problems(result.sections, one_run))
 
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     screenshot.unlink(missing_ok=True)
@@ -211,6 +238,36 @@ def check_html(
     return result
 
 
+def _sections(dom: str) -> dict[str, dict[str, int]]:
+    """The probe's ``data-sections`` attribute, parsed."""
+    match = re.search(r'data-sections="([^"]*)"', dom)
+    out: dict[str, dict[str, int]] = {}
+    for item in (match.group(1).split(";") if match else []):
+        parts = item.split(":")
+        if len(parts) == 5:
+            out[parts[0]] = dict(zip(("height", "tables", "surfaces", "text"),
+                                     map(int, parts[1:]), strict=True))
+    return out
+
+
+def _section_problems(sections: dict[str, dict[str, int]], one_run: bool) -> list[str]:
+    """What check 3 finds wrong with the measured sections."""
+    problems = []
+    for name in SECTIONS:
+        found = sections.get(name)
+        if found is None:
+            problems.append(f"section {name!r} is missing")
+            continue
+        if found["height"] < 20 or found["text"] < 20:
+            problems.append(f"section {name!r} is empty on the page: {found}")
+    if "data-quality" in sections and sections["data-quality"]["tables"] < 1:
+        problems.append("section 'data-quality' has no table")
+    if "difference-surface" in sections and not one_run and \
+            sections["difference-surface"]["surfaces"] < 1:
+        problems.append("section 'difference-surface' shows no decoded difference surface")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: check one HTML file; print the findings; 0 = fine, 1 = problems, 2 = no
     Chromium."""
@@ -220,16 +277,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="PNG to write (default: next to the HTML, .png).")
     parser.add_argument("--chromium", default=None, help="Browser executable.")
     parser.add_argument("--window-size", default="1400,4000", help="WIDTH,HEIGHT.")
+    parser.add_argument("--one-run", action="store_true",
+                        help="A report of one run: no difference surface is expected.")
     args = parser.parse_args(argv)
     shot = args.screenshot or args.html.with_suffix(".png")
     try:
         result = check_html(args.html, shot, chromium=args.chromium,
-                            window_size=args.window_size)
+                            window_size=args.window_size, one_run=args.one_run)
     except FileNotFoundError as err:
         print(f"html_check: {err}", file=sys.stderr)
         return 2
     print(f"images: {result.n_images} (decoded by Pillow: {result.n_images_decoded_pil}, "
           f"by chromium: {result.n_images_decoded_browser})")
+    for name in SECTIONS:
+        found = result.sections.get(name)
+        print(f"section {name}: " + ("missing" if found is None else
+              f"{found['height']} px high, {found['text']} characters, {found['tables']} "
+              f"tables, {found['surfaces']} difference surfaces"))
     print(f"screenshot: {result.screenshot} ({result.ink:.1%} non-white pixels, "
           f"{result.n_colours} colours)")
     for problem in result.problems:

@@ -1,11 +1,16 @@
 """One self-contained HTML page of the ``recovery analyze`` report.
 
-Plots (from :mod:`analyses.plots`) are embedded as base64 PNG data URIs and the style sheet is
-inline, so the file opens anywhere with no network and no other file. Tables carry the same
-numbers as the JSON report (:meth:`analyses.report.Report.to_dict`).
+Plots (from :mod:`analyses.report.plots`) are embedded as base64 PNG data URIs and the style
+sheet is inline, so the file opens anywhere with no network and no other file. Tables carry the
+same numbers as the JSON report (:meth:`analyses.report.Report.to_dict`).
+
+Sections, top to bottom (the ``id`` of each is stable, for links and checks): ``headline``,
+``data-quality``, ``notes``, ``difference-surface`` (the Pass@(K,T) heatmaps of every run
+beside the candidate-minus-baseline surfaces), ``budget-curves``, ``decomposition``,
+``hazards``, then one ``run-<name>`` per run.
 
 Example:
-    >>> from analyses.html import write_html
+    >>> from analyses.report.html import write_html
     >>> write_html(report, "report.html")
 """
 
@@ -13,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import html
+import re
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +28,14 @@ from analyses.report.text import MISSING, interval, number, percent, t_label
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from analyses.report.records import Comparison, PassCell, Report, RunReport
+    from analyses.report.records import (
+        Comparison,
+        DifferenceCell,
+        PassCell,
+        Report,
+        RunReport,
+    )
+    from recovery.quality import RunQuality
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
@@ -42,6 +56,14 @@ th { background: #f1f3f6; }
 td.label, th.label { text-align: left; }
 .ci { color: #6b7480; font-size: 11px; display: block; }
 .neg { color: #b3261e; }
+.headline { background: #eef5ff; border-left: 4px solid #2f6fd6; padding: 6px 14px; }
+.headline li { font-size: 15px; }
+.warn { background: #fff1f0; border-left: 4px solid #d4380d; padding: 6px 14px; }
+.defs { color: #39424e; font-size: 13px; margin: 4px 0 10px 0; padding-left: 18px; }
+.defs li { font-size: 13px; line-height: 1.35; }
+td.clear { font-weight: 600; }
+.surfaces figure { flex: 0 1 31%; min-width: 280px; }
+.surfaces figure img { width: 100%; }
 """
 
 
@@ -57,6 +79,17 @@ def figure_data_uri(figure: Figure) -> str:
 def _img(figure: Figure, alt: str) -> str:
     return (f'<figure><img alt="{html.escape(alt)}" '
             f'src="{figure_data_uri(figure)}"></figure>')
+
+
+def _defs(report: Report, *keys: str) -> str:
+    """The definitions of ``keys``, one sentence each, as a list."""
+    items = "".join(f"<li>{html.escape(report.definitions[k])}.</li>" for k in keys
+                    if k in report.definitions)
+    return f'<ul class="defs">{items}</ul>' if items else ""
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "run"
 
 
 def _num(value: float, digits: int = 3, signed: bool = False) -> str:
@@ -125,6 +158,7 @@ def _pct(value: float) -> str:
     text = percent(value)
     return "&ndash;" if text == MISSING else text
 
+
 def _fit_html(run: RunReport) -> str:
     desc = {d.t: d for d in run.descriptive}
     rows = []
@@ -151,12 +185,74 @@ def _comparison_html(comp: Comparison) -> str:
             f"<td>{_num(getattr(r, name), signed=True)}{_ci(r.lo[name], r.hi[name], True)}</td>"
             for name in COMPONENTS
         )
+        share = (_num(r.recovery_share, 2) if r.recovery_share_note is None else
+                 f'<span title="{html.escape(r.recovery_share_note)}">&ndash;</span>')
+        note = html.escape(r.recovery_share_note or "")
         rows.append(f"<tr><td>{t_label(r.t)}</td><td>{_num(r.empirical_baseline)}</td>"
                     f"<td>{_num(r.empirical_candidate)}</td>{tds}"
-                    f"<td>{_num(r.recovery_share, 2)}</td></tr>")
+                    f'<td>{share}</td><td class="label">{note}</td></tr>')
     return (f"<table><tr><th>T</th><th>S(T) {html.escape(comp.baseline)}</th>"
-            f"<th>S(T) {html.escape(comp.candidate)}</th>{head}<th>recovery share</th></tr>"
-            f"{''.join(rows)}</table>")
+            f"<th>S(T) {html.escape(comp.candidate)}</th>{head}<th>recovery share</th>"
+            f'<th class="label">why no share</th></tr>{"".join(rows)}</table>')
+
+
+def _difference_html(cells: list[DifferenceCell], report: Report) -> str:
+    by_key = {(c.k, c.t): c for c in cells}
+    head = "".join(f"<th>T = {t_label(t)}</th>" for t in report.ts)
+    rows = []
+    for k in report.ks:
+        tds = []
+        for t in report.ts:
+            c = by_key.get((k, t))
+            if c is None:
+                tds.append("<td></td>")
+                continue
+            cls = ' class="clear"' if c.excludes_zero() else ""
+            tds.append(f"<td{cls}>{_num(c.value, signed=True)}{_ci(c.lo, c.hi, True)}</td>")
+        n = max((by_key[(k, t)].n_tasks for t in report.ts if (k, t) in by_key), default=0)
+        rows.append(f'<tr><th class="label">K = {k}</th>{"".join(tds)}<td>{n}</td></tr>')
+    return (f'<table><tr><th class="label"></th>{head}<th>tasks</th></tr>{"".join(rows)}'
+            "</table>")
+
+
+def _quality_html(report: Report) -> str:
+    runs = list(report.data_quality.items())
+    if not runs:
+        return ""
+
+    def share(part: int | None, value: float | None) -> str:
+        return "not measured" if part is None or value is None else f"{_pct(value)} ({part})"
+
+    def rows_of(q: RunQuality) -> dict[str, str]:
+        below = ", ".join(f"K = {k}: {n}" for k, n in sorted(q.tasks_below_k.items()) if n)
+        out = {
+            "trajectories": str(q.n_trajectories),
+            "turns per trajectory: median (range)":
+                f"{_num(q.turns_median, 1)} ({q.turns_min}&ndash;{q.turns_max})",
+            "empty actions": share(q.n_empty_actions, q.empty_action_share),
+            "observation same as the turn before":
+                share(q.n_repeated_observations, q.repeated_observation_share),
+            "turns marked as errors": share(q.n_error_turns, q.error_turn_share),
+            "samples per task": (str(q.samples_max) if q.samples_min == q.samples_max
+                                 else f"{q.samples_min}&ndash;{q.samples_max}"),
+            "tasks with fewer samples than K": below or "none",
+            "unknown outcome or end reason":
+                str(max(q.n_unknown_outcome, q.n_unknown_end_reason)),
+            "stopped at the turn limit": f"{q.n_budget_hit} ({_pct(q.budget_hit_share)})",
+            "budgets": ", ".join(map(str, q.budgets)) or "unknown",
+        }
+        for reason, n in q.end_reasons.items():
+            out[f"ended: {html.escape(reason)}"] = str(n)
+        return out
+
+    columns = [(name, rows_of(q)) for name, q in runs]
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
+    body = "".join(
+        f'<tr><td class="label">{label}</td>'
+        + "".join(f"<td>{col.get(label, '')}</td>" for _, col in columns) + "</tr>"
+        for label in columns[0][1]
+    )
+    return f'<table><tr><th class="label"></th>{head}</tr>{body}</table>'
 
 
 def render_html(report: Report, title: str = "recovery analyze report") -> str:
@@ -167,19 +263,28 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
         title: Page title.
 
     Returns:
-        The HTML text (images embedded as base64 PNG).
+        The HTML text (images embedded as base64 PNG). Drawing never writes a warning to the
+        terminal: what a plot cannot show is said on the page.
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return _render(report, title)
+
+
+def _render(report: Report, title: str) -> str:
     from analyses.report import plots
     from analyses.report.records import MODE_DESCRIPTIONS
 
     esc = html.escape
+    reason = f" ({esc(report.mode_reason)})" if report.mode_reason else ""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
-        f'<p class="meta">Mode: {esc(MODE_DESCRIPTIONS.get(report.mode, report.mode))}.<br>'
+        f'<p class="meta">Mode: {esc(MODE_DESCRIPTIONS.get(report.mode, report.mode))}'
+        f"{reason}.<br>"
         f"Runs: {esc(', '.join(report.runs))}; baseline: {esc(report.baseline)}; "
         f"K = {', '.join(map(str, report.ks))}; T = {esc(', '.join(t_label(t) for t in report.ts))}."
         f"<br>Intervals: {report.n_boot} bootstrap resamples of tasks, {report.ci:.0%} "
@@ -188,46 +293,85 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
     ]
     if report.sources:
         parts.append(f'<p class="meta">Inputs: {esc(", ".join(report.sources))}</p>')
-    if report.notes:
-        items = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
-        parts.append(f'<div class="notes"><ul>{items}</ul></div>')
 
-    parts.append("<h2>Budget curves</h2>")
+    items = "".join(f"<li>{esc(line)}</li>" for line in report.headline)
+    parts.append('<section id="headline"><h2>Headline</h2>'
+                 f'<div class="headline"><ul>{items}</ul></div>'
+                 + _defs(report, "recovery share", "t_90") + "</section>")
+
+    parts.append('<section id="data-quality"><h2>Data quality</h2>')
+    parts.append("<p>Before any number: what the input looks like. Shares are over all turns "
+                 "of a run; samples per task count the trajectories the analyses use (known "
+                 "outcome and end reason, no crash). Crashed trajectories and unknown outcomes "
+                 "are left out of every number below.</p>")
+    parts.append(_quality_html(report))
+    if report.data_warnings:
+        warns = "".join(f"<li>{esc(w)}</li>" for w in report.data_warnings)
+        parts.append(f'<div class="warn"><ul>{warns}</ul></div>')
+    else:
+        parts.append("<p>No share is extreme.</p>")
+    parts.append("</section>")
+
+    if report.notes:
+        notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+        parts.append(f'<section id="notes"><h2>Notes</h2><div class="notes"><ul>{notes}'
+                     "</ul></div></section>")
+
+    parts.append('<section id="difference-surface"><h2>Pass@(K,T) surfaces</h2>')
+    figures = [_img(plots.pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
+               for name, run in report.runs.items()]
+    figures += [_img(plots.difference_heatmap(comp, report.ks, report.ts),
+                     f"Pass@(K,T) difference {comp.candidate} minus {comp.baseline}")
+                for comp in report.comparisons]
+    parts.append(f'<div class="figures surfaces">{"".join(figures)}</div>')
+    parts.append(_defs(report, "Pass@(K,T)", "difference"))
+    for comp in report.comparisons:
+        parts.append(f"<h3>Difference: {esc(comp.candidate)} minus {esc(comp.baseline)} "
+                     "(bold: interval excludes 0)</h3>")
+        parts.append(_difference_html(comp.pass_at_difference, report))
+    if not report.comparisons:
+        parts.append("<p>One run: no difference surface (give two or more runs).</p>")
+    parts.append("</section>")
+
+    parts.append('<section id="budget-curves"><h2>Budget curves</h2>')
     parts.append('<div class="figures">'
-                 + _img(plots.budget_curves(report), "Pass@(1,T) against T per run")
-                 + _img(plots.model_fit_figure(report), "model vs empirical S(T)")
-                 + "</div>")
+                 + _img(plots.budget_curves(report), "Pass@(K,T) against T per run and K")
+                 + "</div>" + _defs(report, "S(T)", "empirical", "model") + "</section>")
 
     if report.comparisons:
-        parts.append("<h2>Gain decomposition: single-step quality vs recovery</h2>")
-        parts.append(
-            "<p>Per T: the empirical change of S(T), the two-clock hazard model's change, and "
-            "its split into the single-step share (error hazard h(n), success and failure "
-            "hazards) and the recovery share (rho(d), phi(d)); residual = empirical minus "
-            "model. Brackets: bootstrap intervals over tasks.</p>"
-        )
+        parts.append('<section id="decomposition"><h2>Gain decomposition: single-step '
+                     "quality vs recovery</h2>")
+        parts.append(_defs(report, "delta", "model delta", "single step", "recovery",
+                           "residual", "recovery share", "strata"))
         for comp in report.comparisons:
             parts.append(f"<h3>{esc(comp.candidate)} vs {esc(comp.baseline)}</h3>")
+            parts.append(f"<p>{esc(comp.headline)}</p>")
             parts.append('<div class="figures">'
                          + _img(plots.decomposition_bars(comp),
                                 f"decomposition of {comp.candidate} vs {comp.baseline}")
                          + "</div>")
             parts.append(_comparison_html(comp))
+        parts.append("</section>")
 
-    parts.append("<h2>Errors and recoveries</h2>")
+    parts.append('<section id="hazards"><h2>Errors and recoveries</h2>')
     parts.append('<div class="figures">'
                  + _img(plots.hazard_figure(report), "error and recovery hazards")
                  + _img(plots.latency_figure(report), "recovery latency")
                  + "</div>")
+    parts.append(_defs(report, "h", "rho", "phi", "latency"))
+    parts.append("<p>Under each hazard: the turns at risk of each bin, the sample count behind "
+                 "its value (clock values are gathered into bins of at least "
+                 f"{report.min_at_risk} turns at risk).</p></section>")
 
     for name, run in report.runs.items():
         samples = (str(run.max_samples) if run.min_samples == run.max_samples
                    else f"{run.min_samples}-{run.max_samples}")
-        parts.append(f"<h2>Run {esc(name)}</h2>")
+        reach = (f" Pass@(1,T) reaches 90% of its value at {esc(t_label(report.reference_t))} "
+                 f"by T = {run.t_90}." if run.t_90 is not None else "")
+        parts.append(f'<section id="run-{_slug(name)}"><h2>Run {esc(name)}</h2>')
         parts.append(f'<p class="meta">{run.n_tasks} tasks, {run.n_trajectories} trajectories, '
-                     f"{run.n_turns} turns, {samples} samples per task.</p>")
+                     f"{run.n_turns} turns, {samples} samples per task.{reach}</p>")
         parts.append('<div class="figures">'
-                     + _img(plots.pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
                      + _img(plots.pass_heatmap(run, report.ks, report.ts, "pass_hat"),
                             f"pass^(K,T) {name}")
                      + "</div>")
@@ -239,6 +383,7 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
         parts.append(_stats_html(run))
         parts.append("<h3>S(T): empirical vs model; descriptive e, c, r</h3>")
         parts.append(_fit_html(run))
+        parts.append(_defs(report, "e", "c", "r") + "</section>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from typing import TYPE_CHECKING
 
 from analyses.report.text import number, t_label
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from analyses.report.records import Comparison, Report, RunReport
+    from analyses.report.records import Comparison, PassCell, Report, RunReport
 
+TITLE_SIZE = 10
+"""Font size of panel titles (points)."""
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -36,10 +39,54 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def figure_png(figure: Figure, dpi: int = 100) -> bytes:
-    """The figure as PNG bytes."""
+    """The figure as PNG bytes (titles wrapped to fit first, :func:`fit_titles`)."""
+    fit_titles(figure)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
+
+
+def set_title(ax: Axes, text: str, size: float = TITLE_SIZE) -> None:
+    """Set a panel title; :func:`fit_titles` wraps it at words if it is wider than its panel."""
+    ax.set_title(text, fontsize=size)
+
+
+def fit_titles(figure: Figure, overhang: float = 1.15) -> None:
+    """Wrap every panel title (and the figure's own) at words until it is at most
+    ``overhang`` times as wide as its panel (the figure for the figure's title), measured as
+    drawn, so that no title runs off the image or into its neighbour."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    titles = [(ax.title, ax.get_window_extent(renderer).width * overhang)
+              for ax in figure.axes if ax.title.get_text()]
+    if figure._suptitle is not None:  # matplotlib keeps it there
+        titles.append((figure._suptitle, figure.bbox.width * 0.98))
+    changed = False
+    for title, room in titles:
+        text = " ".join(title.get_text().split())
+        width = title.get_window_extent(renderer).width
+        chars = len(text)
+        while width > room and chars > 12:
+            chars = max(12, min(chars - 1, int(chars * room / width)))
+            title.set_text("\n".join(textwrap.wrap(text, chars)))
+            width = title.get_window_extent(renderer).width
+            changed = True
+    if changed:
+        figure.canvas.draw()
+
+
+def integer_axis(axis: object) -> None:
+    """Integer tick marks only (clock values, turns, latencies)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))  # type: ignore[attr-defined]
+
+
+def _legend(ax: Axes, **kwargs: object) -> None:
+    """A legend only when something is labelled (an empty one makes matplotlib warn)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, **kwargs)
 
 
 def _t_positions(ts: list[int | None]) -> tuple[list[float], list[str]]:
@@ -50,6 +97,51 @@ def _t_positions(ts: list[int | None]) -> tuple[list[float], list[str]]:
     positions = [float(t) if t is not None else top + gap for t in ts]
     labels = [t_label(t) for t in ts]
     return positions, labels
+
+
+def _heatmap(
+    ax: Axes, values: object, ks: list[int], ts: list[int | None], *, vmin: float,
+    vmax: float, cmap: str, signed: bool = False, marks: object = None,
+) -> object:
+    """Annotated K-by-T heatmap on ``ax``; NaN cells grey with a dash. Returns the image."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    values = np.asarray(values, dtype=float)
+    colours = colormaps[cmap].with_extremes(bad="0.88")
+    image = ax.imshow(np.ma.masked_invalid(values), vmin=vmin, vmax=vmax, cmap=colours,
+                      aspect="auto")
+    for i in range(len(ks)):
+        for j in range(len(ts)):
+            value = values[i, j]
+            text = number(value, 2, signed=signed)
+            if marks is not None and bool(np.asarray(marks)[i, j]):
+                text += "*"
+            if math.isnan(value):
+                shade = "0.35"
+            else:
+                level = (value - vmin) / (vmax - vmin) if vmax > vmin else 0.5
+                shade = "black" if 0.3 < level < 0.75 or (not signed and level >= 0.6) \
+                    else "white"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=shade)
+    ax.set_xticks(range(len(ts)), [t_label(t) for t in ts])
+    ax.set_yticks(range(len(ks)), [str(k) for k in ks])
+    ax.set_xlabel("turn budget T")
+    ax.set_ylabel("K")
+    return image
+
+
+def _grid_values(cells: list[PassCell] | list, ks: list[int],
+                 ts: list[int | None]) -> object:
+    import numpy as np
+
+    values = np.full((len(ks), len(ts)), np.nan)
+    row_of = {k: i for i, k in enumerate(ks)}
+    col_of = {t: j for j, t in enumerate(ts)}
+    for cell in cells:
+        if cell.k in row_of and cell.t in col_of:
+            values[row_of[cell.k], col_of[cell.t]] = cell.value
+    return values
 
 
 def pass_heatmap(run: RunReport, ks: list[int], ts: list[int | None],
@@ -63,72 +155,112 @@ def pass_heatmap(run: RunReport, ks: list[int], ts: list[int | None],
         metric: ``"pass_at"`` or ``"pass_hat"``.
 
     Returns:
-        The figure; each cell is annotated with its value, colours span 0 to 1.
+        The figure; each cell is annotated with its value, colours span 0 to 1; a cell with
+        no value (no task has K samples) is grey with a dash.
     """
-    import numpy as np
-
     cells = run.pass_at_kt if metric == "pass_at" else run.pass_hat_kt
-    values = np.full((len(ks), len(ts)), np.nan)
-    row_of = {k: i for i, k in enumerate(ks)}
-    col_of = {t: j for j, t in enumerate(ts)}
-    for cell in cells:
-        if cell.k in row_of and cell.t in col_of:
-            values[row_of[cell.k], col_of[cell.t]] = cell.value
-    figure = new_figure(1.4 + 0.55 * len(ts), 1.1 + 0.4 * len(ks))
+    values = _grid_values(cells, ks, ts)
+    figure = new_figure(1.6 + 0.6 * len(ts), 1.3 + 0.4 * len(ks))
     ax = figure.add_subplot()
-    image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
-    for i in range(len(ks)):
-        for j in range(len(ts)):
-            value = values[i, j]
-            text = number(value, 2)
-            ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                    color="black" if not math.isnan(value) and value > 0.6 else "white")
-    ax.set_xticks(range(len(ts)), [t_label(t) for t in ts])
-    ax.set_yticks(range(len(ks)), [str(k) for k in ks])
-    ax.set_xlabel("turn budget T")
-    ax.set_ylabel("K")
+    image = _heatmap(ax, values, ks, ts, vmin=0.0, vmax=1.0, cmap="viridis")
     name = "Pass@(K,T)" if metric == "pass_at" else "pass^(K,T)"
-    ax.set_title(f"{name}: {run.run}", fontsize=10)
+    set_title(ax, f"{name}: {run.run}")
     figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
     return figure
 
 
-def budget_curves(report: Report, k: int = 1) -> Figure:
-    """Pass@(k,T) against T for every run, side by side, with the bootstrap bands.
+def difference_heatmap(comparison: Comparison, ks: list[int], ts: list[int | None]) -> Figure:
+    """Heatmap of the difference surface: candidate minus baseline Pass@(K,T).
 
-    The no-limit value is drawn apart, to the right of the largest T.
+    Colours are centred on 0 (red: the candidate is worse, blue: better); ``*`` marks a cell
+    whose interval excludes 0.
     """
-    figure = new_figure(6.4, 3.6)
+    import numpy as np
+
+    values = _grid_values(comparison.pass_at_difference, ks, ts)
+    marks = np.zeros(values.shape, dtype=bool)
+    row_of = {k: i for i, k in enumerate(ks)}
+    col_of = {t: j for j, t in enumerate(ts)}
+    for cell in comparison.pass_at_difference:
+        if cell.k in row_of and cell.t in col_of:
+            marks[row_of[cell.k], col_of[cell.t]] = cell.excludes_zero()
+    finite = values[np.isfinite(values)]
+    top = max(float(np.abs(finite).max()) if finite.size else 0.0, 0.05)
+    figure = new_figure(1.6 + 0.6 * len(ts), 1.3 + 0.4 * len(ks))
     ax = figure.add_subplot()
+    image = _heatmap(ax, values, ks, ts, vmin=-top, vmax=top, cmap="RdBu", signed=True,
+                     marks=marks)
+    set_title(ax, f"Pass@(K,T): {comparison.candidate} - {comparison.baseline}")
+    ax.set_xlabel("turn budget T   (* interval excludes 0)")
+    figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
+    return figure
+
+
+def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
+    """Pass@(K,T) against T for every run, one panel per K, with the bootstrap bands.
+
+    The no-limit value is drawn apart, to the right of the largest T. The K = 1 panel also
+    shows each run's model S(T) (dashed): Pass@(1,T) is the empirical S(T). A K that no task
+    has enough samples for gets a panel that says so.
+    """
+    ks = list(report.ks if ks is None else ks)
+    ncols = min(len(ks), 3) or 1
+    nrows = max(math.ceil(len(ks) / ncols), 1)
+    figure = new_figure(4.0 * ncols + 0.6, 3.2 * nrows + 0.3)
+    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
     positions, labels = _t_positions(report.ts)
     where = dict(zip(report.ts, positions, strict=True))
     finite = [t for t in report.ts if t is not None]
-    for index, (name, run) in enumerate(report.runs.items()):
-        color = f"C{index}"
-        cells = sorted((c for c in run.pass_at_kt if c.k == k and c.t in where),
-                       key=lambda c: where[c.t])
-        line = [c for c in cells if c.t is not None]
-        if line:
-            xs = [where[c.t] for c in line]
-            ax.plot(xs, [c.value for c in line], marker="o", color=color, label=name)
-            lo = [c.lo for c in line]
-            hi = [c.hi for c in line]
-            if all(math.isfinite(v) for v in lo + hi):
-                ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
-        for c in cells:
-            if c.t is None:
-                ax.errorbar([where[None]], [c.value],
-                            yerr=_yerr(c.value, c.lo, c.hi), fmt="D", color=color,
-                            capsize=3, label=None if line else name)
-    ax.set_xticks(positions, labels)
-    if finite and None in report.ts:
-        ax.axvline((max(finite) + where[None]) / 2, color="0.8", linestyle=":", linewidth=1)
-    ax.set_ylim(0.0, 1.02)
-    ax.set_xlabel("turn budget T")
-    ax.set_ylabel(f"Pass@({k},T)")
-    ax.set_title(f"Budget curves, Pass@({k},T) ({report.mode} mode)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    for ax in axes[len(ks):]:
+        ax.set_axis_off()
+    for ax, k in zip(axes, ks, strict=False):
+        drawn = False
+        for index, (name, run) in enumerate(report.runs.items()):
+            color = f"C{index}"
+            cells = sorted((c for c in run.pass_at_kt if c.k == k and c.t in where
+                            and math.isfinite(c.value)), key=lambda c: where[c.t])
+            line = [c for c in cells if c.t is not None]
+            if line:
+                drawn = True
+                xs = [where[c.t] for c in line]
+                ax.plot(xs, [c.value for c in line], marker="o", color=color, label=name)
+                lo = [c.lo for c in line]
+                hi = [c.hi for c in line]
+                if all(math.isfinite(v) for v in lo + hi):
+                    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+            for c in cells:
+                if c.t is None:
+                    drawn = True
+                    ax.errorbar([where[None]], [c.value],
+                                yerr=_yerr(c.value, c.lo, c.hi), fmt="D", color=color,
+                                capsize=3, label=None if line else name)
+            if k == 1:
+                fit = sorted((r for r in run.model_fit if r.t in where
+                              and math.isfinite(r.model)), key=lambda r: where[r.t])
+                line_fit = [r for r in fit if r.t is not None]
+                if line_fit:
+                    ax.plot([where[r.t] for r in line_fit], [r.model for r in line_fit],
+                            linestyle="--", marker="x", color=color, linewidth=1,
+                            label=f"{name} model S(T)")
+                for r in fit:
+                    if r.t is None:
+                        ax.plot([where[None]], [r.model], marker="x", color=color,
+                                linestyle="none", label=None if line_fit else
+                                f"{name} model S(T)")
+        if not drawn:
+            ax.text(0.5, 0.5, f"no task has {k} samples", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+        ax.set_xticks(positions, labels)
+        if finite and None in report.ts:
+            ax.axvline((max(finite) + where[None]) / 2, color="0.8", linestyle=":",
+                       linewidth=1)
+        ax.set_ylim(0.0, 1.02)
+        ax.set_xlabel("turn budget T")
+        ax.set_ylabel(f"Pass@({k},T)")
+        set_title(ax, f"Pass@({k},T)" + (" = S(T); dashed: model" if k == 1 else ""))
+        ax.grid(alpha=0.3)
+        _legend(ax, loc="upper left", fontsize=7)
+    figure.suptitle(f"Budget curves ({report.mode} mode)", fontsize=TITLE_SIZE + 1)
     return figure
 
 
@@ -175,42 +307,61 @@ def decomposition_bars(comparison: Comparison) -> Figure:
     ax.set_xticks(x, [t_label(r.t) for r in rows])
     ax.set_xlabel("turn budget T")
     ax.set_ylabel("change of S(T)")
-    ax.set_title(f"{comparison.candidate} vs {comparison.baseline}: single step + recovery",
-                 fontsize=10)
+    set_title(ax, f"{comparison.candidate} vs {comparison.baseline}: single step + recovery")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _legend(ax, fontsize=8, loc="upper left")
     return figure
+
+
+HAZARD_PANELS = (
+    ("h", "clean turns so far, n", "h(n): P(next turn starts an error spell)"),
+    ("rho", "error turns so far in the spell, d", "rho(d): P(next turn ends the spell)"),
+    ("phi", "error turns of the spell, d", "phi(d): P(episode fails right after)"),
+)
 
 
 def hazard_figure(report: Report) -> Figure:
-    """Error hazard ``h(n)`` and recovery hazard ``rho(d)`` of every run (pooled over tasks)."""
-    figure = new_figure(9.6, 3.4)
-    left, right = figure.subplots(1, 2)
-    _hazard_panel(left, report, "h", "clean turns so far, n",
-                  "h(n): P(next turn starts an error spell)")
-    _hazard_panel(right, report, "rho", "error turns so far in the spell, d",
-                  "rho(d): P(next turn recovers)")
+    """The hazards ``h(n)``, ``rho(d)`` and ``phi(d)`` of every run (pooled over tasks), each
+    over the turns at risk of its bins (the sample count behind each value, log scale)."""
+    figure = new_figure(12.0, 4.8)
+    grid = figure.add_gridspec(2, len(HAZARD_PANELS), height_ratios=[3, 1.2])
+    for column, (name, xlabel, title) in enumerate(HAZARD_PANELS):
+        top = figure.add_subplot(grid[0, column])
+        bottom = figure.add_subplot(grid[1, column], sharex=top)
+        _hazard_panel(top, bottom, report, name, xlabel, title)
     return figure
 
 
-def _hazard_panel(ax: Axes, report: Report, name: str, xlabel: str, title: str) -> None:
+def _hazard_panel(ax: Axes, counts: Axes, report: Report, name: str, xlabel: str,
+                  title: str) -> None:
     drawn = False
     for index, (run_name, run) in enumerate(report.runs.items()):
         points = run.hazards.get(name, [])
         if not points:
             continue
         drawn = True
-        ax.step([p.x for p in points], [p.value for p in points], where="mid",
-                color=f"C{index}", label=run_name, marker=".", markersize=4)
+        xs = [p.x for p in points]
+        ax.step(xs, [p.value for p in points], where="mid", color=f"C{index}",
+                label=run_name, marker=".", markersize=4)
+        starts = sorted({(p.bin_start, p.bin_end, p.bin_at_risk) for p in points})
+        for start, end, at_risk in starts:
+            counts.plot([start - 0.45, end + 0.45], [at_risk, at_risk], color=f"C{index}",
+                        linewidth=2, solid_capstyle="butt")
     if not drawn:
         ax.text(0.5, 0.5, "no turns at risk\n(no error spells)", ha="center", va="center",
                 transform=ax.transAxes, color="0.4")
+    else:
+        counts.set_yscale("log")
     ax.set_ylim(0.0, 1.0)
-    ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=10)
+    set_title(ax, title)
     ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=8)
+    ax.tick_params(labelbottom=False)
+    integer_axis(counts.xaxis)
+    counts.set_xlabel(xlabel)
+    counts.set_ylabel("at risk / bin", fontsize=8)
+    counts.tick_params(labelsize=7)
+    counts.grid(alpha=0.3)
+    _legend(ax, fontsize=8)
 
 
 def latency_figure(report: Report, max_latency: int = 10) -> Figure:
@@ -238,10 +389,9 @@ def latency_figure(report: Report, max_latency: int = 10) -> Figure:
     ax.set_xticks(bins, [*map(str, bins[:-1]), f"{max_latency}+"])
     ax.set_xlabel("recovery latency (turns from the spell's start to the recovery turn)")
     ax.set_ylabel("share of recovered spells")
-    ax.set_title("Recovery latency", fontsize=10)
+    set_title(ax, "Recovery latency")
     ax.grid(axis="y", alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return figure
 
 
@@ -262,7 +412,7 @@ def model_fit_figure(report: Report) -> Figure:
     ax.set_ylim(0.0, 1.02)
     ax.set_xlabel("turn budget T")
     ax.set_ylabel("S(T)")
-    ax.set_title("Model fit: the hazard model's S(T) vs the empirical S(T)", fontsize=10)
+    set_title(ax, "Model fit: the hazard model's S(T) vs the empirical S(T)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _legend(ax, fontsize=8, loc="upper left")
     return figure

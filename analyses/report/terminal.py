@@ -1,4 +1,9 @@
-"""The report on the terminal, as rich tables."""
+"""The report on the terminal, as rich tables.
+
+Titles are short and never wrap (a table is at least as wide as its title); what a table's
+numbers mean is said in plain lines under it, which wrap at words on a narrow terminal
+instead of being cut off.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 from analyses.decompose import COMPONENTS
 from analyses.report.records import MODE_DESCRIPTIONS, Comparison, PassCell, Report, RunReport
-from analyses.report.text import interval, number, percent, t_header
+from analyses.report.text import interval, number, percent, t_header, t_label
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from recovery.quality import RunQuality
+
+COMPONENT_LABELS = {
+    "delta": "delta",
+    "model_delta": "model delta",
+    "single_step": "single step",
+    "recovery": "recovery",
+    "residual": "residual",
+}
+
 
 # ------------------------------------------------------------------------------------------
 # Terminal
@@ -17,6 +33,9 @@ if TYPE_CHECKING:
 
 def print_report(report: Report, console: Console | None = None) -> None:
     """Print the report as rich tables (to ``console``, default: standard output).
+
+    Order: what was computed, the headline, the data-quality checks, each run, each
+    comparison with its difference surface, the notes.
 
     Args:
         report: The report.
@@ -28,42 +47,95 @@ def print_report(report: Report, console: Console | None = None) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    Table = partial(
-        RichTable, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, collapse_padding=True
-    )
     console = console or Console()
-    ts_text = ", ".join("no limit" if t is None else str(t) for t in report.ts)
+
+    def Table(title: str = "", **kwargs: Any) -> Any:
+        from rich.text import Text
+
+        plain = Text.from_markup(title).plain
+        return partial(
+            RichTable, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
+            collapse_padding=True,
+        )(title=title or None, min_width=min(len(plain), console.width), **kwargs)
+
+    defs = report.definitions
+
+    def say(text: str, style: str = "dim") -> None:
+        console.print(text, style=style, highlight=False, markup=False)
+
     console.rule("[bold]recovery analyze")
-    console.print(f"mode: {MODE_DESCRIPTIONS.get(report.mode, report.mode)}")
-    console.print(
-        f"runs: {', '.join(report.runs)}; baseline: {report.baseline}; "
-        f"K = {', '.join(map(str, report.ks))}; T = {ts_text}"
-    )
+    say(f"runs: {', '.join(report.runs)}; baseline: {report.baseline}", style="")
+    say(f"mode: {MODE_DESCRIPTIONS.get(report.mode, report.mode)}", style="")
+    if report.mode_reason:
+        say(f"  {report.mode_reason}", style="")
+    ts_text = ", ".join(t_label(t) for t in report.ts)
+    say(f"K = {', '.join(map(str, report.ks))}; T = {ts_text}", style="")
     boot = (f"{report.n_boot} bootstrap resamples of tasks, {report.ci:.0%} intervals, "
             f"seed {report.seed}" if report.n_boot else "no bootstrap")
-    console.print(f"{boot}; hazard model strata: {report.strata}")
+    say(f"{boot}; hazard model strata: {report.strata}", style="")
     left_out = sum(1 for n in report.notes if "left out of Pass@" in n)
-    console.print(
-        f"trajectories with unknown outcome (left out): {report.n_unknown_outcomes}; "
-        f"left-out tasks: {'see notes' if left_out else 'none'}"
-    )
+    say(f"trajectories with unknown outcome (left out): {report.n_unknown_outcomes}; "
+        f"left-out tasks: {'see notes' if left_out else 'none'}", style="")
 
+    if report.headline:
+        console.print()
+        console.print("[bold]headline")
+        for line in report.headline:
+            say(f"- {line}", style="")
+
+    if report.data_quality:
+        console.print()
+        console.rule("[bold]data quality")
+        console.print(_quality_table(Table, report))
+        say("Shares are over all turns of a run; samples per task count the trajectories the "
+            "analyses use (known outcome and end reason, no crash).")
+        for warning in report.data_warnings:
+            console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+    first = True
     for name, run in report.runs.items():
         console.print()
-        console.rule(
-            f"[bold]{name}[/]: {run.n_tasks} tasks, {run.n_trajectories} trajectories, "
-            f"{run.n_turns} turns, {_samples_text(run)} per task"
-        )
+        console.rule(f"[bold]{name}")
+        reach = (f"; Pass@(1,T) reaches 90% of its value at {t_header(report.reference_t)} "
+                 f"by T = {run.t_90}" if run.t_90 is not None else "")
+        say(f"{run.n_tasks} tasks, {run.n_trajectories} trajectories, {run.n_turns} turns, "
+            f"{_samples_text(run, report.mode)}{reach}", style="")
         console.print(_grid_table(Table, run.pass_at_kt, report, "Pass@(K,T)"))
+        if first:
+            say(defs["Pass@(K,T)"] + ".")
+        say(f"Under each value: its {report.ci:.0%} interval ({defs['intervals'].split(': ')[1]})."
+            if report.n_boot else "No intervals (no bootstrap).")
         if len(report.ts) > 1:
             console.print(_drop_table(Table, run.pass_at_kt, report))
+            if first:
+                say(f"Value at T minus value at {t_label(report.reference_t)}: what cutting the "
+                    "budget to T costs.")
         console.print(_grid_table(Table, run.pass_hat_kt, report, "pass^(K,T)"))
+        if first:
+            say(defs["pass^(K,T)"] + ".")
         console.print(_stats_table(Table, run))
+        if first:
+            say(defs["latency"] + "; a spell is fatal when it is still open at the end of a "
+                "failed episode.")
         console.print(_fit_table(Table, run))
+        if first:
+            for key in ("S(T)", "empirical", "model", "e", "c", "r"):
+                say(defs[key] + ".")
+        first = False
 
     for comp in report.comparisons:
         console.print()
+        console.rule(f"[bold]{comp.candidate} vs {comp.baseline}")
+        if comp.headline:
+            say(comp.headline, style="")
         console.print(_comparison_table(Table, comp, report))
+        for key in ("delta", "model delta", "single step", "recovery", "residual",
+                    "recovery share", "strata"):
+            say(defs[key] + ".")
+        for note in _share_notes(comp):
+            say(note, style="")
+        console.print(_difference_table(Table, comp, report))
+        say(defs["difference"] + "; * = its interval excludes 0.")
 
     if report.notes:
         console.print()
@@ -72,15 +144,57 @@ def print_report(report: Report, console: Console | None = None) -> None:
             console.print(f"- {note}", highlight=False)
 
 
-def _samples_text(run: RunReport) -> str:
+def _samples_text(run: RunReport, mode: str = "truncation") -> str:
+    where = " per task and budget" if mode == "budgeted" else " per task"
     if run.min_samples == run.max_samples:
-        return f"{run.max_samples} sample{'s' if run.max_samples != 1 else ''}"
-    return f"{run.min_samples}-{run.max_samples} samples"
+        return f"{run.max_samples} sample{'s' if run.max_samples != 1 else ''}{where}"
+    return f"{run.min_samples}-{run.max_samples} samples{where}"
+
+
+def _quality_rows(q: RunQuality, report: Report) -> dict[str, str]:
+    """Row label -> cell of one run's data-quality column."""
+    def share(part: int | None, value: float | None) -> str:
+        if part is None or value is None:
+            return "not measured"
+        return f"{percent(value)} ({part})"
+
+    below = {k: n for k, n in sorted(q.tasks_below_k.items()) if n}
+    rows = {
+        "trajectories": str(q.n_trajectories),
+        "turns per trajectory: median (range)":
+            f"{number(q.turns_median, 1)} ({q.turns_min}-{q.turns_max})",
+        "empty actions": share(q.n_empty_actions, q.empty_action_share),
+        "observation same as the turn before":
+            share(q.n_repeated_observations, q.repeated_observation_share),
+        "turns marked as errors": share(q.n_error_turns, q.error_turn_share),
+        "samples per task": (str(q.samples_max) if q.samples_min == q.samples_max
+                             else f"{q.samples_min}-{q.samples_max}"),
+        "tasks with fewer samples than K":
+            ", ".join(f"K={k}: {n}" for k, n in below.items()) or "none",
+        "unknown outcome or end reason": str(max(q.n_unknown_outcome, q.n_unknown_end_reason)),
+        "stopped at the turn limit": f"{q.n_budget_hit} ({percent(q.budget_hit_share)})",
+        "budgets": ", ".join(map(str, q.budgets)) or "unknown",
+    }
+    for reason, n in q.end_reasons.items():
+        rows[f"ended: {reason}"] = str(n)
+    return rows
+
+
+def _quality_table(table_cls: Any, report: Report) -> Any:
+    table = table_cls("data quality per run")
+    table.add_column("")
+    columns = {name: _quality_rows(q, report) for name, q in report.data_quality.items()}
+    for name in columns:
+        table.add_column(name, justify="right")
+    labels = next(iter(columns.values())).keys() if columns else []
+    for label in labels:
+        table.add_row(label, *(columns[name].get(label, "") for name in columns))
+    return table
 
 
 def _grid_table(table_cls: Any, cells: list[PassCell], report: Report, title: str) -> Any:
     ts = report.ts
-    table = table_cls(title=f"{title}  [dim](interval below the value)")
+    table = table_cls(title)
     table.add_column("K", justify="right")
     for t in ts:
         table.add_column(t_header(t), justify="right", min_width=7)
@@ -100,8 +214,8 @@ def _grid_table(table_cls: Any, cells: list[PassCell], report: Report, title: st
 
 
 def _drop_table(table_cls: Any, cells: list[PassCell], report: Report) -> Any:
-    ref = t_header(report.reference_t)
-    table = table_cls(title=f"Pass@(K,T) drop vs {ref}  [dim](value at T minus value at {ref})")
+    ref = t_label(report.reference_t)
+    table = table_cls(f"Pass@(K,T) drop vs {ref}")
     table.add_column("K", justify="right")
     ts = [t for t in report.ts if t != report.reference_t]
     for t in ts:
@@ -118,7 +232,7 @@ def _drop_table(table_cls: Any, cells: list[PassCell], report: Report) -> Any:
 
 def _stats_table(table_cls: Any, run: RunReport) -> Any:
     err, rec = run.errors, run.recovery
-    table = table_cls(title="errors and recoveries", show_header=False)
+    table = table_cls("errors and recoveries", show_header=False)
     table.add_column("what")
     table.add_column("value")
     kinds = ", ".join(f"{k} {v}" for k, v in err.kinds.items()) or "none"
@@ -129,8 +243,7 @@ def _stats_table(table_cls: Any, run: RunReport) -> Any:
          f"{err.n_trajectories_with_error} ({percent(err.trajectory_error_rate)})"),
         ("error spells", f"{err.n_spells} ({number(err.spells_per_trajectory, 2)} per trajectory)"),
         ("spells recovered", f"{rec.n_recovered} ({percent(rec.recovery_rate)} of spells)"),
-        ("fatal spells (open when the episode failed)",
-         f"{rec.n_fatal} ({percent(rec.fatal_rate)} of spells)"),
+        ("fatal spells", f"{rec.n_fatal} ({percent(rec.fatal_rate)} of spells)"),
         ("spells open at a success", str(rec.n_open_at_success)),
         ("recovery latency, mean / median",
          f"{number(rec.mean_latency, 2)} / {number(rec.median_latency, 1)} turns"),
@@ -141,16 +254,14 @@ def _stats_table(table_cls: Any, run: RunReport) -> Any:
 
 
 def _fit_table(table_cls: Any, run: RunReport) -> Any:
-    table = table_cls(
-        title="S(T): empirical vs the hazard model; descriptive e, c, r (no attribution)"
-    )
+    table = table_cls("S(T): empirical vs model; e, c, r")
     for name in ("T", "S(T)", "model", "model - S", "e", "c", "r"):
         table.add_column(name, justify="right")
     desc = {d.t: d for d in run.descriptive}
     for fit in run.model_fit:
         d = desc.get(fit.t)
         table.add_row(
-            t_header(fit.t).removeprefix("T="),
+            t_label(fit.t),
             number(fit.empirical),
             number(fit.model),
             number(fit.model - fit.empirical, signed=True),
@@ -162,16 +273,13 @@ def _fit_table(table_cls: Any, run: RunReport) -> Any:
 
 
 def _comparison_table(table_cls: Any, comp: Comparison, report: Report) -> Any:
-    table = table_cls(
-        title=f"[bold]{comp.candidate} vs {comp.baseline}[/]: change of S(T) split into "
-        f"single-step quality and recovery ({report.strata} strata)"
-    )
+    table = table_cls(f"change of S(T): single step + recovery ({report.strata} strata)")
     table.add_column("T", justify="right")
     for name in COMPONENTS:
-        table.add_column(name.replace("_", " "), justify="right", min_width=9)
+        table.add_column(COMPONENT_LABELS[name], justify="right", min_width=9)
     table.add_column("recovery share", justify="right", min_width=5)
     for row in comp.by_t:
-        cells = [t_header(row.t).removeprefix("T=")]
+        cells = [t_label(row.t)]
         for name in COMPONENTS:
             value = getattr(row, name)
             band = interval(row.lo[name], row.hi[name], signed=True)
@@ -179,4 +287,36 @@ def _comparison_table(table_cls: Any, comp: Comparison, report: Report) -> Any:
             cells.append(f"{shown}\n[dim]{band}[/]" if band else shown)
         cells.append(number(row.recovery_share, 2))
         table.add_row(*cells)
+    return table
+
+
+def _share_notes(comp: Comparison) -> list[str]:
+    """Why a share is missing, one line per distinct reason, naming the T it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    for row in comp.by_t:
+        if row.recovery_share_note:
+            # Without the row's own numbers (they are in the table), so that rows group.
+            reason = row.recovery_share_note.split(" (model delta ")[0]
+            by_reason.setdefault(reason, []).append(t_label(row.t))
+    return [f"No recovery share at T = {', '.join(ts)}: {reason}."
+            for reason, ts in by_reason.items()]
+
+
+def _difference_table(table_cls: Any, comp: Comparison, report: Report) -> Any:
+    table = table_cls(f"Pass@(K,T) difference: {comp.candidate} - {comp.baseline}")
+    table.add_column("K", justify="right")
+    for t in report.ts:
+        table.add_column(t_header(t), justify="right", min_width=7)
+    by_key = {(c.k, c.t): c for c in comp.pass_at_difference}
+    for k in report.ks:
+        row = [str(k)]
+        for t in report.ts:
+            cell = by_key.get((k, t))
+            if cell is None:
+                row.append("")
+                continue
+            text = number(cell.value, signed=True) + ("*" if cell.excludes_zero() else "")
+            band = interval(cell.lo, cell.hi, signed=True)
+            row.append(f"{text}\n[dim]{band}[/]" if band else text)
+        table.add_row(*row)
     return table

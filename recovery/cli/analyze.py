@@ -2,7 +2,9 @@
 
 Parses the options into :class:`analyses.report.analyze.AnalyzeConfig`, calls
 :func:`analyses.report.analyze.analyze` (ingest, report, JSON and HTML files) and prints the
-tables.
+tables. Ingest results and progress go to standard error (progress, with the bootstrap's
+resamples counted, only when standard error is a terminal); standard output gets the tables
+only.
 """
 
 from __future__ import annotations
