@@ -2,7 +2,9 @@
 
 ``recovery graph TRAJ_ID --store S --out FILE`` writes the turn graph of one trajectory;
 ``recovery graph --task TASK_ID --store S --out FILE [--run R]`` the state graph of a task.
-The file's suffix picks the form: ``.graphml``, ``.json`` (node-link) or ``.png`` (drawing).
+The file's suffix picks the form: ``.graphml``, ``.json`` (node-link) or ``.png``, ``.svg``,
+``.pdf`` (a drawing). A task, run or trajectory that is not in the store is refused with the
+closest ids that are.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ class GraphConfig:
     traj_id: str | None = opt(argument=True, help="Trajectory whose turn graph to write.")
     store: Path | None = opt(None, "DuckDB store to read (opened read-only).", required=True)
     out: Path | None = opt(
-        None, "Output file: .graphml, .json (node-link) or .png (drawing).", short="-o",
+        None, "Output file: .graphml, .json (node-link), or .png, .svg, .pdf (drawing).",
+        short="-o",
         required=True,
     )
     task: str | None = opt(None, "Write the state graph of this task instead.")
@@ -40,8 +43,73 @@ class GraphConfig:
     )
 
 
+def close_matches(wanted: str, candidates: list[str], n: int = 5) -> list[str]:
+    """Up to ``n`` candidates like ``wanted``: its last ``/`` part exactly (``airline/17``
+    -> ``17``), then :func:`difflib.get_close_matches` of it and of that part."""
+    import difflib
+
+    tail = wanted.rstrip("/").rsplit("/", 1)[-1]
+    found = [c for c in candidates if c == tail or c.rsplit("/", 1)[-1] == tail]
+    found += difflib.get_close_matches(wanted, candidates, n, cutoff=0.6)
+    if tail != wanted:
+        found += difflib.get_close_matches(tail, candidates, n, cutoff=0.6)
+    return list(dict.fromkeys(c for c in found if c != wanted))[:n]
+
+
+def _listing(values: list[str], n: int = 8) -> str:
+    shown = ", ".join(values[:n])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > n else "")
+
+
+def _unknown_task(con, task: str, runs: list[str]) -> str | None:
+    """Why ``task`` (in ``runs``) has no state graph, with close matches; ``None`` if it has."""
+    known_runs = [r for (r,) in con.execute(
+        "SELECT DISTINCT run FROM trajectories ORDER BY run").fetchall()]
+    missing = [r for r in runs if r not in known_runs]
+    if missing:
+        hints = [m for r in missing for m in close_matches(r, known_runs, 3)]
+        return (f"run {', '.join(map(repr, missing))} is not in the store"
+                + (f"; did you mean {', '.join(dict.fromkeys(hints))}?" if hints else "")
+                + f" (runs: {_listing(known_runs)})")
+    where = f"WHERE run IN ({', '.join('?' for _ in runs)})" if runs else ""
+    tasks = [str(t) for (t,) in con.execute(
+        f"SELECT DISTINCT task_id FROM trajectories {where} ORDER BY task_id", runs).fetchall()]
+    if task in tasks:
+        return None
+    scope = f" in runs {', '.join(runs)}" if runs else ""
+    hints = close_matches(task, tasks)
+    return (f"task {task!r} is not in the store{scope}"
+            + (f"; did you mean {', '.join(hints)}?" if hints else "")
+            + f" (task ids: {_listing(tasks)})")
+
+
+def _unknown_trajectory(con, traj_id: str) -> str:
+    """The message for a trajectory id not in the store, with close matches."""
+    prefix = traj_id[:4]
+    near = [t for (t,) in con.execute(
+        "SELECT traj_id FROM trajectories WHERE starts_with(traj_id, ?) ORDER BY traj_id "
+        "LIMIT 5000", [prefix]).fetchall()]
+    hints = close_matches(traj_id, near)
+    if not hints:
+        tasks = [str(t) for (t,) in con.execute(
+            "SELECT DISTINCT task_id FROM trajectories ORDER BY task_id").fetchall()]
+        if traj_id in tasks:
+            return (f"{traj_id!r} is a task id, not a trajectory id: use --task {traj_id} for "
+                    "its state graph")
+    return (f"trajectory {traj_id!r} is not in the store"
+            + (f"; did you mean {', '.join(hints)}?" if hints else "")
+            + " (list trajectory ids with: recovery sql \"SELECT traj_id, run, task_id FROM "
+            "trajectories LIMIT 10\" --store STORE)")
+
+
 def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
-    """Build the graph asked for by ``config`` and write it."""
+    """Build the graph asked for by ``config`` and write it.
+
+    Raises:
+        click.UsageError: for a wrong combination of arguments or an unknown file type.
+        click.ClickException: for a task, run or trajectory not in the store (with close
+            matches).
+    """
     from recovery.graph import state_graph, turn_graph, write_graph
     from recovery.store import connect
 
@@ -57,12 +125,18 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         raise click.UsageError(str(err)) from None
     try:
         if config.task is not None:
+            problem = _unknown_task(con, config.task, list(config.run))
+            if problem:
+                raise click.ClickException(problem)
             graph = state_graph(
                 con, config.task, runs=config.run or None, normalise=config.normalise
             )
             what = f"state graph of task {config.task}"
         else:
-            graph = turn_graph(con, config.traj_id, score_model=config.score_model)
+            try:
+                graph = turn_graph(con, config.traj_id, score_model=config.score_model)
+            except KeyError:
+                raise click.ClickException(_unknown_trajectory(con, config.traj_id)) from None
             what = f"turn graph of trajectory {config.traj_id}"
     except KeyError as err:
         raise click.ClickException(str(err.args[0])) from None
