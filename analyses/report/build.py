@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 import warnings
@@ -12,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analyses.decompose import COMPONENTS
-from analyses.report.defaults import choose_ks, choose_ts, resolve_mode, samples_per_task
+from analyses.report.defaults import (
+    choose_ks,
+    choose_ts,
+    resolve_mode,
+    run_budgets,
+    samples_per_task,
+)
 from analyses.report.records import (
     MODES,
     REACH_FRACTION,
@@ -169,8 +174,13 @@ def report_from_frames(
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
     notes: list[str] = []
-    if mode == "truncation" and "several budgets" in mode_reason:
-        notes.append(f"truncation mode ({mode_reason})")
+    mixed = {run: b for run, b in run_budgets(traj).items() if len(b) > 1}
+    if mode == "truncation" and mixed:
+        every = sorted({b for bs in mixed.values() for b in bs})
+        notes.append(
+            f"truncation mode pools trajectories made at several budgets (run"
+            f"{'s' if len(mixed) > 1 else ''} {', '.join(mixed)}: {', '.join(map(str, every))}) "
+            "at every T; --mode budgeted compares the budgets instead")
     if ks != asked_ks:
         notes.append("K = 1 is added to the K asked for: Pass@(1,T) = S(T) is what the budget "
                      "curves, the headline and the decomposition are about")
@@ -235,11 +245,10 @@ def report_from_frames(
         name = f"decompose {candidate} vs {baseline}"
         frame = step(
             f"{name} ({n_boot} bootstrap resamples)",
-            lambda candidate=candidate, name=name: _with_progress(
-                dec.decompose, counted(name),
+            lambda candidate=candidate, name=name: dec.decompose(
                 traj, flags, baseline, candidate, ts, options.strata, n_boot, options.seed,
                 mode=mode, min_at_risk=options.min_at_risk, ci=options.ci,
-                strata_by=options.strata_by,
+                strata_by=options.strata_by, progress=counted(name),
             ),
         )
         comparison = _comparison(baseline, candidate, frame, n_boot)
@@ -274,14 +283,6 @@ def report_from_frames(
     report.headline = [c.headline for c in comparisons] + [
         run_headline(run, report) for run in runs.values()]
     return report
-
-
-def _with_progress(fn: Callable[..., Any], progress: Callable[[int, int], None] | None,
-                   *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn``, passing ``progress`` when it takes one (older versions do not)."""
-    if progress is not None and "progress" in inspect.signature(fn).parameters:
-        kwargs["progress"] = progress
-    return fn(*args, **kwargs)
 
 
 def _tasks_below_k(run: RunReport) -> dict[int, int]:

@@ -51,28 +51,33 @@ def set_title(ax: Axes, text: str, size: float = TITLE_SIZE) -> None:
     ax.set_title(text, fontsize=size)
 
 
-def fit_titles(figure: Figure, overhang: float = 1.15) -> None:
+def fit_titles(figure: Figure, overhang: float = 1.1) -> None:
     """Wrap every panel title (and the figure's own) at words until it is at most
-    ``overhang`` times as wide as its panel (the figure for the figure's title), measured as
-    drawn, so that no title runs off the image or into its neighbour."""
-    figure.canvas.draw()
+    ``overhang`` times as wide as its panel and stays inside the image (the figure's title:
+    inside the image), measured with the figure's renderer, so that no title runs off the
+    image or into its neighbour. Panels are measured where their grid puts them, before the
+    layout engine adjusts them (a margin covers the difference)."""
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
-    titles = [(ax.title, ax.get_window_extent(renderer).width * overhang)
-              for ax in figure.axes if ax.title.get_text()]
+    width = figure.bbox.width
+    margin = 0.03 * width
+    titles = []
+    for ax in figure.axes:
+        if ax.title.get_text():
+            box = ax.get_position()
+            panel = box.width * width
+            centre = (box.x0 + box.x1) / 2 * width
+            titles.append((ax.title, min(panel * overhang,
+                                         2 * min(centre, width - centre) - 2 * margin)))
     if figure._suptitle is not None:  # matplotlib keeps it there
-        titles.append((figure._suptitle, figure.bbox.width * 0.98))
-    changed = False
+        titles.append((figure._suptitle, width - 2 * margin))
     for title, room in titles:
         text = " ".join(title.get_text().split())
-        width = title.get_window_extent(renderer).width
+        extent = title.get_window_extent(renderer).width
         chars = len(text)
-        while width > room and chars > 12:
-            chars = max(12, min(chars - 1, int(chars * room / width)))
+        while extent > room and chars > 12:
+            chars = max(12, min(chars - 1, int(chars * room / extent)))
             title.set_text("\n".join(textwrap.wrap(text, chars)))
-            width = title.get_window_extent(renderer).width
-            changed = True
-    if changed:
-        figure.canvas.draw()
+            extent = title.get_window_extent(renderer).width
 
 
 def integer_axis(axis: object) -> None:
@@ -343,10 +348,14 @@ def _hazard_panel(ax: Axes, counts: Axes, report: Report, name: str, xlabel: str
         xs = [p.x for p in points]
         ax.step(xs, [p.value for p in points], where="mid", color=f"C{index}",
                 label=run_name, marker=".", markersize=4)
-        starts = sorted({(p.bin_start, p.bin_end, p.bin_at_risk) for p in points})
-        for start, end, at_risk in starts:
-            counts.plot([start - 0.45, end + 0.45], [at_risk, at_risk], color=f"C{index}",
-                        linewidth=2, solid_capstyle="butt")
+        # One line per run: a flat segment over each bin, NaN between bins.
+        xs_bins: list[float] = []
+        ys_bins: list[float] = []
+        for start, end, at_risk in sorted({(p.bin_start, p.bin_end, p.bin_at_risk)
+                                           for p in points}):
+            xs_bins += [start - 0.45, end + 0.45, math.nan]
+            ys_bins += [at_risk, at_risk, math.nan]
+        counts.plot(xs_bins, ys_bins, color=f"C{index}", linewidth=2, solid_capstyle="butt")
     if not drawn:
         ax.text(0.5, 0.5, "no turns at risk\n(no error spells)", ha="center", va="center",
                 transform=ax.transAxes, color="0.4")

@@ -45,16 +45,24 @@ def print_report(report: Report, console: Console | None = None) -> None:
 
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     console = console or Console()
+
+    class FoldingTable(RichTable):
+        """A table whose cells and headers wrap (fold) instead of ending in an ellipsis."""
+
+        def add_column(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("overflow", "fold")
+            super().add_column(*args, **kwargs)
 
     def Table(title: str = "", **kwargs: Any) -> Any:
         from rich.text import Text
 
         plain = Text.from_markup(title).plain
         return partial(
-            RichTable, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
+            FoldingTable, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
             collapse_padding=True,
         )(title=title or None, min_width=min(len(plain), console.width), **kwargs)
 
@@ -62,6 +70,14 @@ def print_report(report: Report, console: Console | None = None) -> None:
 
     def say(text: str, style: str = "dim") -> None:
         console.print(text, style=style, highlight=False, markup=False)
+
+    def heading(text: str) -> None:
+        """A rule with the text in it, or the text above a rule where it would not fit."""
+        if len(text) + 6 <= console.width:
+            console.rule(f"[bold]{escape(text)}")
+        else:
+            console.print(escape(text), style="bold", highlight=False)
+            console.rule()
 
     console.rule("[bold]recovery analyze")
     say(f"runs: {', '.join(report.runs)}; baseline: {report.baseline}", style="")
@@ -85,7 +101,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
 
     if report.data_quality:
         console.print()
-        console.rule("[bold]data quality")
+        heading("data quality")
         console.print(_quality_table(Table, report))
         say("Shares are over all turns of a run; samples per task count the trajectories the "
             "analyses use (known outcome and end reason, no crash).")
@@ -95,7 +111,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
     first = True
     for name, run in report.runs.items():
         console.print()
-        console.rule(f"[bold]{name}")
+        heading(name)
         reach = (f"; Pass@(1,T) reaches 90% of its value at {t_header(report.reference_t)} "
                  f"by T = {run.t_90}" if run.t_90 is not None else "")
         say(f"{run.n_tasks} tasks, {run.n_trajectories} trajectories, {run.n_turns} turns, "
@@ -125,7 +141,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
 
     for comp in report.comparisons:
         console.print()
-        console.rule(f"[bold]{comp.candidate} vs {comp.baseline}")
+        heading(f"{comp.candidate} vs {comp.baseline}")
         if comp.headline:
             say(comp.headline, style="")
         console.print(_comparison_table(Table, comp, report))
