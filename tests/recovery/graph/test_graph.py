@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from recovery.graph import state_graph, turn_graph, turn_values, write_graph
 from recovery.schema import Trajectory, Turn
+from recovery.store import connect as connect_store
 from recovery.store import ingest_trajectories
 from tests.conftest import simulated_store
 
@@ -329,3 +330,93 @@ def test_cli_graph(marked_con, tmp_path):
     assert result.exit_code == 2 and "either a TRAJ_ID or --task" in result.output
     result = runner.invoke(main, ["graph", "missing", "--store", str(store), "--out", str(out)])
     assert result.exit_code == 1 and "missing" in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# Drawings a person can read
+
+
+def _texts(figure) -> list[str]:
+    return [t.get_text() for ax in figure.axes for t in ax.texts] + [
+        t.get_text() for t in figure.texts]
+
+
+def test_turn_graph_boxes_name_the_action_and_the_error_kind(marked_con):
+    from recovery.graph.draw import graph_figure, shorten, turn_label
+
+    con, traj_id = marked_con
+    graph = turn_graph(con, traj_id)
+    figure = graph_figure(graph)
+    texts = _texts(figure)
+    for t, data in graph.nodes(data=True):
+        label = turn_label(data)
+        assert label in texts
+        assert label.splitlines()[0] == f"t{t}"
+        assert shorten(data["action"], 30) in label or "(empty action)" in label
+        if data["is_error"]:
+            assert f"error: {data['error_kind']}" in label
+    assert "recovers the spell of t2" in turn_label(graph.nodes[4])
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert "error turn (kind named)" in legend and "clean turn" in legend
+    assert shorten("a  very\nlong action text", 10) == "a very lo…"
+
+
+def test_state_graph_drawing_is_page_sized_labelled_and_has_a_legend(sim_con, tmp_path):
+    from PIL import Image
+
+    from recovery.graph.draw import PAGE_INCHES, graph_figure, select_states, state_label
+
+    graph = state_graph(sim_con, "task0001")
+    n_states = sum(d["type"] == "state" for _, d in graph.nodes(data=True))
+    assert n_states > 100                       # hundreds of states: too many to draw
+    selection = select_states(graph, 60)
+    assert selection.n_states == n_states and selection.n_shown <= 60
+    assert "both runs reached" in selection.reason
+    drawn = [n for n in selection.nodes if graph.nodes[n]["type"] == "state"]
+    assert all(graph.nodes[n]["n:base"] > 0 and graph.nodes[n]["n:rl"] > 0 for n in drawn)
+    # Every state left out is counted in exactly one summary box.
+    assert sum(k for k, _, _ in selection.summaries.values()) == n_states - len(drawn)
+    figure = graph_figure(graph)
+    texts = _texts(figure)
+    assert f"{selection.n_shown} of {n_states} states" in figure._suptitle.get_text()
+    assert state_label(graph.nodes[graph.graph["root"]]) in texts
+    assert any(t.startswith("+") and "states" in t for t in texts)
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert any(t.startswith("state:") for t in legend) and any(
+        t.startswith("action") for t in legend)
+    path = tmp_path / "state.png"
+    write_graph(graph, str(path))
+    with Image.open(path) as image:
+        assert image.width <= PAGE_INCHES[0] * 120 and image.height <= PAGE_INCHES[1] * 120
+    small = select_states(graph, 10_000)
+    assert small.nodes == set(graph) and small.reason == ""
+
+
+def test_cli_graph_suggests_close_task_ids(tmp_path):
+    """The README's `recovery graph --task airline/17` on a store whose task ids are plain
+    numbers (as tau-bench's are) names the close matches, and `--task 17` works."""
+    from recovery.cli import main
+
+    store = tmp_path / "s.duckdb"
+    con = connect_store(store)
+    ingest_trajectories(con, [
+        Trajectory(run="gpt-4o", task_id=str(i), sample=s, success=bool(s),
+                   turns=[Turn("look", "a room"), Turn(f"take {s}", "ok")])
+        for i in (7, 17, 23) for s in range(2)
+    ])
+    con.close()
+    runner = CliRunner()
+    out = tmp_path / "task.png"
+    result = runner.invoke(main, ["graph", "--task", "airline/17", "--store", str(store),
+                                  "--out", str(out)])
+    assert result.exit_code == 1
+    assert "task 'airline/17' is not in the store; did you mean 17" in result.output
+    assert "(task ids: 17, 23, 7)" in result.output
+    result = runner.invoke(main, ["graph", "--task", "17", "--store", str(store), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = runner.invoke(main, ["graph", "--task", "17", "--run", "gpt4o", "--store",
+                                  str(store), "-o", str(out)])
+    assert result.exit_code == 1 and "run 'gpt4o' is not in the store" in result.output
+    result = runner.invoke(main, ["graph", "17", "--store", str(store), "-o", str(out)])
+    assert result.exit_code == 1 and "use --task 17" in result.output
