@@ -1,40 +1,67 @@
-"""Timing of the two-clock hazard model (analyses/hazards.py, analyses/dp.py, analyses/decompose.py) on about 1M turns.
+"""Cost of the gain decomposition as the horizon grows: T_max = 50, 100, 200, 400.
 
-Draws two runs from known two-clock hazards (no store, no text: the frames the analyses take),
-then times fitting the hazards, the model's S(T), and the full decomposition with its task
-bootstrap.
+For each T_max, draws two runs from known two-clock hazards (no store, no text: the frames
+the analyses take), 600 trajectories each (100 tasks x 6 samples) with budget T_max, and times
+the decomposition ``recovery analyze`` runs on them (:func:`analyses.decompose.decompose`, its
+default T grid, 200 bootstrap resamples, 5 strata). The per-turn error, success and failure
+hazards are scaled by 50 / T_max, so an episode takes about T_max / 50 times as many turns
+whatever the horizon (long-horizon agents: more, finer steps; the median episode has 7 turns
+at T_max = 50 and 49 at T_max = 400), and the longest ones reach the budget (0.6% to 2% of
+them), so the model runs to T_max; spells keep their per-turn dynamics. The runs differ only
+in recovery (``rho`` 0.35 against 0.5).
 
-    .venv/bin/python bench/decompose.py [--trajectories 60000] [--boot 200]
+Each measurement runs in a fresh process, so its peak resident memory (``ru_maxrss``: the whole
+process, interpreter and libraries included) is its own. Printed side by side: wall-clock and
+CPU seconds, the ratio to the previous T_max, the peak memory; then the same decomposition
+with the direct (turn, n, d) dynamic programme (the reference kept in the tests) at the
+smaller horizons, for the speedup; then the model alone on hazards whose mass spreads over
+the whole horizon (nothing for the recursion to cut: its worst case).
+
+    .venv/bin/python bench/decompose.py [--t-max 50,100,200,400] [--reference-t-max 50,100]
+        [--boot 200] [--strata 5] [--repeat 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analyses.decompose import decompose, model_fit
-from analyses.hazards import Hazards, fit_hazards
-from analyses.sampling import sample_two_clock
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the project's packages come from the root
+    sys.path.insert(0, str(ROOT))
+
+from analyses.hazards import Hazards  # noqa: E402
+from analyses.sampling import sample_two_clock  # noqa: E402
+
+N_TASKS = 100
+N_SAMPLES = 6
+WORST_ROWS = 1005   # one pair's rows of a decomposition: 201 replicates x 5 strata
 
 
-def make_runs(n_traj: int, n_tasks: int, budget: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Two runs on ``n_tasks`` shared tasks of varied difficulty, ``n_traj`` trajectories each.
+def make_runs(t_max: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs ``base`` and ``rl`` on ``N_TASKS`` shared tasks of varied difficulty.
 
-    The runs differ only in recovery (``rho``), so the decomposition should give it all to
-    ``recovery``.
+    At T_max = 50 the hazards are h = 0.12, s in [0.04, 0.16] by task, f = 0.005; they scale
+    by 50 / T_max. ``rho`` (0.35 against 0.5) and ``phi`` (0.06) do not.
     """
     rng = np.random.default_rng(seed)
-    per_task = max(n_traj // n_tasks, 1)
-    success_hazard = 0.04 + 0.12 * rng.random(n_tasks)
+    scale = 50.0 / t_max
+    success_hazard = (0.04 + 0.12 * rng.random(N_TASKS)) * scale
     parts = []
     for run, rho in (("base", 0.35), ("rl", 0.5)):
-        for task in range(n_tasks):
-            hz = Hazards.constant(h=0.12, s=success_hazard[task], f=0.005, rho=rho, phi=0.06)
+        for task in range(N_TASKS):
+            hz = Hazards.constant(h=0.12 * scale, s=success_hazard[task], f=0.005 * scale,
+                                  rho=rho, phi=0.06)
             parts.append(
-                sample_two_clock(hz, hz, per_task, budget, seed=int(rng.integers(1 << 31)),
+                sample_two_clock(hz, hz, N_SAMPLES, t_max, seed=int(rng.integers(1 << 31)),
                                  run=run, task_id=f"task{task:05d}")
             )
     traj = pd.concat([p[0] for p in parts], ignore_index=True)
@@ -42,37 +69,127 @@ def make_runs(n_traj: int, n_tasks: int, budget: int, seed: int) -> tuple[pd.Dat
     return traj, flags
 
 
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def measure_decompose(
+    t_max: int, n_boot: int, strata: int, reference: bool, repeat: int
+) -> dict:
+    """The fastest of ``repeat`` decompositions at horizon ``t_max`` (in this process)."""
+    import analyses.decompose as dec
+    from analyses.passkt import default_ts
+
+    if reference:  # the direct programme, in the same engine: the speedup is the model's
+        from tests.analyses.test_dp import reference_success_curve
+
+        dec.success_curve = reference_success_curve
+    traj, flags = make_runs(t_max)
+    ts = default_ts(traj["n_turns"])
+    before = peak_mb()
+    walls, cpus = [], []
+    for _ in range(max(repeat, 1)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        dec.decompose(traj, flags, "base", "rl", ts, strata=strata, n_boot=n_boot, seed=0)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return {
+        "wall": min(walls), "cpu": min(cpus), "peak_mb": peak_mb(), "peak_before_mb": before,
+        "longest": int(traj["n_turns"].max()), "turns": int(traj["n_turns"].sum()),
+        "ts": [t for t in ts if t is not None],
+    }
+
+
+def measure_worst_case(t_max: int, repeat: int) -> dict:
+    """The model alone on ``WORST_ROWS`` rows whose mass spreads over the whole horizon
+    (fastest of ``repeat``)."""
+    from analyses.dp import success_curve
+
+    rng = np.random.default_rng(1)
+    size = t_max + 2
+    scale = 50.0 / t_max
+    rows = [0.2 * rng.random((WORST_ROWS, size)),            # h
+            0.02 * scale * rng.random((WORST_ROWS, size)),   # s: most mass is alive at T_max
+            0.002 * scale * rng.random((WORST_ROWS, size)),  # f
+            0.05 * rng.random((WORST_ROWS, size)),           # rho: spells of ~40 turns
+            0.01 * rng.random((WORST_ROWS, size))]           # phi
+    walls, cpus = [], []
+    for _ in range(max(repeat, 1)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        curve = success_curve(*rows, t_max)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return {"wall": min(walls), "cpu": min(cpus), "peak_mb": peak_mb(),
+            "s_at_t_max": float(curve[:, -1].mean())}
+
+
+def child(args: list[str]) -> dict:
+    """Run one measurement in a fresh interpreter and return its JSON line."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *args],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ratio(values: list[float], i: int) -> str:
+    return "" if i == 0 else f"{values[i] / values[i - 1]:.2f}x"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trajectories", type=int, default=60_000, help="per run")
-    parser.add_argument("--tasks", type=int, default=1_000)
-    parser.add_argument("--budget", type=int, default=40)
+    parser.add_argument("--t-max", default="50,100,200,400")
+    parser.add_argument("--reference-t-max", default="50,100",
+                        help="horizons at which to time the direct programme too ('' = none)")
     parser.add_argument("--boot", type=int, default=200)
+    parser.add_argument("--strata", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs per measurement, the fastest kept (the machine may be shared)")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--what", default="new", choices=["new", "reference", "worst"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one is not None:
+        if args.what == "worst":
+            print(json.dumps(measure_worst_case(args.one, args.repeat)))
+        else:
+            print(json.dumps(measure_decompose(args.one, args.boot, args.strata,
+                                               args.what == "reference", args.repeat)))
+        return
 
-    t0 = time.perf_counter()
-    traj, flags = make_runs(args.trajectories, args.tasks, args.budget, seed=0)
-    print(f"sampled {len(traj):,} trajectories, {len(flags):,} turns "
-          f"in {time.perf_counter() - t0:.2f} s")
-
-    t0 = time.perf_counter()
-    fit_hazards(traj, flags)
-    print(f"fit_hazards (all turns, pooled):        {time.perf_counter() - t0:.2f} s")
-
-    ts = [5, 10, 20, 30, 40]
-    t0 = time.perf_counter()
-    model_fit(traj, flags, "base", ts)
-    print(f"model_fit (5 strata):                   {time.perf_counter() - t0:.2f} s")
-
-    t0 = time.perf_counter()
-    decompose(traj, flags, "base", "rl", ts, n_boot=0)
-    print(f"decompose, no bootstrap:                {time.perf_counter() - t0:.2f} s")
-
-    t0 = time.perf_counter()
-    out = decompose(traj, flags, "base", "rl", ts, n_boot=args.boot)
-    print(f"decompose, {args.boot} bootstrap resamples:   {time.perf_counter() - t0:.2f} s")
-    print(out[["t", "delta", "model_delta", "single_step", "recovery", "residual"]]
-          .round(4).to_string(index=False))
+    horizons = [int(x) for x in args.t_max.split(",") if x]
+    reference = [int(x) for x in args.reference_t_max.split(",") if x]
+    common = ["--boot", str(args.boot), "--strata", str(args.strata),
+              "--repeat", str(args.repeat)]
+    print(f"decompose, 2 runs x {N_TASKS * N_SAMPLES} trajectories, {args.boot} bootstrap "
+          f"resamples, {args.strata} strata; each line in a fresh process, the fastest of "
+          f"{args.repeat} runs")
+    print(f"{'T_max':>6} {'longest':>8} {'turns':>8} {'wall s':>8} {'ratio':>7} {'CPU s':>8} "
+          f"{'ratio':>7} {'peak RSS':>9}  T grid")
+    rows = [child(["--one", str(t), *common]) for t in horizons]
+    walls, cpus = [r["wall"] for r in rows], [r["cpu"] for r in rows]
+    for i, (t, r) in enumerate(zip(horizons, rows, strict=True)):
+        print(f"{t:>6} {r['longest']:>8} {r['turns']:>8,} {r['wall']:>8.2f} {ratio(walls, i):>7} "
+              f"{r['cpu']:>8.2f} {ratio(cpus, i):>7} {r['peak_mb']:>6.0f} MB  "
+              f"{', '.join(map(str, r['ts']))}, none")
+    if reference:
+        print("\nthe same decomposition with the direct (turn, n, d) programme (the tests' "
+              "reference)")
+        print(f"{'T_max':>6} {'wall s':>8} {'CPU s':>8} {'peak RSS':>9} {'speedup (CPU)':>14}")
+        new = dict(zip(horizons, rows, strict=True))
+        for t in reference:
+            r = child(["--one", str(t), "--what", "reference", *common])
+            mine = new.get(t) or child(["--one", str(t), *common])
+            print(f"{t:>6} {r['wall']:>8.2f} {r['cpu']:>8.2f} {r['peak_mb']:>6.0f} MB "
+                  f"{r['cpu'] / mine['cpu']:>13.1f}x")
+    print(f"\nthe model alone, {WORST_ROWS} rows of hazards whose mass spreads over the whole "
+          "horizon (nothing to cut)")
+    print(f"{'T_max':>6} {'wall s':>8} {'CPU s':>8} {'ratio':>7} {'peak RSS':>9}")
+    worst = [child(["--one", str(t), "--what", "worst", *common]) for t in horizons]
+    cpus = [w["cpu"] for w in worst]
+    for i, (t, w) in enumerate(zip(horizons, worst, strict=True)):
+        print(f"{t:>6} {w['wall']:>8.2f} {w['cpu']:>8.2f} {ratio(cpus, i):>7} "
+              f"{w['peak_mb']:>6.0f} MB")
 
 
 if __name__ == "__main__":
