@@ -348,7 +348,9 @@ def test_html_is_self_contained_and_its_images_decode(report):
 
     page = render_html(report)
     images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', page)
-    assert len(images) == 5 + 2 * len(report.runs)  # curves, fit, bars, hazards, latency
+    # Curves, hazards, latency; per run Pass@ and pass^ heatmaps; per comparison the difference
+    # surface and the decomposition bars.
+    assert len(images) == 3 + 2 * len(report.runs) + 2 * len(report.comparisons)
     for src in images:
         assert src.startswith("data:image/png;base64,")
         with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as im:
@@ -375,6 +377,34 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout and shot.stat().st_size > 10_000
+    for section in ("headline", "data-quality", "difference-surface"):
+        assert re.search(rf"section {section}: \d+ px high", result.stdout), result.stdout
+    assert re.search(r"difference-surface: .* [1-9]\d* difference surfaces", result.stdout)
+
+
+@pytest.mark.slow
+def test_real_comparison_html_renders_in_headless_chromium(tau_airline, tmp_path):
+    """The HTML of a real comparison (tau-bench gpt-4o airline, trials 0-1 against 2-3) shows
+    the headline, the data-quality section and the difference surface in Chromium (slow)."""
+    if not any(shutil.which(name) for name in CHROMIUM_NAMES):
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    from analyses.report.analyze import AnalyzeConfig, analyze
+
+    records = json.loads(tau_airline.read_text())
+    files = []
+    for name, trials in (("trials-01", (0, 1)), ("trials-23", (2, 3))):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps([r for r in records if r["trial"] in trials]))
+        files.append(path)
+    page = tmp_path / "real.html"
+    analyze(AnalyzeConfig(files=files, html_out=page, n_boot=100))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "html_check.py"), str(page), "--screenshot",
+         str(tmp_path / "real.png")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "section headline:" in result.stdout and "1 difference surfaces" in result.stdout
 
 
 # ------------------------------------------------------------------------------------------
