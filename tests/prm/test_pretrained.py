@@ -190,10 +190,15 @@ def test_a_missing_weights_package_says_how_to_install_it(monkeypatch):
 
 
 @pytest.mark.slow
-def test_smollm2_converts_once_and_trains_a_frozen_head(ternary_store, tmp_path):
+def test_smollm2_converts_once_and_trains_a_frozen_head(tmp_path):
     """SmolLM2-135M from its GGUF file: converted and cached on first use, causal, and a
-    frozen head trained on it scores every turn (about two minutes on 2 CPU cores)."""
+    frozen head trained on it scores every turn (about a minute and a half on 2 CPU cores)."""
     from prm.backbones import is_causal, load_backbone, pretrained_cache_dir
+    from prm.data import load_step_examples
+    from prm.score import predict_steps
+    from recovery.simulate import PRESETS, SimConfig
+    from tests.conftest import simulated_store
+    from tests.prm.conftest import TRUTH_LABELS_SQL
 
     lines: list[str] = []
     backbone, _, step_token = load_backbone("smollm2", echo=lines.append)
@@ -205,22 +210,20 @@ def test_smollm2_converts_once_and_trains_a_frozen_head(ternary_store, tmp_path)
     lines.clear()
     load_backbone("smollm2", echo=lines.append)
     assert not lines  # the cache is used
+    store = tmp_path / "small.duckdb"
+    con = simulated_store(SimConfig(policies={"base": PRESETS["base"]}, n_tasks=8, n_samples=1,
+                                    budgets=[5], seed=4), store)
+    con.execute(TRUTH_LABELS_SQL)
+    examples = load_step_examples(con, "data")
+    con.close()
     out = tmp_path / "smol"
     result = CliRunner().invoke(main, [
-        "train", "--store", str(ternary_store), "--out", str(out), "--backbone", "smollm2",
-        "--labels", "data", "--runs", "base", "--threads", "2", "--no-progress",
-        "--max-length", "256",
+        "train", "--store", str(store), "--out", str(out), "--backbone", "smollm2",
+        "--labels", "data", "--threads", "2", "--no-progress", "--max-length", "256",
     ])
     assert result.exit_code == 0, result.output
     spec = json.loads((out / "prm_config.json").read_text())
     assert (spec["mode"], spec["head"], spec["step_token"]) == ("frozen", "ternary", "<|im_end|>")
-    from prm.data import load_step_examples
-    from prm.score import predict_steps
-    from recovery.store import connect
-
-    con = connect(ternary_store, read_only=True)
-    examples = [e for e in load_step_examples(con, "data") if e.run == "rl"][:3]
-    con.close()
-    scores = predict_steps(out, examples, device="cpu")
-    assert len(scores) == sum(e.n_steps for e in examples)
+    scores = predict_steps(out, examples[:2], device="cpu")
+    assert len(scores) == sum(e.n_steps for e in examples[:2])
     assert scores["score"].between(0, 1).all()
