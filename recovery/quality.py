@@ -84,6 +84,7 @@ class RunQuality:
         samples_per_task: Samples -> number of tasks with that many.
         n_unknown_outcome: Trajectories without a known outcome (``success`` is null).
         n_unknown_end_reason: Trajectories whose end reason is ``unknown``.
+        n_unknown: Trajectories with an unknown outcome or an unknown end reason (either).
         n_left_out: Trajectories every analysis leaves out (unknown outcome, crash, or
             unknown end reason).
         n_budget_hit: Trajectories stopped by their turn limit (end reason ``budget``).
@@ -115,6 +116,7 @@ class RunQuality:
     samples_per_task: dict[int, int] = field(default_factory=dict)
     n_unknown_outcome: int = 0
     n_unknown_end_reason: int = 0
+    n_unknown: int = 0
     n_left_out: int = 0
     n_budget_hit: int = 0
     budget_hit_share: float = math.nan
@@ -158,6 +160,7 @@ def run_quality(
                median(n_turns)::DOUBLE, avg(n_turns)::DOUBLE, max(n_turns),
                count(*) FILTER (WHERE success IS NULL),
                count(*) FILTER (WHERE end_reason = 'unknown'),
+               count(*) FILTER (WHERE success IS NULL OR end_reason = 'unknown'),
                count(*) FILTER (WHERE success IS NULL OR end_reason IN ('crash', 'unknown')),
                list(DISTINCT budget ORDER BY budget) FILTER (WHERE budget IS NOT NULL)
         FROM trajectories WHERE {where} GROUP BY run ORDER BY run
@@ -219,7 +222,7 @@ def run_quality(
 
     out: dict[str, RunQuality] = {}
     for (run, n_traj, n_turns, t_min, t_median, t_mean, t_max, n_unknown, n_unknown_end,
-         n_left_out, budgets) in heads:
+         n_either, n_left_out, budgets) in heads:
         n_traj, n_turns = int(n_traj), int(n_turns)
         empty, n_with_previous, repeated, n_errors = turn_stats.get(run, (0, 0, 0, 0))
         by_reason = reasons.get(run, {})
@@ -244,6 +247,7 @@ def run_quality(
             samples_per_task=per_task,
             n_unknown_outcome=int(n_unknown),
             n_unknown_end_reason=int(n_unknown_end),
+            n_unknown=int(n_either),
             n_left_out=int(n_left_out),
             n_budget_hit=n_budget,
             budget_hit_share=n_budget / n_traj if n_traj else math.nan,
@@ -304,7 +308,7 @@ def quality_warnings(
             f"({q.n_error_turns} of {q.n_turns}{kind}); check the error rules before reading "
             "the decomposition"
         )
-    unknown = max(q.n_unknown_outcome, q.n_unknown_end_reason)
+    unknown = max(q.n_unknown, q.n_unknown_outcome, q.n_unknown_end_reason)
     if q.n_trajectories and unknown / q.n_trajectories > th.unknown:
         out.append(
             f"{name}: {unknown} of {q.n_trajectories} trajectories "

@@ -1,8 +1,10 @@
 """The report of ``recovery analyze``: records, building, terminal, HTML, plots.
 
 Every number comes from the analyses that define it: :mod:`analyses.passkt` (Pass@(K,T),
-pass^(K,T)), :mod:`analyses.descriptive` (e, c, r, hazard curves, spells, latency) and
-:mod:`analyses.decompose` (model fit, the gain decomposition). :mod:`analyses.report.build`
+pass^(K,T)), :mod:`analyses.descriptive` (e, c, r, hazard curves, spells, latency),
+:mod:`analyses.decompose` (model fit, the gain decomposition), :mod:`recovery.quality` (the
+data checks, through :func:`analyses.frames.data_quality`) and :mod:`analyses.report.surface`
+(the difference surface, paired by task). :mod:`analyses.report.build`
 only chooses sensible defaults, calls them, and puts the results into the dataclasses of
 :mod:`analyses.report.records` that the terminal report (:mod:`analyses.report.terminal`), the
 JSON file (:meth:`Report.to_dict`) and the HTML page (:mod:`analyses.report.html`) all read.
@@ -27,6 +29,7 @@ from analyses.report.records import (
     Comparison,
     ComparisonRow,
     DescriptiveRow,
+    DifferenceCell,
     ErrorStats,
     HazardPoint,
     LatencyBin,
@@ -38,6 +41,7 @@ from analyses.report.records import (
     RunReport,
     write_json,
 )
+from analyses.report.surface import pass_difference
 from analyses.report.terminal import print_report
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "Comparison",
     "ComparisonRow",
     "DescriptiveRow",
+    "DifferenceCell",
     "ErrorStats",
     "HazardPoint",
     "LatencyBin",
@@ -58,6 +63,7 @@ __all__ = [
     "build_report",
     "choose_ks",
     "choose_ts",
+    "pass_difference",
     "print_report",
     "render_html",
     "report_from_frames",

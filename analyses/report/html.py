@@ -237,7 +237,7 @@ def _quality_html(report: Report) -> str:
                                  else f"{q.samples_min}&ndash;{q.samples_max}"),
             "tasks with fewer samples than K": below or "none",
             "unknown outcome or end reason":
-                str(max(q.n_unknown_outcome, q.n_unknown_end_reason)),
+                str(q.n_unknown),
             "stopped at the turn limit": f"{q.n_budget_hit} ({_pct(q.budget_hit_share)})",
             "budgets": ", ".join(map(str, q.budgets)) or "unknown",
         }

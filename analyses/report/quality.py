@@ -63,8 +63,10 @@ def quality_from_frames(
         histogram = {int(k): int(v) for k, v in per_task.value_counts().sort_index().items()}
         reasons = ordered_reasons(mine["_reason"].value_counts().to_dict())
         n_unknown = int(mine["success"].isna().sum())
+        n_either = int((mine["success"].isna() | (mine["_reason"] == "unknown")).sum())
         if len(runs) == 1:
             n_unknown += int(n_unknown_outcomes)
+            n_either += int(n_unknown_outcomes)
             reasons["unknown"] += int(n_unknown_outcomes)
         n_traj = len(mine) + (int(n_unknown_outcomes) if len(runs) == 1 else 0)
         turns = mine["n_turns"].to_numpy(dtype=float)
@@ -92,6 +94,7 @@ def quality_from_frames(
             samples_per_task=histogram,
             n_unknown_outcome=n_unknown,
             n_unknown_end_reason=reasons["unknown"],
+            n_unknown=n_either,
             n_left_out=n_traj - len(used),
             n_budget_hit=reasons["budget"],
             budget_hit_share=reasons["budget"] / n_traj if n_traj else math.nan,

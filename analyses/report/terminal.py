@@ -187,7 +187,7 @@ def _quality_rows(q: RunQuality, report: Report) -> dict[str, str]:
                              else f"{q.samples_min}-{q.samples_max}"),
         "tasks with fewer samples than K":
             ", ".join(f"K={k}: {n}" for k, n in below.items()) or "none",
-        "unknown outcome or end reason": str(max(q.n_unknown_outcome, q.n_unknown_end_reason)),
+        "unknown outcome or end reason": str(q.n_unknown),
         "stopped at the turn limit": f"{q.n_budget_hit} ({percent(q.budget_hit_share)})",
         "budgets": ", ".join(map(str, q.budgets)) or "unknown",
     }

@@ -70,7 +70,7 @@ def test_run_quality_counts_by_hand(store):
     assert (bad.n_trajectories, bad.n_turns) == (4, 8)
     assert bad.n_empty_actions == 7 and bad.empty_action_share == pytest.approx(7 / 8)
     assert bad.repeated_observation_share == pytest.approx(1.0)
-    assert bad.n_unknown_outcome == 1 and bad.n_unknown_end_reason == 1
+    assert bad.n_unknown_outcome == 1 and bad.n_unknown_end_reason == 1 and bad.n_unknown == 1
     assert bad.end_reasons["crash"] == 1 and bad.end_reasons["budget"] == 2
     assert list(bad.end_reasons) == list(END_REASON_ORDER)
     assert bad.n_budget_hit == 2 and bad.budget_hit_share == 0.5
