@@ -2,10 +2,12 @@
 
 Every function takes a :class:`analyses.report.Report` (or one of its parts) and returns a
 ``matplotlib.figure.Figure`` drawn on an Agg canvas; nothing is recomputed here.
-:func:`figure_png` turns a figure into PNG bytes for the HTML page.
+:func:`figure_png` turns a figure into PNG bytes for the HTML page, after :func:`fit_titles`
+has wrapped any title wider than its panel. Integer clocks get integer ticks, an empty panel
+says why it is empty, and no drawing makes matplotlib warn (an empty legend is not drawn).
 
 Example:
-    >>> from analyses.plots import budget_curves, figure_png
+    >>> from analyses.report.plots import budget_curves, figure_png
     >>> png = figure_png(budget_curves(report))
 """
 
