@@ -324,7 +324,7 @@ def _render(report: Report, title: str) -> str:
                      f"Pass@(K,T) difference {comp.candidate} minus {comp.baseline}")
                 for comp in report.comparisons]
     parts.append(f'<div class="figures surfaces">{"".join(figures)}</div>')
-    parts.append(_defs(report, "Pass@(K,T)", "difference"))
+    parts.append(_defs(report, "Pass@(K,T)", *(["difference"] if report.comparisons else [])))
     for comp in report.comparisons:
         parts.append(f"<h3>Difference: {esc(comp.candidate)} minus {esc(comp.baseline)} "
                      "(bold: interval excludes 0)</h3>")

@@ -128,8 +128,9 @@ def _heatmap(
                 shade = "0.35"
             else:
                 level = (value - vmin) / (vmax - vmin) if vmax > vmin else 0.5
-                shade = "black" if 0.3 < level < 0.75 or (not signed and level >= 0.6) \
-                    else "white"
+                # Dark text on light cells: the top of viridis, the middle of a diverging map.
+                light = abs(level - 0.5) < 0.3 if signed else level >= 0.6
+                shade = "black" if light else "white"
             ax.text(j, i, text, ha="center", va="center", fontsize=8, color=shade)
     ax.set_xticks(range(len(ts)), [t_label(t) for t in ts])
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
