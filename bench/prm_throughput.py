@@ -143,7 +143,7 @@ def run_trl(args: argparse.Namespace, examples, out: Path) -> Measurement:
     from trl.experimental.prm import PRMConfig, PRMTrainer
 
     from prm.data import trl_records
-    from prm.model import STEP_TOKEN, train_tokenizer
+    from prm.tokenize import STEP_TOKEN, train_tokenizer
 
     texts = sorted({e.prompt for e in examples if e.prompt}) + [s for e in examples
                                                                  for s in e.steps]
