@@ -1,24 +1,33 @@
-"""Ingest + marking of a ~1M-turn canonical JSONL file versus DuckDB's own ``read_json``.
+"""Ingest + marking of canonical JSONL versus DuckDB's own ``read_json`` + ``unnest(turns)``.
 
-Run: ``python bench/ingest.py [--turns 1000000] [--repeat 3] [--keep DIR]``
+Run: ``python bench/ingest.py [--shape short|long|both] [--turns 1000000] [--repeat 3]``
 
-Writes simulator runs (the same kind of file ``recovery simulate`` writes) until the file holds
-about ``--turns`` turns, then, in one run and alternating so that both see the same machine:
+Two shapes of input, each about ``--turns`` turns in one canonical JSONL file:
 
-* ``recovery`` ingest: ``recovery.store.ingest_file`` into a fresh on-disk store, which
-  includes hashing, validation, the DuckDB fast path and error marking (the timed path of
-  ``recovery ingest``), each in a fresh subprocess so that its peak memory can be read;
-* DuckDB alone: ``CREATE TABLE t AS SELECT * FROM read_json(file)`` into a fresh on-disk
-  database, also in a subprocess;
+* ``short``: many short turns (``search(q='item 123')``, a one-line result, 15% ``Error:``
+  observations), about 16 turns per trajectory, no metadata: the parse dominates;
+* ``long``: the simulator's runs (``recovery simulate``): longer texts and a ``meta`` object on
+  every turn.
+
+For each shape, in one run and alternating so that both see the same machine and the same
+file, each side in a fresh interpreter (so that its peak memory can be read; the timer starts
+after the imports and stops when the store is written):
+
+* ``recovery`` ingest: ``recovery.store.ingest_file`` into a fresh on-disk DuckDB store, which
+  includes hashing, validation, the DuckDB fast path, error marking and the commit (what
+  ``recovery ingest`` does per file);
+* DuckDB alone: ``CREATE TABLE t AS SELECT * EXCLUDE (turns), unnest(turns, recursive :=
+  true) FROM read_json(file)`` into a fresh on-disk database: one row per turn;
 * optionally (``--python-reader``) the pure-Python reader path, for reference.
 
-Prints each time, the medians, their ratio and the ingest's peak resident memory.
+Prints each round, the medians, their ratio and both peak resident memories, per shape.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -33,9 +42,9 @@ con = connect(sys.argv[2])
 con.execute("SET enable_progress_bar = false")  # its bar goes to stdout, which is parsed
 start = time.perf_counter()
 result = ingest_file(con, sys.argv[1], IngestOptions(fast=sys.argv[3] == "fast"))
-elapsed = time.perf_counter() - start
 con.close()
-print(elapsed, result.n_trajectories, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+elapsed = time.perf_counter() - start
+print(elapsed, result.n_turns, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 READ_JSON_CHILD = """
@@ -43,15 +52,42 @@ import resource, sys, time, duckdb
 con = duckdb.connect(sys.argv[2])
 con.execute("SET enable_progress_bar = false")
 start = time.perf_counter()
-con.execute("CREATE TABLE t AS SELECT * FROM read_json(?)", [sys.argv[1]])
-elapsed = time.perf_counter() - start
-n = con.execute("SELECT count(*) FROM t").fetchone()[0]
+con.execute(
+    "CREATE TABLE t AS SELECT * EXCLUDE (turns), unnest(turns, recursive := true) "
+    "FROM read_json(?)", [sys.argv[1]]
+)
 con.close()
+elapsed = time.perf_counter() - start
+n = duckdb.connect(sys.argv[2]).execute("SELECT count(*) FROM t").fetchone()[0]
 print(elapsed, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def write_input(path: Path, target_turns: int, seed: int) -> int:
+def write_short(path: Path, target_turns: int, seed: int) -> int:
+    """Write trajectories of short tool-call turns (15% errors) to one canonical JSONL file."""
+    rng = random.Random(seed)
+    n_turns = i = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while n_turns < target_turns:
+            turns = []
+            for _ in range(min(rng.randint(1, 32), target_turns - n_turns)):
+                item = rng.randint(0, 999)
+                if rng.random() < 0.15:
+                    observation = f"Error: item {item} not found in the catalog"
+                else:
+                    observation = f"found {rng.randint(1, 9)} results for item {item}"
+                turns.append({"action": f"search(q='item {item}')", "observation": observation})
+            record = {
+                "run": "short", "task_id": f"task-{i % 3000}", "sample": i // 3000,
+                "success": rng.random() < 0.4, "reward": round(rng.random(), 3), "turns": turns,
+            }
+            fh.write(json.dumps(record) + "\n")
+            n_turns += len(turns)
+            i += 1
+    return n_turns
+
+
+def write_long(path: Path, target_turns: int, seed: int) -> int:
     """Write simulator runs of about ``target_turns`` turns to one canonical JSONL file."""
     from recovery.schema import trajectory_to_dict
     from recovery.simulate import PRESETS, SimConfig, simulate
@@ -78,6 +114,9 @@ def write_input(path: Path, target_turns: int, seed: int) -> int:
     return n_turns
 
 
+WRITERS = {"short": write_short, "long": write_long}
+
+
 def run_child(code: str, *args: str) -> tuple[float, int, float]:
     """Run ``code`` in a fresh interpreter; return (seconds, rows, its peak RSS in MB)."""
     out = subprocess.run(
@@ -86,62 +125,76 @@ def run_child(code: str, *args: str) -> tuple[float, int, float]:
     return float(out[0]), int(out[1]), int(out[2]) / 1024
 
 
+def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, float]:
+    """Time both sides on one input of ``shape``; print rounds and the summary."""
+    source = (args.keep or work) / f"bench-{shape}.jsonl"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    n_turns = WRITERS[shape](source, args.turns, args.seed)
+    size_mb = source.stat().st_size / 1e6
+    print(
+        f"[{shape}] input: {source.name}, {n_turns:,} turns, {size_mb:.0f} MB "
+        f"(written in {time.perf_counter() - start:.1f} s)"
+    )
+    ours: list[float] = []
+    duck: list[float] = []
+    python_path: list[float] = []
+    peaks: list[float] = []
+    duck_peaks: list[float] = []
+    for i in range(args.repeat):
+        seconds, rows, peak = run_child(
+            INGEST_CHILD, str(source), str(work / f"{shape}-store{i}.duckdb"), "fast"
+        )
+        ours.append(seconds)
+        peaks.append(peak)
+        seconds_rj, rows_rj, peak_rj = run_child(
+            READ_JSON_CHILD, str(source), str(work / f"{shape}-plain{i}.duckdb")
+        )
+        duck.append(seconds_rj)
+        duck_peaks.append(peak_rj)
+        print(
+            f"  round {i + 1}: recovery ingest+mark {seconds:.2f} s ({rows:,} turns), "
+            f"duckdb read_json+unnest {seconds_rj:.2f} s ({rows_rj:,} rows), "
+            f"ratio {seconds / seconds_rj:.2f}"
+        )
+        if args.python_reader:
+            seconds_py, _, _ = run_child(
+                INGEST_CHILD, str(source), str(work / f"{shape}-py{i}.duckdb"), "python"
+            )
+            python_path.append(seconds_py)
+            print(f"           python reader path {seconds_py:.2f} s")
+        for leftover in work.glob(f"{shape}-*{i}.duckdb*"):
+            leftover.unlink()
+    ours_med, duck_med = statistics.median(ours), statistics.median(duck)
+    print(f"[{shape}] recovery ingest + marking:  median {ours_med:.2f} s")
+    print(f"[{shape}] duckdb read_json + unnest:  median {duck_med:.2f} s")
+    print(f"[{shape}] ratio (ours / duckdb):      {ours_med / duck_med:.2f}x")
+    if python_path:
+        py_med = statistics.median(python_path)
+        print(f"[{shape}] python reader path:         median {py_med:.2f} s "
+              f"({py_med / duck_med:.2f}x)")
+    print(f"[{shape}] peak RSS: recovery {max(peaks):.0f} MB, duckdb {max(duck_peaks):.0f} MB")
+    if args.keep is None:
+        source.unlink()
+    return {"ratio": ours_med / duck_med, "peak_mb": max(peaks)}
+
+
 def main() -> None:
-    """Run the benchmark and print the comparison."""
+    """Run the benchmark for the chosen shapes and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=("short", "long", "both"), default="both")
     parser.add_argument("--turns", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--python-reader", action="store_true", help="also time the Python reader")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the input file here")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the input files here")
     args = parser.parse_args()
-
+    shapes = ("short", "long") if args.shape == "both" else (args.shape,)
     with tempfile.TemporaryDirectory() as tmp:
-        tmp_dir = Path(tmp)
-        source = (args.keep or tmp_dir) / "bench-runs.jsonl"
-        source.parent.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        n_turns = write_input(source, args.turns, args.seed)
-        size_mb = source.stat().st_size / 1e6
-        print(
-            f"input: {source.name}, {n_turns:,} turns, {size_mb:.0f} MB "
-            f"(written in {time.perf_counter() - start:.1f} s)"
-        )
-
-        ours: list[float] = []
-        duck: list[float] = []
-        python_path: list[float] = []
-        peaks: list[float] = []
-        for i in range(args.repeat):
-            seconds, rows, peak = run_child(
-                INGEST_CHILD, str(source), str(tmp_dir / f"store{i}.duckdb"), "fast"
-            )
-            ours.append(seconds)
-            peaks.append(peak)
-            seconds_rj, rows_rj, _ = run_child(
-                READ_JSON_CHILD, str(source), str(tmp_dir / f"plain{i}.duckdb")
-            )
-            duck.append(seconds_rj)
-            print(
-                f"  round {i + 1}: recovery ingest+mark {seconds:.2f} s ({rows:,} trajectories), "
-                f"duckdb read_json {seconds_rj:.2f} s ({rows_rj:,} rows), "
-                f"ratio {seconds / seconds_rj:.2f}"
-            )
-            if args.python_reader:
-                seconds_py, _, _ = run_child(
-                    INGEST_CHILD, str(source), str(tmp_dir / f"py{i}.duckdb"), "python"
-                )
-                python_path.append(seconds_py)
-                print(f"           python reader path {seconds_py:.2f} s")
-
-        ours_med, duck_med = statistics.median(ours), statistics.median(duck)
-        print(f"recovery ingest + marking: median {ours_med:.2f} s")
-        print(f"duckdb read_json:          median {duck_med:.2f} s")
-        print(f"ratio (ours / read_json):  {ours_med / duck_med:.2f}x")
-        if python_path:
-            py_med = statistics.median(python_path)
-            print(f"python reader path:        median {py_med:.2f} s ({py_med / duck_med:.2f}x)")
-        print(f"ingest peak RSS:           {max(peaks):.0f} MB (limit 2048 MB)")
+        results = {shape: bench_shape(shape, args, Path(tmp)) for shape in shapes}
+    print("summary: " + ", ".join(
+        f"{shape} {r['ratio']:.2f}x ({r['peak_mb']:.0f} MB peak)" for shape, r in results.items()
+    ) + " (goal: <= 2x, <= 1024 MB)")
 
 
 if __name__ == "__main__":

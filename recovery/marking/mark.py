@@ -20,12 +20,12 @@ later sources (3 to 6), which is how a built-in rule that mis-fires on some data
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from recovery.marking.compile import applicable, compile_rules, rule_condition, sql_str
 from recovery.marking.rules import Rule, RuleSet, builtin_rules
-from recovery.marking.spells import write_spells_and_turns
+from recovery.marking.spells import SPELL_ROWS, stage_spells, write_spells_and_turns
 from recovery.store.scope import traj_scope
 
 if TYPE_CHECKING:
@@ -48,23 +48,44 @@ def _kinds_query(
     prm_model: str | None = None,
     prm_threshold: float = 0.5,
     keep: Sequence[tuple[str, str]] = (),
+    source: str = "turns",
+    key: str = "traj_id",
+    formats: Collection[str] | None = None,
+    previous: str = "window",
 ) -> str:
-    """A query giving ``traj_id, t, kind`` (``NULL`` = no error) for every turn in ``scope``.
+    """A query giving ``<key>, t, kind`` (``NULL`` = no error) for every turn in ``scope``.
 
     Explicit marks, process labels (``labels``), content rules, then ``repeat`` and ``prm``.
-    ``keep`` adds turn columns as ``(expression, alias)`` pairs.
+    ``keep`` adds turn columns as ``(expression, alias)`` pairs. ``source`` is the relation of
+    turns (the ``turns`` table, or turns staged before they are stored, identified by
+    ``key``); ``formats`` are the formats of its trajectories when the caller knows them.
+    ``previous`` says how the ``repeat`` rule finds the previous turn's hash: ``"window"``
+    (``lag`` over the trajectory's turns), ``"join"`` (each trajectory's ``t`` runs 1, 2, ...
+    without gaps: a join on ``t - 1`` finds the same turn without sorting) or ``"columns"``
+    (the source has ``step_hash`` and ``prev_hash``, ``hash(action, observation)`` of the turn
+    and of the one before it).
     """
-    formats = _formats(con, scope)
+    formats = _formats(con, scope) if formats is None else set(formats)
     all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
     compiled = compile_rules(all_rules, formats, labels=labels)
     needs_format = any(
         r.formats and not formats <= set(r.formats) for r in applicable(all_rules, formats)
     )
-    sources = "turns"
+    sources = source
     if needs_format:
-        sources += " JOIN (SELECT traj_id, format FROM trajectories) USING (traj_id)"
+        sources += f" JOIN (SELECT {key}, format FROM trajectories) USING ({key})"
     later = []
-    if rules.repeat:
+    joined = ""
+    if rules.repeat and previous == "join":
+        # Same action and same observation as the previous turn, compared by a 64-bit hash.
+        joined = (
+            f" LEFT JOIN (SELECT {key}, t + 1 AS t, hash(action, observation) AS prev_hash "
+            f"FROM {source} WHERE {scope}) USING ({key}, t)"
+        )
+        later.append("WHEN step_hash = prev_hash THEN 'repeat'")
+    elif rules.repeat and previous == "columns":
+        later.append("WHEN step_hash = prev_hash THEN 'repeat'")
+    elif rules.repeat:
         # Same action and same observation as the previous turn, compared by a 64-bit hash
         # of the pair so that the window sorts narrow rows only.
         later.append("WHEN step_hash = lag(step_hash) OVER w THEN 'repeat'")
@@ -76,7 +97,12 @@ def _kinds_query(
         )
         prm_column = ", prm_score"
         later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")
-    hash_column = ", hash(action, observation) AS step_hash" if rules.repeat else ""
+    hash_column = ""
+    if rules.repeat:
+        hash_column = ", step_hash, prev_hash" if previous == "columns" else (
+            ", hash(action, observation) AS step_hash"
+            + (", prev_hash" if previous == "join" else "")
+        )
     prefilter_sql = "".join(
         f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
     )
@@ -89,19 +115,23 @@ def _kinds_query(
         )
     kept = "".join(f", {expression} AS {alias}" for expression, alias in keep)
     kept_names = "".join(f", {alias}" for _, alias in keep)
+    window = (
+        "WINDOW w AS (PARTITION BY traj_id ORDER BY t)"
+        if rules.repeat and previous == "window" else ""
+    )
     # One pass over the scoped turns computes the content rules; the window of the repeat
     # rule then sorts narrow rows.
     return f"""
         WITH scoped AS (
-            SELECT *{prefilter_sql} FROM {sources} WHERE {scope}
+            SELECT *{prefilter_sql} FROM {sources}{joined} WHERE {scope}
         ),
         content AS (
-            SELECT traj_id, t, {compiled.kind_sql} AS content_kind{hash_column}{prm_column}{kept}
+            SELECT {key}, t, {compiled.kind_sql} AS content_kind{hash_column}{prm_column}{kept}
             FROM scoped
         )
-        SELECT traj_id, t, {final_kind} AS kind{kept_names}
+        SELECT {key}, t, {final_kind} AS kind{kept_names}
         FROM content
-        {"WINDOW w AS (PARTITION BY traj_id ORDER BY t)" if rules.repeat else ""}
+        {window}
         """
 
 
@@ -191,6 +221,70 @@ def _mark_scoped(
         )
     finally:
         con.execute("DROP TABLE IF EXISTS _marks")
+
+
+def staged_kinds_sql(
+    con: duckdb.DuckDBPyConnection,
+    source: str,
+    *,
+    key: str,
+    formats: Collection[str],
+    rules: RuleSet | None = None,
+    keep: Sequence[tuple[str, str]] = (),
+) -> str:
+    """A query marking turns that are not stored yet, so that they go in marked.
+
+    The same rules and precedence as :func:`mark_store` on a store holding only these turns,
+    without ``prm`` marks (a new turn has no PRM score): explicit marks, labels, content
+    rules, then ``repeat``. Store the result, then call :func:`mark_new_turns` for the spells.
+
+    Args:
+        con: The connection.
+        source: The staged turns (a relation or a parenthesised query): ``<key>``, ``t``,
+            every column of the ``turns`` table that rules read (``action``, ``observation``,
+            ``reward``, ``label``, ``explicit_error``, ``action_json``, ``observation_json``,
+            ``meta``), and ``step_hash``/``prev_hash``: ``hash(action, observation)`` of the
+            turn and of the turn before it in its trajectory (NULL for the first).
+        key: The column naming a staged trajectory.
+        formats: The formats of the staged trajectories.
+        rules: As for :func:`mark_store`.
+        keep: Source columns to pass through, as ``(expression, alias)`` pairs.
+
+    Returns:
+        SQL giving ``<key>, t, kind`` and the ``keep`` columns, one row per staged turn.
+    """
+    return _kinds_query(
+        con, rules or RuleSet(), "TRUE", source=source, key=key, formats=formats,
+        previous="columns", keep=keep,
+    )
+
+
+def mark_new_turns(con: duckdb.DuckDBPyConnection, trajectories: str) -> None:
+    """The error spells and ``recovery_of`` of trajectories whose turns were stored marked.
+
+    Args:
+        con: The store.
+        trajectories: A relation with ``traj_id, n_turns, success`` of those trajectories,
+            which have no ``error_spells`` rows yet.
+    """
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _new_errors AS "
+        "SELECT traj_id, t, error_kind AS kind FROM turns "
+        f"WHERE is_error AND traj_id IN (SELECT traj_id FROM {trajectories})"
+    )
+    try:
+        if stage_spells(con, "_new_errors", trajectories):
+            con.execute(f"INSERT INTO error_spells BY NAME SELECT * FROM {SPELL_ROWS}")
+            con.execute(
+                f"""
+                UPDATE turns SET recovery_of = s.start_t
+                FROM (SELECT traj_id, recovered_at, start_t FROM {SPELL_ROWS} WHERE recovered) s
+                WHERE turns.traj_id = s.traj_id AND turns.t = s.recovered_at
+                """
+            )
+    finally:
+        con.execute("DROP TABLE IF EXISTS _new_errors")
+        con.execute(f"DROP TABLE IF EXISTS {SPELL_ROWS}")
 
 
 def mark_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

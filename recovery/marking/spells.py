@@ -54,10 +54,14 @@ def error_spells(
     """
     import numpy as np
 
-    ids = np.asarray(traj_ids, dtype=object)
+    ids = np.asarray(traj_ids)
+    # Integer ids (codes the store assigns in traj_id order) sort and search natively.
+    numeric = ids.dtype.kind in "iu"
+    if not numeric:
+        ids = ids.astype(object)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    e_traj = np.asarray(error_traj, dtype=object)
+    e_traj = np.asarray(error_traj, dtype=ids.dtype if numeric else object)
     e_t = np.asarray(error_t, dtype=np.int64)
     e_kind = np.asarray(error_kind, dtype=object)
     found = np.searchsorted(sorted_ids, e_traj) if len(ids) else np.zeros(len(e_traj), int)
@@ -69,7 +73,7 @@ def error_spells(
     keep[keep] &= e_t[keep] <= turns[row[keep]]
     row, e_t, e_kind = row[keep], e_t[keep], e_kind[keep]
     # Sort by (trajectory id, t); duplicates of one turn count once.
-    by = np.lexsort((e_t, ids[row].astype(str) if len(row) else row))
+    by = np.lexsort((e_t, ids[row] if numeric or not len(row) else ids[row].astype(str)))
     row, e_t, e_kind = row[by], e_t[by], e_kind[by]
     if len(row):
         distinct = np.ones(len(row), dtype=bool)
@@ -84,10 +88,13 @@ def error_spells(
     end_t = np.zeros(n_spells, dtype=np.int64)
     np.maximum.at(end_t, spell_of, e_t)
     spell_row = row[starts]
-    outcome = np.asarray(success, dtype=object)[spell_row] if n_spells else np.zeros(0, object)
     recovered = end_t < turns[spell_row]
-    failed = np.array([value is False or value == 0 for value in outcome], dtype=bool) if (
-        n_spells) else np.zeros(0, bool)
+    if n_spells:
+        outcomes = np.asarray(success, dtype=object)
+        traj_failed = np.array([value is False or value == 0 for value in outcomes], dtype=bool)
+        failed = traj_failed[spell_row]
+    else:
+        failed = np.zeros(0, bool)
     return {
         "traj_id": ids[spell_row],
         "start_t": start_t,
@@ -132,6 +139,83 @@ def spells_of_frames(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+SPELL_ROWS = "_spell_rows"
+"""The temporary table :func:`stage_spells` fills."""
+
+
+def stage_spells(con: duckdb.DuckDBPyConnection, errors: str, trajectories: str) -> int:
+    """:func:`error_spells` of the error turns of a relation, into a temporary table.
+
+    Numpy works on integers only: trajectories get codes in ``traj_id`` order, so the spells
+    come out in the order :func:`error_spells` gives them (no Python object per turn, and
+    neither pandas nor pyarrow is needed).
+
+    Args:
+        con: The store.
+        errors: A relation of error turns: ``traj_id, t, kind`` (``kind`` not NULL).
+        trajectories: A relation with ``traj_id, n_turns, success`` for (at least) those
+            trajectories.
+
+    Returns:
+        The number of spells written to :data:`SPELL_ROWS` (columns :data:`SPELL_COLUMNS`,
+        NULL ``recovered_at`` and ``latency`` for an unrecovered spell, ordered by
+        ``traj_id`` then ``start_t``); the caller drops the table.
+    """
+    import numpy as np
+
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _spell_traj AS
+        SELECT (row_number() OVER (ORDER BY traj_id) - 1)::BIGINT AS code, traj_id, n_turns,
+               success
+        FROM {trajectories} WHERE traj_id IN (SELECT traj_id FROM {errors})
+        """
+    )
+    try:
+        traj = con.execute(
+            "SELECT code, n_turns, success FROM _spell_traj ORDER BY code"
+        ).fetchnumpy()
+        err = con.execute(
+            f"SELECT s.code, e.t, e.kind FROM {errors} e JOIN _spell_traj s USING (traj_id)"
+        ).fetchnumpy()
+        success = traj["success"]
+        outcomes = np.asarray(success, dtype=object)
+        if np.ma.isMaskedArray(success):
+            outcomes[np.ma.getmaskarray(success)] = None
+        spells = error_spells(
+            np.asarray(err["code"], dtype=np.int64), np.asarray(err["t"], dtype=np.int64),
+            np.asarray(err["kind"], dtype=object), np.asarray(traj["code"], dtype=np.int64),
+            np.asarray(traj["n_turns"], dtype=np.int64), outcomes,
+        )
+        rows = {
+            "code": spells["traj_id"].astype(np.int64),
+            "start_t": spells["start_t"].astype(np.int32),
+            "end_t": spells["end_t"].astype(np.int32),
+            "kind": spells["kind"],
+            "recovered": spells["recovered"],
+            "recovered_at": spells["recovered_at"].astype(np.int32),
+            "latency": spells["latency"].astype(np.int32),
+            "fatal": spells["fatal"],
+        }
+        con.register("_spell_arrays", rows)
+        try:
+            con.execute(
+                f"""
+                CREATE OR REPLACE TEMP TABLE {SPELL_ROWS} AS
+                SELECT t.traj_id, s.start_t, s.end_t, s.kind::VARCHAR AS kind, s.recovered,
+                       CASE WHEN s.recovered THEN s.recovered_at END AS recovered_at,
+                       CASE WHEN s.recovered THEN s.latency END AS latency, s.fatal
+                FROM _spell_arrays s JOIN _spell_traj t USING (code)
+                ORDER BY t.traj_id, s.start_t
+                """
+            )
+        finally:
+            con.unregister("_spell_arrays")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _spell_traj")
+    return len(rows["code"])
+
+
 def write_spells_and_turns(con: duckdb.DuckDBPyConnection, scope: str) -> None:
     """Spells from the error rows of the temporary table ``_marks``, then the turns' marks.
 
@@ -141,41 +225,17 @@ def write_spells_and_turns(con: duckdb.DuckDBPyConnection, scope: str) -> None:
     their rows of ``error_spells`` and updates ``turns.error_kind``, ``is_error`` and
     ``recovery_of`` where they changed.
     """
-    import pyarrow as pa
-
     con.execute(f"DELETE FROM error_spells WHERE {scope}")
-    errors = con.sql(
-        "SELECT m.traj_id, m.t, m.kind FROM _marks m WHERE m.kind IS NOT NULL"
-    ).to_arrow_table()
-    if errors.num_rows:
-        trajectories = con.sql(
-            "SELECT traj_id, n_turns, success FROM trajectories "
-            "WHERE traj_id IN (SELECT DISTINCT traj_id FROM _marks WHERE kind IS NOT NULL)"
-        ).to_arrow_table()
-        spells = error_spells(
-            errors["traj_id"].to_numpy(zero_copy_only=False),
-            errors["t"].to_numpy(zero_copy_only=False),
-            errors["kind"].to_numpy(zero_copy_only=False),
-            trajectories["traj_id"].to_numpy(zero_copy_only=False),
-            trajectories["n_turns"].to_numpy(zero_copy_only=False),
-            trajectories["success"].to_pylist(),
-        )
-        recovered = spells["recovered"]
-        table = pa.table(
-            {
-                **{name: spells[name] for name in ("traj_id", "start_t", "end_t")},
-                "kind": pa.array(spells["kind"].tolist(), pa.string()),
-                "recovered": recovered,
-                "recovered_at": pa.array(spells["recovered_at"], mask=~recovered),
-                "latency": pa.array(spells["latency"], mask=~recovered),
-                "fatal": spells["fatal"],
-            }
-        )
-        con.register("_new_spells", table)
-        try:
-            con.execute("INSERT INTO error_spells BY NAME SELECT * FROM _new_spells")
-        finally:
-            con.unregister("_new_spells")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _mark_errors AS "
+        "SELECT traj_id, t, kind FROM _marks WHERE kind IS NOT NULL"
+    )
+    try:
+        if stage_spells(con, "_mark_errors", "trajectories"):
+            con.execute(f"INSERT INTO error_spells BY NAME SELECT * FROM {SPELL_ROWS}")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _mark_errors")
+        con.execute(f"DROP TABLE IF EXISTS {SPELL_ROWS}")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _mark_delta AS

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,12 +21,15 @@ class FileDigest:
     Attributes:
         sha256: Hex digest of the bytes.
         n_lines: Number of lines (a last line without a newline counts).
-        longest_line: Bytes of the longest line, without its newline.
+        longest_line: Bytes of the longest line, without its newline (or an upper bound:
+            see :func:`file_digest`).
+        watched: Whether one of the patterns :func:`file_digest` watched for occurs.
     """
 
     sha256: str
     n_lines: int
     longest_line: int
+    watched: bool = False
 
 
 def directory_digest(path: str | Path) -> FileDigest:
@@ -42,24 +47,62 @@ def directory_digest(path: str | Path) -> FileDigest:
     return FileDigest(digest.hexdigest(), 0, 0)
 
 
-def file_digest(path: str | Path) -> FileDigest:
-    """sha256, line count and longest line of a file, in one streamed pass."""
-    import numpy as np
+def file_digest(
+    path: str | Path,
+    *,
+    line_limit: int | None = None,
+    watch: Sequence[tuple[bytes, re.Pattern[bytes]]] = (),
+) -> FileDigest:
+    """sha256, line count and longest line of a file, in one streamed pass.
 
+    Args:
+        path: The file.
+        line_limit: When given and the file is no longer than this, the longest line is not
+            measured (no line can be longer than the limit): ``longest_line`` is then the
+            file's size, an upper bound. Counting lines alone is much cheaper.
+        watch: ``(literal, pattern)`` pairs: ``watched`` is set when ``pattern`` (which
+            starts with ``literal`` and spans at most 64 bytes) occurs in the file; the
+            literal is looked for first, so that a pattern absent from the text costs a
+            byte search only.
+    """
+    import os
+
+    size = os.stat(path).st_size
+    measure = line_limit is None or size > line_limit
     digest = hashlib.sha256()
     newlines = longest = offset = 0
     last_newline = -1  # absolute position of the last newline seen
+    watched = False
+    tail = b""  # the end of the previous chunk, so that a pattern across two chunks is seen
+    last = b""
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
             digest.update(chunk)
-            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
-            if len(ends):
-                longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
-                last_newline = int(ends[-1])
-                newlines += len(ends)
+            if watch and not watched:
+                seam = tail + chunk[:64]
+                watched = any(
+                    (literal in chunk and pattern.search(chunk) is not None)
+                    or (literal in seam and pattern.search(seam) is not None)
+                    for literal, pattern in watch
+                )
+                tail = chunk[-64:]
+            if measure:
+                import numpy as np
+
+                ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
+                if len(ends):
+                    longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
+                    last_newline = int(ends[-1])
+                    newlines += len(ends)
+            else:
+                newlines += chunk.count(b"\n")
             offset += len(chunk)
-    tail = offset - last_newline - 1
-    return FileDigest(digest.hexdigest(), newlines + (tail > 0), max(longest, tail))
+            last = chunk
+    if not measure:
+        ends_open = bool(last) and not last.endswith(b"\n")
+        return FileDigest(digest.hexdigest(), newlines + ends_open, size, watched)
+    rest = offset - last_newline - 1
+    return FileDigest(digest.hexdigest(), newlines + (rest > 0), max(longest, rest), watched)
 
 
 def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:

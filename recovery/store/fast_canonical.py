@@ -1,27 +1,38 @@
 """DuckDB-native ingest of canonical JSONL: the fast path of :func:`recovery.store.ingest_file`.
 
-DuckDB parses the file (``read_json`` with every leaf typed ``JSON``, so nothing is cast
-leniently), SQL checks every field against the rules of :mod:`recovery.schema`, and the rows go
-into the store with set-wise SQL. The Python reader stays the reference: whenever the file is
-anything but plainly valid (a bad record, a field of another JSON type than the fast path
-handles, an unknown key that must go to ``meta``, a blank line, a duplicate trajectory) this
-path declines and the caller reads the file in Python, which stores the same rows or reports
-the exact file and line. Tests check that both paths give identical stores.
+Two passes of DuckDB's own JSON reader, side by side (the first on a thread of its own, from
+before the file is hashed). The first, DuckDB's schema detection over every record, tells
+every key the file uses and, for each field, the JSON types its values take. The second reads
+the values with fixed types: a field that may hold several JSON types (``error`` is ``true`` or
+a kind, ``task_id`` a string or an integer, ``meta`` an object) as ``JSON``, checked value by
+value, the others natively (``action`` as VARCHAR, ``reward`` as DOUBLE, ...). A native read
+casts leniently (a number read as VARCHAR becomes its digits), so the fast path goes on only
+when the detection says the file's keys are the canonical schema's and every natively read
+field holds only values of its own JSON type. SQL checks every value against the rules of :mod:`recovery.schema`,
+error marking runs on the turns as they go in (:func:`recovery.marking.mark.staged_kinds_sql`),
+and the rows go into the store with set-wise SQL.
+
+The Python reader stays the reference: whenever the file is anything but plainly valid (a bad
+record, a field of another JSON type than the fast path handles, an unknown or repeated key, a
+blank line, a duplicate trajectory, a number JSON cannot hold) this path declines and the
+caller reads the file in Python, which stores the same rows or reports the exact file and line.
+Tests check that both paths give identical stores.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recovery.formats import MAX_JSON_DEPTH
 from recovery.schema import (
     CANONICAL_TRAJECTORY_KEYS,
-    CANONICAL_TURN_KEYS,
     END_REASONS,
+    MAX_STORED_INT,
     end_reason_sql,
     success_turn_sql,
 )
@@ -29,53 +40,69 @@ from recovery.schema import (
 if TYPE_CHECKING:
     import duckdb
 
-READ_COLUMNS = (
-    "{"
-    + ", ".join(f"{key}: 'JSON'" for key in sorted(CANONICAL_TRAJECTORY_KEYS - {"turns"}))
-    + ", turns: 'STRUCT("
-    + ", ".join(f"{key} JSON" for key in sorted(CANONICAL_TURN_KEYS))
-    + ")[]'}"
-)
-"""Every leaf typed JSON, so that DuckDB casts nothing leniently; SQL checks the types."""
+    from recovery.marking import RuleSet
 
 _ODD_NUMBER = r"NaN|Infinity|[0-9][eE][+]?[0-9]{3}"
 """Text outside strings that may be a JSON number the store cannot hold (conservative: a
-three-digit exponent within range also sends the file to the Python reader, which decides)."""
+three-digit exponent within range also sends the file to the Python reader, which decides).
+Only looked for in ``meta`` objects: every other number is read as a number and checked."""
 
 _JSON_STRING = r'"(?:[^"\\]|\\.)*"'
 """A JSON string literal (RE2), removed before looking for numbers."""
 
+WATCH = (
+    (b'"done"', re.compile(rb'"done"\s*:\s*null')),
+    (b"\\u00", re.compile(rb"\\u00[2-7][0-9a-fA-F]")),
+)
+"""Text that sends a file to the Python reader, looked for while the file is hashed: a turn's
+``"done": null`` (the reader refuses it; DuckDB reads it as absent), and a printable ASCII
+character written as an escape (it could spell such a key). Strict: the same text inside a
+string or a meta object also sends the file to the reader, which then stores it."""
+
 _END_REASONS = "(" + ", ".join(f"'{r}'" for r in END_REASONS) + ")"
 
-# JSON types as json_type() names them.
-_NUMBER = "('BIGINT', 'UBIGINT', 'DOUBLE')"
+# What DuckDB's detection says of a field's values (type names as str(DuckDBPyType) writes
+# them): every kind below comes from values of one JSON type only; a field whose values mix
+# JSON types is detected as JSON.
+_STRING_TYPES = {
+    "VARCHAR", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE",
+    "TIME WITH TIME ZONE", "UUID",
+}
+_INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
+                  "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
 
-_TRAJECTORY_INVALID = f"""
-    task_id IS NULL OR json_type(task_id) NOT IN ('VARCHAR', 'BIGINT', 'UBIGINT')
-    OR task_id->>'$' = ''
-    OR (run IS NOT NULL AND json_type(run) <> 'VARCHAR')
-    OR (sample IS NOT NULL AND json_type(sample) <> 'UBIGINT')
-    OR (budget IS NOT NULL AND json_type(budget) <> 'UBIGINT')
-    OR (success IS NOT NULL AND json_type(success) <> 'BOOLEAN')
-    OR (reward IS NOT NULL AND json_type(reward) NOT IN {_NUMBER})
-    OR (success IS NULL AND reward IS NULL)
-    OR (prompt IS NOT NULL AND json_type(prompt) <> 'VARCHAR')
-    OR (end_reason IS NOT NULL AND (json_type(end_reason) <> 'VARCHAR'
-                                    OR end_reason->>'$' NOT IN {_END_REASONS}))
-    OR (meta IS NOT NULL AND json_type(meta) <> 'OBJECT')
-    OR turns IS NULL
-"""
+# How each field is read, and the detected kinds for which that read casts nothing (null:
+# only ever null; json: values of several JSON types, checked value by value after a JSON read).
+_TOP_FIELDS: dict[str, tuple[str, set[str]]] = {
+    "run": ("VARCHAR", {"string", "null"}),
+    "task_id": ("JSON", {"string", "integer", "json"}),
+    "sample": ("BIGINT", {"integer", "null"}),
+    "budget": ("BIGINT", {"integer", "null"}),
+    "success": ("BOOLEAN", {"boolean", "null"}),
+    "reward": ("DOUBLE", {"integer", "number", "null"}),
+    "prompt": ("VARCHAR", {"string", "null"}),
+    "end_reason": ("VARCHAR", {"string", "null"}),
+    "meta": ("JSON", {"object", "json", "null"}),
+}
+_TURN_FIELDS: dict[str, tuple[str, set[str]]] = {
+    "action": ("VARCHAR", {"string"}),
+    "observation": ("VARCHAR", {"string", "null"}),
+    "reward": ("DOUBLE", {"integer", "number", "null"}),
+    "error": ("JSON", {"boolean", "string", "json", "null"}),
+    "label": ("DOUBLE", {"integer", "number", "null"}),
+    "done": ("BOOLEAN", {"boolean", "null"}),
+    "meta": ("JSON", {"object", "json", "null"}),
+}
+TURN_STRUCT = "STRUCT(" + ", ".join(
+    f'"{name}" {read}' for name, (read, _) in sorted(_TURN_FIELDS.items())
+) + ")"
+READ_COLUMNS = "{" + ", ".join(
+    [f"{name}: '{read}'" for name, (read, _) in sorted(_TOP_FIELDS.items())]
+    + [f"turns: '{TURN_STRUCT}[]'"]
+) + "}"
+"""The fixed types of the second read."""
 
-_TURN_INVALID = f"""
-    u.action IS NULL OR json_type(u.action) <> 'VARCHAR'
-    OR (u.observation IS NOT NULL AND json_type(u.observation) <> 'VARCHAR')
-    OR (u.reward IS NOT NULL AND json_type(u.reward) NOT IN {_NUMBER})
-    OR (u.error IS NOT NULL AND json_type(u.error) NOT IN ('BOOLEAN', 'VARCHAR'))
-    OR (u.label IS NOT NULL AND (json_type(u.label) NOT IN {_NUMBER}
-                                 OR NOT (u.label::DOUBLE BETWEEN -1 AND 1)))
-    OR (u.done IS NOT NULL AND json_type(u.done) <> 'BOOLEAN')
-    OR (u.meta IS NOT NULL AND json_type(u.meta) <> 'OBJECT')
-"""
+_STAGE_TABLES = ("_fast_stage", "_fast_traj")
 
 
 @dataclass(slots=True)
@@ -83,16 +110,14 @@ class FastIngest:
     """What the fast path stored.
 
     Attributes:
-        traj_ids: Ids of the stored trajectories, in file order.
+        n_trajectories: Trajectories stored.
         n_turns: Turns stored.
+        marked: Whether error marking ran (the turns went in marked, the spells with them).
     """
 
-    traj_ids: list[str]
+    n_trajectories: int
     n_turns: int
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+    marked: bool = False
 
 
 def eligible(path: Path, head: bytes) -> bool:
@@ -104,6 +129,112 @@ class Declined(Exception):
     """The fast path cannot store this file as it is; the caller rolls back and reads it in Python."""
 
 
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _kind(duck_type: Any) -> str:
+    """The JSON kind of a detected DuckDB type: string, integer, number, boolean, object,
+    list, null or json (mixed JSON types, or anything else)."""
+    name = str(duck_type)
+    if name in _STRING_TYPES:
+        return "string"
+    if name in _INTEGER_TYPES:
+        return "integer"
+    if name == "DOUBLE":
+        return "number"
+    if name == "BOOLEAN":
+        return "boolean"
+    if name == '"NULL"':
+        return "null"
+    if duck_type.id in ("struct", "map"):
+        return "object"
+    if duck_type.id == "list":
+        return "list"
+    return "json"
+
+
+class SchemaProbe:
+    """DuckDB's schema detection over every record of a file, on a thread of its own.
+
+    Start it as early as possible (it needs only the file); :meth:`check` waits for it and
+    declines a file whose keys or JSON types the fast path's read would not store exactly;
+    :meth:`close` stops it when its answer is not needed.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, max_record_bytes: int):
+        import threading
+
+        self.path = path
+        self.max_size = max(int(max_record_bytes), 1 << 24)
+        self._cursor = con.cursor()
+        self._result: list[tuple[str, Any]] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="schema-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            detected = self._cursor.sql(
+                f"SELECT * FROM read_json({_literal(str(self.path))}, "
+                "format = 'newline_delimited', sample_size = -1, maximum_depth = 4, "
+                f"maximum_object_size = {self.max_size}) LIMIT 0"
+            )
+            self._result = list(zip(detected.columns, detected.types, strict=True))
+        except BaseException as err:  # reported to the caller by check()
+            self._error = err
+
+    def check(self) -> bool:
+        """Wait for the detection; decline unless every key and JSON type is one the fast
+        path's read stores exactly.
+
+        Returns:
+            Whether any record has a turn that is not an object (then there must be none).
+
+        Raises:
+            Declined: naming the first key or field that needs the Python reader.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise Declined(f"DuckDB cannot read the file as JSON lines: {self._error}")
+        assert self._result is not None
+        turns_are_objects = True
+        names = set()
+        for name, duck_type in self._result:
+            names.add(name)
+            if name not in CANONICAL_TRAJECTORY_KEYS:
+                raise Declined(f"key {name!r} goes to meta")
+            kind = _kind(duck_type)
+            if name == "turns":
+                if kind != "list":
+                    raise Declined("turns is not a list in every record")
+                element = duck_type.children[0][1]
+                if element.id != "struct":  # e.g. lists that are all empty detect as JSON[]
+                    turns_are_objects = False
+                    continue
+                for child, child_type in element.children:
+                    if child not in _TURN_FIELDS:
+                        raise Declined(f"turn key {child!r} goes to meta")
+                    child_kind = _kind(child_type)
+                    if child_kind not in _TURN_FIELDS[child][1]:
+                        raise Declined(f"turn field {child!r} holds {child_kind} values")
+                continue
+            if kind not in _TOP_FIELDS[name][1]:
+                raise Declined(f"field {name!r} holds {kind} values")
+        if not {"turns", "task_id"} <= names:
+            raise Declined("records without turns or task_id")
+        return not turns_are_objects
+
+    def close(self) -> None:
+        """Stop the detection if it still runs, and release its connection."""
+        if self._thread.is_alive():
+            with suppress(Exception):
+                self._cursor.interrupt()
+        self._thread.join()
+        with suppress(Exception):
+            self._cursor.close()
+
+
 def ingest_canonical(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -113,6 +244,9 @@ def ingest_canonical(
     run_override: str | None,
     success_threshold: float,
     max_record_bytes: int,
+    mark: bool = False,
+    rules: RuleSet | None = None,
+    probe: SchemaProbe | None = None,
 ) -> FastIngest:
     """Store a canonical JSONL file with DuckDB alone, or decline.
 
@@ -130,6 +264,10 @@ def ingest_canonical(
         success_threshold: ``success`` is ``reward >= success_threshold`` when absent.
         max_record_bytes: The record size limit; the caller has checked that no line is longer
             (DuckDB treats maximum_object_size as a buffer size, not as a limit).
+        mark: Mark errors (explicit marks, labels, rules, repeats) and store the spells.
+        rules: The rules for marking; ``None`` = the built-in rules.
+        probe: The file's schema detection, started earlier by the caller (who closes it);
+            ``None`` starts one here.
 
     Returns:
         What was stored.
@@ -137,144 +275,240 @@ def ingest_canonical(
     Raises:
         Declined: when the Python reader must handle the file.
     """
-    with _declining():
-        top_keys = ", ".join(_literal(k) for k in sorted(CANONICAL_TRAJECTORY_KEYS))
-        turn_keys = ", ".join(_literal(k) for k in sorted(CANONICAL_TURN_KEYS))
-        file = _literal(str(path))
-        max_size = int(max_record_bytes)
-        # read_json with explicit columns would drop unknown keys silently, so first check that
-        # no record has a key the canonical schema does not name (those go to meta in Python).
-        # The same pass finds what only the Python reader judges exactly: NaN, infinities and
-        # numbers too large for a double (DuckDB would store them; JSON has no such numbers),
-        # and records with more opening brackets than the depth limit (their exact depth is
-        # measured below, the way the Python reader measures it).
-        n_records, n_unknown, n_odd_numbers, bracket_heavy = con.execute(
-            f"""
-            SELECT count(*),
-                   count(*) FILTER (WHERE NOT list_has_all([{top_keys}], json_keys(json))
-                                       OR NOT list_has_all([{turn_keys}],
-                                                           flatten(json_keys(json, '$.turns[*]')))),
-                   count(*) FILTER (WHERE regexp_matches(json, {_literal(_ODD_NUMBER)})
-                                       AND regexp_matches(regexp_replace(
-                                           json, {_literal(_JSON_STRING)}, '""', 'g'),
-                                           {_literal(_ODD_NUMBER)})),
-                   list(ordinality) FILTER (
-                       WHERE length(json) - length(replace(replace(json, '{{', ''), '[', ''))
-                             > {MAX_JSON_DEPTH})
-            FROM read_json_objects({file}, format = 'newline_delimited',
-                                   maximum_object_size = {max(max_size, 1 << 24)})
-                 WITH ORDINALITY
-            """
-        ).fetchall()[0]
-        if n_unknown:
-            raise Declined("unknown keys go to meta")
-        if n_records != n_lines:
-            raise Declined("blank lines: record numbers would not be line numbers")
-        if n_odd_numbers:
-            raise Declined("NaN, Infinity or an overflowing number: the Python reader says which")
-        if bracket_heavy:
-            _check_depth(con, file, max_size, bracket_heavy)
-        con.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _fast_stage AS
-            SELECT ordinality::INTEGER AS line, *
-            FROM read_json({file}, format = 'newline_delimited', columns = {READ_COLUMNS},
-                           maximum_object_size = {max(max_size, 1 << 24)})
-                 WITH ORDINALITY
-            """
-        )
-
-        run_expr = (
-            _literal(run_override)
-            if run_override
-            else f"coalesce(nullif(run->>'$', ''), {_literal(default_run)})"
-        )
-        con.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _fast_traj AS
-            WITH base AS (
-                SELECT line,
-                       {run_expr}                                   AS run,
-                       task_id->>'$'                                AS task_id,
-                       (sample->>'$')::INTEGER                      AS given_sample,
-                       (budget->>'$')::INTEGER                      AS budget,
-                       coalesce((success->>'$')::BOOLEAN,
-                                (reward->>'$')::DOUBLE >= {float(success_threshold)!r}) AS success,
-                       (reward->>'$')::DOUBLE                       AS reward,
-                       len(turns)::INTEGER                          AS n_turns,
-                       list_position(list_transform(turns, lambda x: coalesce(
-                           (x.done->>'$')::BOOLEAN, false)), true)  AS first_done,
-                       nullif(prompt->>'$', '')                     AS prompt,
-                       end_reason->>'$'                             AS given_end_reason,
-                       CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
-                            ELSE meta END                           AS meta
-                FROM _fast_stage
-                WHERE CASE WHEN {_TRAJECTORY_INVALID}
-                           THEN error('declined: record needs the Python reader') ELSE true END
-            ),
-            sampled AS (
-                SELECT *,
-                       coalesce(given_sample,
-                                (row_number() OVER (PARTITION BY run, task_id, budget
-                                                    ORDER BY line) - 1)::INTEGER) AS sample
-                FROM base
+    own_probe = probe is None
+    if probe is None:
+        probe = SchemaProbe(con, path, max_record_bytes)
+    try:
+        with _declining():
+            return _ingest(
+                con, path, probe, n_lines=n_lines, default_run=default_run,
+                run_override=run_override, success_threshold=success_threshold,
+                max_record_bytes=max_record_bytes, mark=mark, rules=rules,
             )
+    finally:
+        if own_probe:
+            probe.close()
+        for table in _STAGE_TABLES:
+            with suppress(Exception):  # after a failed statement the rollback drops them
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _odd_numbers(expr: str) -> str:
+    """True when the JSON text ``expr`` may hold NaN, an infinity or an overflowing number."""
+    return (
+        f"(regexp_matches({expr}, {_literal(_ODD_NUMBER)}) AND regexp_matches(regexp_replace("
+        f"{expr}, {_literal(_JSON_STRING)}, '\"\"', 'g'), {_literal(_ODD_NUMBER)}))"
+    )
+
+
+def _brackets(expr: str) -> str:
+    """Opening brackets in the text ``expr``: an upper bound of its nesting depth."""
+    return f"(strlen({expr}) - strlen(replace(replace({expr}, '{{', ''), '[', '')))"
+
+
+_TRAJECTORY_INVALID = f"""
+    task_id IS NULL
+    OR json_type(task_id) NOT IN ('VARCHAR', 'BIGINT', 'UBIGINT') OR task_id->>'$' = ''
+    OR (sample IS NOT NULL AND NOT sample BETWEEN 0 AND {MAX_STORED_INT})
+    OR (budget IS NOT NULL AND NOT budget BETWEEN 0 AND {MAX_STORED_INT})
+    OR (reward IS NOT NULL AND NOT isfinite(reward))
+    OR (success IS NULL AND reward IS NULL)
+    OR (end_reason IS NOT NULL AND end_reason NOT IN {_END_REASONS})
+    OR (meta IS NOT NULL AND (NOT starts_with(meta::VARCHAR, '{{')
+                              OR {_odd_numbers("meta::VARCHAR")}))
+    OR turns IS NULL
+"""
+
+_TURN_INVALID = f"""
+    u.action IS NULL
+    OR (u.reward IS NOT NULL AND NOT isfinite(u.reward))
+    OR (u.error IS NOT NULL AND NOT (u.error::VARCHAR IN ('true', 'false')
+                                     OR starts_with(u.error::VARCHAR, '"')))
+    OR (u.label IS NOT NULL AND NOT u.label BETWEEN -1 AND 1)
+    OR (u.meta IS NOT NULL AND (NOT starts_with(u.meta::VARCHAR, '{{')
+                                OR {_odd_numbers("u.meta::VARCHAR")}))
+"""
+
+
+def _ingest(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    probe: SchemaProbe,
+    *,
+    n_lines: int,
+    default_run: str,
+    run_override: str | None,
+    success_threshold: float,
+    max_record_bytes: int,
+    mark: bool,
+    rules: RuleSet | None,
+) -> FastIngest:
+    file = _literal(str(path))
+    max_size = max(int(max_record_bytes), 1 << 24)
+    (in_order,) = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()
+    # One parallel read into the stage. With insertion order preserved, its rows are in file
+    # order, so a row's position is its line (blank lines, which the reader skips, decline
+    # below); otherwise the reader numbers the records itself, on one thread.
+    numbered = "" if in_order else "ordinality::INTEGER AS line, "
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _fast_stage AS
+        SELECT {numbered}*, NULL::VARCHAR AS traj_id
+        FROM read_json({file}, format = 'newline_delimited', columns = {READ_COLUMNS},
+                       maximum_object_size = {max_size})
+             {"" if in_order else "WITH ORDINALITY"}
+        """
+    )
+    # in file order, a record's line is its row's rank by rowid
+    line = "row_number() OVER (ORDER BY rowid)::INTEGER" if in_order else "line"
+    run_expr = (
+        _literal(run_override)
+        if run_override
+        else f"coalesce(nullif(run, ''), {_literal(default_run)})"
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _fast_traj AS
+        WITH base AS (
+            SELECT {line}                                       AS line,
+                   rowid                                        AS stage_row,
+                   {run_expr}                                   AS run,
+                   task_id->>'$'                                AS task_id,
+                   sample::INTEGER                              AS given_sample,
+                   budget::INTEGER                              AS budget,
+                   coalesce(success, reward >= {float(success_threshold)!r}) AS success,
+                   reward,
+                   len(turns)::INTEGER                          AS n_turns,
+                   list_position(list_transform(turns, lambda x: coalesce(x.done, false)),
+                                 true)                          AS first_done,
+                   nullif(prompt, '')                           AS prompt,
+                   end_reason                                   AS given_end_reason,
+                   CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
+                        ELSE meta END                           AS meta,
+                   meta IS NOT NULL AND {_brackets("meta::VARCHAR")} + 1 > {MAX_JSON_DEPTH}
+                                                                AS maybe_deep
+            FROM _fast_stage
+            WHERE CASE WHEN {_TRAJECTORY_INVALID}
+                       THEN error('declined: record needs the Python reader') ELSE true END
+        ),
+        sampled AS (
             SELECT *,
-                   substr(sha1(run || chr(31) || task_id || chr(31) || coalesce(budget::VARCHAR, '')
-                               || chr(31) || sample::VARCHAR), 1, 16) AS traj_id
-            FROM sampled
-            """
+                   coalesce(given_sample,
+                            (row_number() OVER (PARTITION BY run, task_id, budget
+                                                ORDER BY line) - 1)::INTEGER) AS sample
+            FROM base
         )
-        clashes = con.execute(
-            """
-            SELECT (SELECT count(*) - count(DISTINCT traj_id) FROM _fast_traj)
-                 + (SELECT count(*) FROM _fast_traj JOIN trajectories USING (traj_id))
-            """
-        ).fetchone()[0]
-        if clashes:
-            raise Declined("duplicate trajectories")
+        SELECT *,
+               substr(sha1(run || chr(31) || task_id || chr(31) || coalesce(budget::VARCHAR, '')
+                           || chr(31) || sample::VARCHAR), 1, 16) AS traj_id
+        FROM sampled
+        """
+    )
+    n_records, clashes, n_turns, deep_lines = con.execute(
+        """
+        SELECT count(*), count(*) - count(DISTINCT traj_id)
+                         + (SELECT count(*) FROM _fast_traj JOIN trajectories USING (traj_id)),
+               coalesce(sum(n_turns), 0), list(line) FILTER (WHERE maybe_deep)
+        FROM _fast_traj
+        """
+    ).fetchone()
+    if n_records != n_lines:
+        raise Declined("blank lines: record numbers would not be line numbers")
+    if clashes:
+        raise Declined("duplicate trajectories")
+    con.execute(
+        f"""
+        INSERT INTO trajectories BY NAME
+        SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
+               {success_turn_sql("success", "n_turns", "nullif(first_done, 0)")}
+                                                                  AS success_turn,
+               {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
+                                                                  AS end_reason,
+               'canonical' AS format, prompt, {file} AS source_file,
+               line AS source_line, meta
+        FROM _fast_traj ORDER BY line
+        """
+    )
+    if n_turns:
+        # The turns get their trajectory's id on the stage, so that storing them joins nothing.
+        con.execute(
+            "UPDATE _fast_stage SET traj_id = f.traj_id FROM _fast_traj f "
+            "WHERE _fast_stage.rowid = f.stage_row"
+        )
+        deep_lines = list(deep_lines or []) + _insert_turns(con, mark=mark, rules=rules)
+    con.execute("DROP TABLE _fast_stage")
+    if deep_lines:
+        # metas with many brackets may be nested deeper than the readers' limit: their depth
+        # is measured the way the Python reader measures it
+        _check_depth(con, file, max_size, sorted(set(deep_lines)))
+    if mark and n_turns:
+        from recovery.marking.mark import mark_new_turns
 
-        con.execute(
-            f"""
-            INSERT INTO trajectories BY NAME
-            SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
-                   {success_turn_sql("success", "n_turns", "nullif(first_done, 0)")}
-                                                                      AS success_turn,
-                   {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
-                                                                      AS end_reason,
-                   'canonical' AS format, prompt, {_literal(str(path))} AS source_file,
-                   line AS source_line, meta
-            FROM _fast_traj ORDER BY line
-            """
+        mark_new_turns(con, "_fast_traj")
+    # Only now are the stage's rows known to hold what the file holds: the detection, which
+    # ran alongside, says whether a native read cast anything.
+    if probe.check() and n_turns:
+        raise Declined("turns that are not objects")
+    return FastIngest(int(n_records), int(n_turns), marked=mark)
+
+
+def _insert_turns(con: duckdb.DuckDBPyConnection, *, mark: bool, rules: RuleSet | None) -> list[int]:
+    """Unnest the staged turns, check every value, mark them, and store them.
+
+    Returns:
+        The lines whose turn metas hold many brackets (their depth is measured after).
+    """
+    # hash(action, observation) of every turn and of the one before it, from the list itself
+    # (no window, no sort): what the repeat rule compares.
+    hashes = "list_transform(turns, lambda u: hash(u.action, coalesce(u.observation, '')))"
+    staged = f"""(
+        SELECT traj_id, t,
+               u.action                                        AS action,
+               NULL::JSON                                      AS action_json,
+               coalesce(u.observation, '')                     AS observation,
+               NULL::JSON                                      AS observation_json,
+               u.reward                                        AS reward,
+               CASE WHEN u.error::VARCHAR = 'true' THEN 'explicit'
+                    WHEN u.error::VARCHAR = 'false' THEN NULL
+                    ELSE nullif(u.error->>'$', '') END         AS explicit_error,
+               u.label                                         AS label,
+               coalesce(u.done, false)                         AS done,
+               CASE WHEN u.meta IS NULL OR u.meta::VARCHAR = '{{}}' THEN NULL
+                    ELSE u.meta END                            AS meta,
+               step_hash, prev_hash
+        FROM (SELECT traj_id, generate_subscripts(turns, 1) AS t, unnest(turns) AS u,
+                     unnest(hashes) AS step_hash,
+                     unnest(list_prepend(NULL::UBIGINT, hashes)[1:len(hashes)]) AS prev_hash
+              FROM (SELECT traj_id, turns, {hashes} AS hashes FROM _fast_stage))
+        WHERE CASE WHEN {_TURN_INVALID}
+                   THEN error('declined: turn needs the Python reader') ELSE true END
+    )"""
+    columns = ("t", "action", "action_json", "observation", "observation_json", "reward",
+               "explicit_error", "label", "done", "meta")
+    if mark:
+        from recovery.marking.mark import staged_kinds_sql
+
+        source = staged_kinds_sql(
+            con, staged, key="traj_id", formats={"canonical"}, rules=rules,
+            keep=[(c, c) for c in columns if c != "t"],
         )
-        con.execute(
-            f"""
-            INSERT INTO turns BY NAME
-            SELECT traj_id, t, u.action->>'$' AS action, NULL AS action_json,
-                   coalesce(u.observation->>'$', '') AS observation, NULL AS observation_json,
-                   (u.reward->>'$')::DOUBLE AS reward,
-                   CASE WHEN json_type(u.error) = 'BOOLEAN'
-                        THEN CASE WHEN (u.error->>'$')::BOOLEAN THEN 'explicit' END
-                        ELSE nullif(u.error->>'$', '') END AS explicit_error,
-                   (u.label->>'$')::DOUBLE AS label,
-                   coalesce((u.done->>'$')::BOOLEAN, false) AS done,
-                   CASE WHEN u.meta IS NULL OR u.meta::VARCHAR = '{{}}' THEN NULL
-                        ELSE u.meta END AS meta
-            FROM (
-                SELECT f.traj_id, f.line, generate_subscripts(s.turns, 1) AS t, unnest(s.turns) AS u
-                FROM _fast_stage s JOIN _fast_traj f USING (line)
-            )
-            WHERE CASE WHEN {_TURN_INVALID}
-                       THEN error('declined: turn needs the Python reader') ELSE true END
-            """
-        )
-        traj_ids = [
-            row[0] for row in con.execute("SELECT traj_id FROM _fast_traj ORDER BY line").fetchall()
-        ]
-        n_turns = con.execute("SELECT coalesce(sum(n_turns), 0) FROM _fast_traj").fetchone()[0]
-        con.execute("DROP TABLE _fast_stage")
-        con.execute("DROP TABLE _fast_traj")
-        return FastIngest(traj_ids=traj_ids, n_turns=int(n_turns))
+        marks = "kind AS error_kind, kind IS NOT NULL AS is_error"
+    else:
+        source = f"SELECT * FROM {staged}"
+        marks = "NULL AS error_kind, false AS is_error"
+    con.execute(
+        f"INSERT INTO turns BY NAME SELECT traj_id, {', '.join(columns)}, {marks} FROM ({source})"
+    )
+    # A turn meta with more brackets than the depth limit allows (less the record, turns and
+    # turn levels) may be too deep.
+    (lines,) = con.execute(
+        f"""
+        SELECT list(DISTINCT f.line)
+        FROM (SELECT traj_id, unnest(turns) AS u FROM _fast_stage) JOIN _fast_traj f USING (traj_id)
+        WHERE u.meta IS NOT NULL AND {_brackets("u.meta::VARCHAR")} + 3 > {MAX_JSON_DEPTH}
+        """
+    ).fetchone()
+    return list(lines or [])
 
 
 def _check_depth(
@@ -286,7 +520,7 @@ def _check_depth(
     texts = con.execute(
         f"""
         SELECT json FROM read_json_objects({file}, format = 'newline_delimited',
-                                           maximum_object_size = {max(max_size, 1 << 24)})
+                                           maximum_object_size = {max_size})
              WITH ORDINALITY
         WHERE ordinality IN (SELECT unnest(?::BIGINT[]))
         """,

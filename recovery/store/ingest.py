@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from recovery.marking import RuleSet
-    from recovery.store.fast_canonical import FastIngest
+    from recovery.store.fast_canonical import FastIngest, SchemaProbe
 
 TRAJECTORY_COLUMNS = (
     "traj_id", "run", "task_id", "sample", "budget", "success", "reward", "n_turns",
@@ -353,8 +353,50 @@ def ingest_file(
             f"{path}: is {what}, but format {fmt!r} reads "
             + ("directories" if folder else "files")
         )
+    probe = _start_probe(con, path, fmt, options)
     try:
-        digest = directory_digest(path) if folder else file_digest(path)
+        return _ingest_file(con, path, fmt, folder, options, probe)
+    finally:
+        if probe is not None:
+            probe.close()
+
+
+def _start_probe(
+    con: duckdb.DuckDBPyConnection, path: Path, fmt: str, options: IngestOptions
+) -> SchemaProbe | None:
+    """The fast path's schema detection, started before the file is hashed (it runs on a
+    thread of its own while the file is read for its digest), when the fast path may apply."""
+    from recovery.formats import head_bytes
+    from recovery.store.fast_canonical import SchemaProbe, eligible
+
+    if fmt != "canonical" or not options.fast or not path.is_file():
+        return None
+    try:
+        if not eligible(path, head_bytes(path, 4)):
+            return None
+    except OSError:
+        return None
+    return SchemaProbe(con, path, options.max_record_bytes)
+
+
+def _ingest_file(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    folder: bool,
+    options: IngestOptions,
+    probe: SchemaProbe | None,
+) -> IngestResult:
+    try:
+        if folder:
+            digest = directory_digest(path)
+        else:
+            from recovery.store.fast_canonical import WATCH
+
+            digest = file_digest(
+                path, line_limit=options.max_record_bytes,
+                watch=WATCH if probe is not None else (),
+            )
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
@@ -370,33 +412,33 @@ def ingest_file(
     )
 
     def body(fast: bool) -> IngestResult:
-        if fast:
-            stored = _ingest_canonical_fast(con, path, digest, options)
-            traj_ids, n_turns, skipped = stored.traj_ids, stored.n_turns, []
+        if fast:  # marks the turns before they go in
+            stored = _ingest_canonical_fast(con, path, digest, options, probe)
+            n_trajectories, n_turns, skipped = stored.n_trajectories, stored.n_turns, []
         else:
             writer, skipped = _write_trajectories(
                 con, read_file(path, fmt, read_options), fmt=fmt, options=options
             )
-            traj_ids, n_turns = writer.traj_ids, writer.n_turns
-        if options.mark and traj_ids:
-            from recovery.marking import mark_store
+            n_trajectories, n_turns = len(writer.traj_ids), writer.n_turns
+            if options.mark and writer.traj_ids:
+                from recovery.marking import mark_store
 
-            mark_store(con, rules=options.rules, traj_ids=traj_ids)
+                mark_store(con, rules=options.rules, traj_ids=writer.traj_ids)
         con.execute(
             "INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
-            [str(path), sha, fmt, len(traj_ids), n_turns, len(skipped)],
+            [str(path), sha, fmt, n_trajectories, n_turns, len(skipped)],
         )
         return IngestResult(
             file=str(path),
             format=fmt,
             status="ingested",
-            n_trajectories=len(traj_ids),
+            n_trajectories=n_trajectories,
             n_turns=n_turns,
             skipped=skipped,
             sha256=sha,
         )
 
-    if _fast_path_applies(path, fmt, digest, options):
+    if probe is not None and _fast_path_applies(path, fmt, digest, options):
         from recovery.store.fast_canonical import Declined
 
         try:
@@ -476,12 +518,17 @@ def _fast_path_applies(
         fmt == "canonical"
         and options.fast
         and digest.longest_line <= options.max_record_bytes
+        and not digest.watched
         and eligible(path, head_bytes(path, 4))
     )
 
 
 def _ingest_canonical_fast(
-    con: duckdb.DuckDBPyConnection, path: Path, digest: FileDigest, options: IngestOptions
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    digest: FileDigest,
+    options: IngestOptions,
+    probe: SchemaProbe,
 ) -> FastIngest:
     """DuckDB-native ingest of a plainly valid canonical file (raises Declined otherwise)."""
     from recovery.formats import stem
@@ -495,6 +542,9 @@ def _ingest_canonical_fast(
         run_override=options.run,
         success_threshold=options.success_threshold,
         max_record_bytes=options.max_record_bytes,
+        mark=options.mark,
+        rules=options.rules,
+        probe=probe,
     )
 
 

@@ -193,3 +193,104 @@ def test_same_trajectory_already_in_the_store_is_an_error(tmp_path):
     with pytest.raises(IngestError, match="already in the store"):
         ingest_file(con, write_jsonl(tmp_path / "b.jsonl", GOOD_RECORDS[:1] + GOOD_RECORDS[1:2]))
     assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Both paths on random canonical files: the fast path stores what the Python reader stores, or
+# the file fails the same way (the fast path declines whatever it does not store exactly).
+
+_ODD_VALUES = [None, True, False, 0, -0.0, 1, -1, 2.0, 2**31, 2**64 + 1, 10**30, 1e300, 0.5, -0.5,
+               1.5, "", "x", "Error: boom", "2024-01-01", "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+               "17", "true", {}, {"k": 1}, [], [1], "a:b", 'q"uote']
+_GOOD_VALUES = {
+    "run": ["r1", "r2", "2024-01-01"], "task_id": ["t1", 7, "3f2504e0-4f89-11d3-9a0c-0305e82c3301"],
+    "sample": [0, 1, 5], "budget": [10, 40], "success": [True, False], "reward": [0, 1, 0.25],
+    "prompt": ["hi", ""], "end_reason": ["success", "budget", "crash"],
+    "meta": [{"k": 1}, {}, {"n": {"x": [1, "y"]}}],
+    "action": ["go()", "Error: x"], "observation": ["ok", "Error: no", "", "a:b"],
+    "error": [True, False, "tool_error", ""], "label": [-1, 0, 0.5, 1], "done": [True, False],
+}
+
+
+def _value(data, key: str):
+    from hypothesis import strategies as st
+
+    if key in _GOOD_VALUES and data.draw(st.integers(0, 4), label=f"{key} good") > 0:
+        return data.draw(st.sampled_from(_GOOD_VALUES[key]), label=key)
+    return data.draw(st.sampled_from(_ODD_VALUES), label=key)
+
+
+def _records(data) -> list[str]:
+    """A few canonical records as JSON lines, with random odd values, keys and spellings."""
+    from hypothesis import strategies as st
+
+    turn_keys = ["action", "observation", "reward", "error", "label", "done", "meta", "why"]
+    top_keys = ["run", "task_id", "sample", "budget", "success", "reward", "prompt",
+                "end_reason", "meta", "turns", "extra"]
+    lines = []
+    for i in range(data.draw(st.integers(1, 4), label="records")):
+        turns = []
+        for j in range(data.draw(st.integers(0, 3), label="turns")):
+            turn = {"action": f"act({j})", "observation": data.draw(
+                st.sampled_from(["ok", "Error: no", "Traceback (most recent call last):", ""]))}
+            for key in data.draw(st.lists(st.sampled_from(turn_keys), max_size=3), label="tk"):
+                turn[key] = _value(data, key)
+            turns.append(turn)
+        record = {"task_id": f"t{i % 2}", "success": i % 2 == 0, "turns": turns}
+        for key in data.draw(st.lists(st.sampled_from(top_keys), max_size=3), label="keys"):
+            record[key] = _value(data, key)
+        text = json.dumps(record, ensure_ascii=data.draw(st.booleans(), label="ascii"))
+        spelling = data.draw(st.sampled_from(
+            ["plain", "plain", "plain", "nan", "dup", "escaped key", "spaces"]))
+        if spelling == "nan" and "0.5" in text:
+            text = text.replace("0.5", "NaN", 1)
+        elif spelling == "dup" and '"action": ' in text:
+            text = text.replace('"action": ', '"action": "first", "action": ', 1)
+        elif spelling == "escaped key":
+            text = text.replace('"task_id"', '"task\\u005fid"', 1)
+        elif spelling == "spaces":
+            text = text.replace(": ", " :\t", 2)
+        lines.append(text)
+    return lines
+
+
+def _outcome(path: Path, fast: bool) -> tuple:
+    con = connect(None)
+    try:
+        ingest_file(con, path, IngestOptions(fast=fast))
+    except IngestError as err:
+        return ("failed", str(err))
+    return ("stored", store_rows(con))
+
+
+def _both_paths_agree(tmp_path_factory, data) -> None:
+    path = tmp_path_factory.mktemp("paths") / "random.jsonl"
+    path.write_text("\n".join(_records(data)) + "\n", encoding="utf-8")
+    assert _outcome(path, fast=True) == _outcome(path, fast=False)
+
+
+def test_both_paths_agree_on_random_files(tmp_path_factory) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data())
+    def check(data) -> None:
+        _both_paths_agree(tmp_path_factory, data)
+
+    check()
+
+
+@pytest.mark.slow
+def test_both_paths_agree_on_many_random_files(tmp_path_factory) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=1500, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data())
+    def check(data) -> None:
+        _both_paths_agree(tmp_path_factory, data)
+
+    check()
