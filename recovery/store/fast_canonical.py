@@ -96,13 +96,17 @@ _TURN_FIELDS: dict[str, tuple[str, set[str]]] = {
 TURN_STRUCT = "STRUCT(" + ", ".join(
     f'"{name}" {read}' for name, (read, _) in sorted(_TURN_FIELDS.items())
 ) + ")"
-READ_COLUMNS = "{" + ", ".join(
-    [f"{name}: '{read}'" for name, (read, _) in sorted(_TOP_FIELDS.items())]
+TOP_COLUMNS = "{" + ", ".join(
+    f"{name}: '{read}'" for name, (read, _) in sorted(_TOP_FIELDS.items())
+) + "}"
+"""The fixed types of the read of the trajectories (their turns are read by the other)."""
+TURN_COLUMNS = "{" + ", ".join(
+    [f"{name}: '{_TOP_FIELDS[name][0]}'" for name in ("budget", "run", "sample", "task_id")]
     + [f"turns: '{TURN_STRUCT}[]'"]
 ) + "}"
-"""The fixed types of the second read."""
+"""The fixed types of the read of the turns (with what names their trajectory)."""
 
-_STAGE_TABLES = ("_fast_stage", "_fast_traj")
+_STAGE_TABLES = ("_fast_traj", "_fast_counts")
 
 
 @dataclass(slots=True)
@@ -316,7 +320,6 @@ _TRAJECTORY_INVALID = f"""
     OR (end_reason IS NOT NULL AND end_reason NOT IN {_END_REASONS})
     OR (meta IS NOT NULL AND (NOT starts_with(meta::VARCHAR, '{{')
                               OR {_odd_numbers("meta::VARCHAR")}))
-    OR turns IS NULL
 """
 
 _TURN_INVALID = f"""
@@ -328,6 +331,14 @@ _TURN_INVALID = f"""
     OR (u.meta IS NOT NULL AND (NOT starts_with(u.meta::VARCHAR, '{{')
                                 OR {_odd_numbers("u.meta::VARCHAR")}))
 """
+
+
+def _traj_id_sql(run: str, task_id: str, budget: str, sample: str) -> str:
+    """The stable trajectory id (:func:`recovery.store.make_traj_id`) in SQL."""
+    return (
+        f"substr(sha1({run} || chr(31) || {task_id} || chr(31) || coalesce({budget}::VARCHAR, '')"
+        f" || chr(31) || {sample}::VARCHAR), 1, 16)"
+    )
 
 
 def _ingest(
@@ -345,49 +356,32 @@ def _ingest(
 ) -> FastIngest:
     file = _literal(str(path))
     max_size = max(int(max_record_bytes), 1 << 24)
-    (in_order,) = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()
-    # One parallel read into the stage. With insertion order preserved, its rows are in file
-    # order, so a row's position is its line (blank lines, which the reader skips, decline
-    # below); otherwise the reader numbers the records itself, on one thread.
-    numbered = "" if in_order else "ordinality::INTEGER AS line, "
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _fast_stage AS
-        SELECT {numbered}*, NULL::VARCHAR AS traj_id
-        FROM read_json({file}, format = 'newline_delimited', columns = {READ_COLUMNS},
-                       maximum_object_size = {max_size})
-             {"" if in_order else "WITH ORDINALITY"}
-        """
-    )
-    # in file order, a record's line is its row's rank by rowid
-    line = "row_number() OVER (ORDER BY rowid)::INTEGER" if in_order else "line"
     run_expr = (
         _literal(run_override)
         if run_override
         else f"coalesce(nullif(run, ''), {_literal(default_run)})"
     )
+    # The trajectories' own fields, from a read that skips the turns (their own read follows).
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _fast_traj AS
         WITH base AS (
-            SELECT {line}                                       AS line,
-                   rowid                                        AS stage_row,
+            SELECT ordinality::INTEGER                          AS line,
                    {run_expr}                                   AS run,
                    task_id->>'$'                                AS task_id,
                    sample::INTEGER                              AS given_sample,
                    budget::INTEGER                              AS budget,
                    coalesce(success, reward >= {float(success_threshold)!r}) AS success,
                    reward,
-                   len(turns)::INTEGER                          AS n_turns,
-                   list_position(list_transform(turns, lambda x: coalesce(x.done, false)),
-                                 true)                          AS first_done,
                    nullif(prompt, '')                           AS prompt,
                    end_reason                                   AS given_end_reason,
                    CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
                         ELSE meta END                           AS meta,
                    meta IS NOT NULL AND {_brackets("meta::VARCHAR")} + 1 > {MAX_JSON_DEPTH}
                                                                 AS maybe_deep
-            FROM _fast_stage
+            FROM read_json({file}, format = 'newline_delimited', columns = {TOP_COLUMNS},
+                           maximum_object_size = {max_size})
+                 WITH ORDINALITY
             WHERE CASE WHEN {_TRAJECTORY_INVALID}
                        THEN error('declined: record needs the Python reader') ELSE true END
         ),
@@ -398,17 +392,16 @@ def _ingest(
                                                 ORDER BY line) - 1)::INTEGER) AS sample
             FROM base
         )
-        SELECT *,
-               substr(sha1(run || chr(31) || task_id || chr(31) || coalesce(budget::VARCHAR, '')
-                           || chr(31) || sample::VARCHAR), 1, 16) AS traj_id
+        SELECT *, {_traj_id_sql("run", "task_id", "budget", "sample")} AS traj_id
         FROM sampled
         """
     )
-    n_records, clashes, n_turns, deep_lines = con.execute(
+    n_records, clashes, implicit, deep_lines = con.execute(
         """
         SELECT count(*), count(*) - count(DISTINCT traj_id)
                          + (SELECT count(*) FROM _fast_traj JOIN trajectories USING (traj_id)),
-               coalesce(sum(n_turns), 0), list(line) FILTER (WHERE maybe_deep)
+               count(*) FILTER (WHERE given_sample IS NULL),
+               list(line) FILTER (WHERE maybe_deep)
         FROM _fast_traj
         """
     ).fetchone()
@@ -416,51 +409,73 @@ def _ingest(
         raise Declined("blank lines: record numbers would not be line numbers")
     if clashes:
         raise Declined("duplicate trajectories")
+    if deep_lines:
+        # a meta with many brackets may be nested deeper than the readers' limit: its depth
+        # is measured the way the Python reader measures it
+        _check_depth(con, file, max_size, sorted(deep_lines))
+    if implicit:
+        # A sample numbered by position: the turns' trajectory is found by the record's line
+        # (the reader numbers the records, on one thread).
+        records = f"""(
+            SELECT ids[ordinality] AS traj_id, turns
+            FROM read_json({file}, format = 'newline_delimited', columns = {TURN_COLUMNS},
+                           maximum_object_size = {max_size}) WITH ORDINALITY,
+                 (SELECT list(traj_id ORDER BY line) AS ids FROM _fast_traj))"""
+    else:
+        # Every record names its sample: its trajectory id follows from the record alone, and
+        # the turns stream from a parallel read.
+        traj_id = _traj_id_sql(run_expr, "(task_id->>'$')", "budget::INTEGER", "sample::INTEGER")
+        records = f"""(
+            SELECT {traj_id} AS traj_id, turns
+            FROM read_json({file}, format = 'newline_delimited', columns = {TURN_COLUMNS},
+                           maximum_object_size = {max_size}))"""
+    _insert_turns(con, records, mark=mark, rules=rules)
+    # Turns per trajectory, and the first one done, from the turns just stored.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _fast_counts AS
+        SELECT f.traj_id, coalesce(c.n_turns, 0)::INTEGER AS n_turns, c.first_done, f.success
+        FROM _fast_traj f
+        LEFT JOIN (SELECT traj_id, max(t) AS n_turns, min(t) FILTER (WHERE done) AS first_done
+                   FROM turns WHERE traj_id IN (SELECT traj_id FROM _fast_traj)
+                   GROUP BY traj_id) c USING (traj_id)
+        """
+    )
     con.execute(
         f"""
         INSERT INTO trajectories BY NAME
         SELECT traj_id, run, task_id, sample, budget, success, reward, n_turns,
-               {success_turn_sql("success", "n_turns", "nullif(first_done, 0)")}
-                                                                  AS success_turn,
+               {success_turn_sql("success", "n_turns", "first_done")} AS success_turn,
                {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
                                                                   AS end_reason,
                'canonical' AS format, prompt, {file} AS source_file,
                line AS source_line, meta
-        FROM _fast_traj ORDER BY line
+        FROM _fast_traj JOIN _fast_counts USING (traj_id, success) ORDER BY line
         """
     )
-    if n_turns:
-        # The turns get their trajectory's id on the stage, so that storing them joins nothing.
-        con.execute(
-            "UPDATE _fast_stage SET traj_id = f.traj_id FROM _fast_traj f "
-            "WHERE _fast_stage.rowid = f.stage_row"
-        )
-        deep_lines = list(deep_lines or []) + _insert_turns(con, mark=mark, rules=rules)
-    con.execute("DROP TABLE _fast_stage")
-    if deep_lines:
-        # metas with many brackets may be nested deeper than the readers' limit: their depth
-        # is measured the way the Python reader measures it
-        _check_depth(con, file, max_size, sorted(set(deep_lines)))
+    (n_turns,) = con.execute("SELECT coalesce(sum(n_turns), 0) FROM _fast_counts").fetchone()
     if mark and n_turns:
         from recovery.marking.mark import mark_new_turns
 
-        mark_new_turns(con, "_fast_traj")
-    # Only now are the stage's rows known to hold what the file holds: the detection, which
+        mark_new_turns(con, "_fast_counts")
+    # Only now are the reads' rows known to hold what the file holds: the detection, which
     # ran alongside, says whether a native read cast anything.
     if probe.check() and n_turns:
         raise Declined("turns that are not objects")
     return FastIngest(int(n_records), int(n_turns), marked=mark)
 
 
-def _insert_turns(con: duckdb.DuckDBPyConnection, *, mark: bool, rules: RuleSet | None) -> list[int]:
-    """Unnest the staged turns, check every value, mark them, and store them.
-
-    Returns:
-        The lines whose turn metas hold many brackets (their depth is measured after).
-    """
+def _insert_turns(
+    con: duckdb.DuckDBPyConnection, records: str, *, mark: bool, rules: RuleSet | None
+) -> None:
+    """Unnest the turns of ``records`` (``traj_id, turns``), check every value, mark them, and
+    store them, in one statement that streams from the file."""
     # hash(action, observation) of every turn and of the one before it, from the list itself
     # (no window, no sort): what the repeat rule compares.
     hashes = "list_transform(turns, lambda u: hash(u.action, coalesce(u.observation, '')))"
+    # A turn meta with more brackets than the depth limit allows (less the record, turns and
+    # turn levels) may be nested too deep: the Python reader measures it.
+    deep_meta = f"(u.meta IS NOT NULL AND {_brackets('u.meta::VARCHAR')} + 3 > {MAX_JSON_DEPTH})"
     staged = f"""(
         SELECT traj_id, t,
                u.action                                        AS action,
@@ -479,8 +494,10 @@ def _insert_turns(con: duckdb.DuckDBPyConnection, *, mark: bool, rules: RuleSet 
         FROM (SELECT traj_id, generate_subscripts(turns, 1) AS t, unnest(turns) AS u,
                      unnest(hashes) AS step_hash,
                      unnest(list_prepend(NULL::UBIGINT, hashes)[1:len(hashes)]) AS prev_hash
-              FROM (SELECT traj_id, turns, {hashes} AS hashes FROM _fast_stage))
-        WHERE CASE WHEN {_TURN_INVALID}
+              FROM (SELECT traj_id, turns, {hashes} AS hashes FROM {records}
+                    WHERE CASE WHEN turns IS NULL
+                               THEN error('declined: a record without turns') ELSE true END))
+        WHERE CASE WHEN {_TURN_INVALID} OR {deep_meta}
                    THEN error('declined: turn needs the Python reader') ELSE true END
     )"""
     columns = ("t", "action", "action_json", "observation", "observation_json", "reward",
@@ -499,16 +516,6 @@ def _insert_turns(con: duckdb.DuckDBPyConnection, *, mark: bool, rules: RuleSet 
     con.execute(
         f"INSERT INTO turns BY NAME SELECT traj_id, {', '.join(columns)}, {marks} FROM ({source})"
     )
-    # A turn meta with more brackets than the depth limit allows (less the record, turns and
-    # turn levels) may be too deep.
-    (lines,) = con.execute(
-        f"""
-        SELECT list(DISTINCT f.line)
-        FROM (SELECT traj_id, unnest(turns) AS u FROM _fast_stage) JOIN _fast_traj f USING (traj_id)
-        WHERE u.meta IS NOT NULL AND {_brackets("u.meta::VARCHAR")} + 3 > {MAX_JSON_DEPTH}
-        """
-    ).fetchone()
-    return list(lines or [])
 
 
 def _check_depth(
