@@ -181,7 +181,7 @@ def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRP
     from analyses.budgetmix.reference.rollout import run_episodes
     from analyses.budgetmix.reference.text import render_episode
     from analyses.budgetmix.schedule import mixture_schedule
-    from recovery.cli.budgetmix import TfidfStepScorer
+    from prm.online import TfidfStepScorer
     from tests.analyses.budgetmix.adapters import tiny_chat
     from tests.analyses.budgetmix.reference.scripted import Scripted
 

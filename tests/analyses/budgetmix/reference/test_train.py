@@ -17,7 +17,7 @@ from analyses.budgetmix.reference.train import (
     train_sim,
 )
 from analyses.budgetmix.schedule import BudgetSchedule, mixture_schedule
-from recovery.cli.budgetmix import tfidf_scorer_factory
+from prm.online import tfidf_scorer_factory
 
 torch = pytest.importorskip("torch")
 
