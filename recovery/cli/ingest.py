@@ -1,4 +1,5 @@
-"""``recovery ingest FILES... --store PATH``: read rollouts into the DuckDB store."""
+"""``recovery ingest FILES... --store PATH``: read rollouts into the store (a DuckDB file or a
+folder of Parquet files)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ class IngestConfig:
     files: list[Path] = opt(
         argument=True, required=True, default_factory=list, help="Input files."
     )
-    store: Path | None = opt(
-        None, "DuckDB file to write (created when missing); in memory when omitted."
+    store: str | None = opt(
+        None, "Store to write (created when missing): a DuckDB file, or a folder of Parquet "
+        "files when the path is an existing folder or ends in '/' (e.g. runs/); in memory "
+        "when omitted.",
     )
     format: str | None = opt(
         None, "Input format (default: detected per file). Unknown names list the known ones."
@@ -108,8 +111,13 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     failed = sum(r.status == "failed" for r in results)
     if created and total[0] == 0 and failed:
         # Nothing could be stored: leave no empty store behind for a wrong --format or path.
+        if Path(config.store).is_dir():  # a folder store made by this command
+            import shutil
+
+            shutil.rmtree(config.store, ignore_errors=True)
         for leftover in (Path(config.store), Path(f"{config.store}.wal")):
-            leftover.unlink(missing_ok=True)
+            if not leftover.is_dir():
+                leftover.unlink(missing_ok=True)
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:
         echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
@@ -123,10 +131,11 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
 @click.command()
 @command_options(IngestConfig)
 def ingest(config: IngestConfig) -> None:
-    """Read rollouts (any known format) into the DuckDB store, one transaction per file.
+    """Read rollouts (any known format) into the store, one transaction per file.
 
     A file already ingested (same sha256) is skipped. A bad record stops its file, names the
-    file and line, and leaves the store as it was, unless --skip-bad is given.
+    file and line, and leaves the store as it was, unless --skip-bad is given. With
+    --store DIR/ the store is a folder of Parquet files, partitioned by run and file.
     """
     failed = run_ingest(config)
     if failed:

@@ -14,7 +14,10 @@ from recovery.cli.options import command_options, opt
 class MarkConfig:
     """Options of ``recovery mark``."""
 
-    store: Path | None = opt(None, "DuckDB store to re-mark (changed in place).", required=True)
+    store: Path | None = opt(
+        None, "Store to re-mark (changed in place): a DuckDB file or a folder store.",
+        required=True,
+    )
     rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")
     run: list[str] = opt(
         default_factory=list, help="Only the trajectories of these runs (comma-separated)."
@@ -29,6 +32,7 @@ def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
     """Re-mark the store of ``config`` in one transaction; print and return counts per kind."""
     from recovery.marking import RuleError, load_rules, mark_store
     from recovery.store import connect, in_transaction
+    from recovery.store.folder import folder_root, mark_folder
 
     try:
         rules = load_rules(config.rules) if config.rules else None
@@ -47,10 +51,17 @@ def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
                     f"SELECT traj_id FROM trajectories WHERE run IN ({marks})", config.run
                 ).fetchall()
             ]
-        counts = in_transaction(con, lambda: mark_store(
-            con, rules=rules, traj_ids=traj_ids,
-            prm_model=config.prm_model, prm_threshold=config.prm_threshold,
-        ))
+        if folder_root(con) is not None:
+            # each ingested file's partitions are rewritten re-marked, one file at a time
+            counts = mark_folder(
+                con, rules=rules, runs=config.run,
+                prm_model=config.prm_model, prm_threshold=config.prm_threshold,
+            )
+        else:
+            counts = in_transaction(con, lambda: mark_store(
+                con, rules=rules, traj_ids=traj_ids,
+                prm_model=config.prm_model, prm_threshold=config.prm_threshold,
+            ))
         scope = "TRUE" if traj_ids is None else "tr.run IN (" + ", ".join(
             "?" for _ in config.run) + ")"
         n_traj, n_turns = con.execute(

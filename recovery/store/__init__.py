@@ -1,8 +1,9 @@
-"""The DuckDB store: tables, views, and atomic, idempotent ingest.
+"""The store: tables, views, and atomic, idempotent ingest.
 
-One DuckDB connection is opened with :func:`connect` and passed to every function that touches
-the store. Ingest is one transaction per file: a file that fails leaves the store exactly as it
-was, and a file whose sha256 is already recorded is skipped. Rows go in as Arrow batches.
+A store is one DuckDB file, or a folder of Hive-partitioned Parquet files with the same tables
+(:mod:`recovery.store.folder`). One DuckDB connection is opened with :func:`connect` and passed
+to every function that touches the store. Ingest is atomic per file: a file that fails leaves
+the store exactly as it was, and a file whose sha256 is already recorded is skipped.
 
 Example:
     >>> from recovery.store import connect, ingest_file
@@ -29,6 +30,7 @@ from recovery.store.digest import (
     make_traj_id,
 )
 from recovery.store.export import export_parquet
+from recovery.store.folder import is_folder_store, mark_folder, views_sql
 from recovery.store.ingest import (
     TRAJECTORY_COLUMNS,
     TURN_COLUMNS,
@@ -41,6 +43,7 @@ from recovery.store.ingest import (
     ingest_trajectories,
 )
 from recovery.store.scope import traj_scope
+from recovery.store.scores import replace_step_scores
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -63,6 +66,10 @@ __all__ = [
     "ingest_file",
     "ingest_files",
     "ingest_trajectories",
+    "is_folder_store",
     "make_traj_id",
+    "mark_folder",
+    "replace_step_scores",
     "traj_scope",
+    "views_sql",
 ]

@@ -341,6 +341,22 @@ def ingest_file(
     """
     options = options or IngestOptions()
     path = Path(path)
+    from recovery.store.folder import folder_root, ingest_into_folder
+
+    if folder_root(con) is not None:
+        return ingest_into_folder(con, path, options, ingest=_ingest_one)
+    return _ingest_one(con, path, options)
+
+
+def _ingest_one(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    options: IngestOptions,
+    *,
+    known: Callable[[str], bool] | None = None,
+) -> IngestResult:
+    """:func:`ingest_file` into a DuckDB store; ``known`` says whether a sha256 is already
+    ingested (default: the store's own ``ingests``)."""
     if not path.exists():
         raise IngestError(f"{path}: no such file")
     if not (path.is_file() or path.is_dir()):
@@ -355,7 +371,7 @@ def ingest_file(
         )
     probe = _start_probe(con, path, fmt, options)
     try:
-        return _ingest_file(con, path, fmt, folder, options, probe)
+        return _ingest_file(con, path, fmt, folder, options, probe, known)
     finally:
         if probe is not None:
             probe.close()
@@ -386,6 +402,7 @@ def _ingest_file(
     folder: bool,
     options: IngestOptions,
     probe: SchemaProbe | None,
+    known: Callable[[str], bool] | None,
 ) -> IngestResult:
     try:
         if folder:
@@ -400,7 +417,8 @@ def _ingest_file(
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
-    if con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
+    if (known(sha) if known is not None
+            else con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall()):
         return IngestResult(file=str(path), format=fmt, status="skipped", sha256=sha)
     read_options = ReadOptions(
         run=options.run,
@@ -558,8 +576,17 @@ def ingest_trajectories(
     """Ingest trajectories built in Python (e.g. by the simulator), atomically.
 
     Unlike :func:`ingest_file` there is no sha256 to make this idempotent; a trajectory whose
-    (run, task, budget, sample) is already stored is an error.
+    (run, task, budget, sample) is already stored is an error. A DuckDB store only: a folder
+    store is partitioned by ingested file (write the trajectories as canonical JSONL with
+    :func:`recovery.schema.trajectory_to_dict` and ingest the file).
     """
+    from recovery.store.folder import folder_root
+
+    if folder_root(con) is not None:
+        raise IngestError(
+            f"{source}: trajectories built in Python go into a DuckDB store; a folder store "
+            "takes files (write them as canonical JSONL, then ingest the file)"
+        )
     options = options or IngestOptions()
 
     def body() -> IngestResult:

@@ -1,0 +1,338 @@
+"""The folder store: Hive-partitioned Parquet with the same tables as the DuckDB store, atomic
+per ingested file, idempotent, read by any DuckDB client, and analysed exactly the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from recovery.cli import main
+from recovery.store import (
+    IngestError,
+    IngestOptions,
+    connect,
+    ingest_file,
+    ingest_trajectories,
+    is_folder_store,
+    replace_step_scores,
+    views_sql,
+)
+from tests.conftest import REPO, TAU_AIRLINE
+
+TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
+JSON_COLUMNS = {"meta", "action_json", "observation_json"}
+
+
+def rows(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple]:
+    """Every row of ``table`` in a fixed order, JSON parsed, the clock left out."""
+    exclude = " EXCLUDE (ingested_at)" if table == "ingests" else ""
+    cursor = con.execute(f"SELECT *{exclude} FROM {table} ORDER BY ALL")
+    names = [d[0] for d in cursor.description]
+    return [
+        tuple(json.loads(v) if n in JSON_COLUMNS and v is not None else v
+              for n, v in zip(names, row, strict=True))
+        for row in cursor.fetchall()
+    ]
+
+
+def snapshot(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
+    return {table: rows(con, table) for table in TABLES}
+
+
+def parquet_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def sim_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two simulated runs, one canonical file each."""
+    out = tmp_path_factory.mktemp("sim")
+    result = CliRunner().invoke(
+        main, ["simulate", "--out", str(out), "--tasks", "25", "--samples", "4", "--seed", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    return sorted(out.glob("*.jsonl"))
+
+
+def both_stores(tmp_path: Path, files: list[Path]) -> tuple:
+    duck = connect(tmp_path / "s.duckdb")
+    folder = connect(f"{tmp_path / 'runs'}/")
+    for file in files:
+        ingest_file(duck, file)
+        ingest_file(folder, file)
+    return duck, folder
+
+
+# --------------------------------------------------------------------------------------------
+# What is a folder store
+
+
+def test_folder_store_rule(tmp_path: Path) -> None:
+    (tmp_path / "existing").mkdir()
+    assert is_folder_store(tmp_path / "existing")
+    assert is_folder_store(f"{tmp_path}/new/")
+    assert is_folder_store("s3://bucket/runs")
+    assert not is_folder_store(tmp_path / "new")
+    assert not is_folder_store(tmp_path / "s.duckdb")
+    assert not is_folder_store(None)
+    assert not is_folder_store(":memory:")
+
+
+def test_a_folder_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    with pytest.raises(Exception, match="not empty and not a store"):
+        connect(tmp_path / "notes")
+    with pytest.raises(Exception, match="not a store"):
+        connect(tmp_path / "notes", read_only=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Same rows, same analysis
+
+
+def test_folder_store_holds_the_same_rows(tmp_path: Path, sim_files: list[Path]) -> None:
+    duck, folder = both_stores(tmp_path, sim_files)
+    assert snapshot(folder) == snapshot(duck)
+    assert rows(folder, "task_outcomes") == rows(duck, "task_outcomes")
+    # a mean over tasks in SQL: the order of the rows may move the last bit
+    a, b = rows(folder, "pass_at_kt"), rows(duck, "pass_at_kt")
+    assert [r[:3] + r[4:] for r in a] == [r[:3] + r[4:] for r in b]
+    assert [r[3] for r in a] == pytest.approx([r[3] for r in b], abs=1e-12)
+    root = tmp_path / "runs"
+    # partitioned by run, then by ingested file; zstd Parquet
+    runs = {p.split("/")[1] for p in parquet_files(root) if p.startswith("turns/run=base")}
+    assert runs and all(name.startswith("run=") for name in runs)
+    one = next(root.glob("turns/run=base/sha256=*/gen=0/*.parquet"))
+    codecs = duckdb.sql(
+        f"SELECT DISTINCT compression FROM parquet_metadata('{one}')").fetchall()
+    assert codecs == [("ZSTD",)]
+
+
+def test_tau_bench_in_a_folder_store(tmp_path: Path) -> None:
+    if not TAU_AIRLINE.exists():
+        pytest.skip("real data not found")
+    duck, folder = both_stores(tmp_path, [TAU_AIRLINE])
+    assert snapshot(folder) == snapshot(duck)
+    assert folder.execute("SELECT count(*) FROM turns").fetchone()[0] == 2454
+
+
+def test_reingest_adds_nothing(tmp_path: Path, sim_files: list[Path]) -> None:
+    folder = connect(f"{tmp_path / 'runs'}/")
+    for file in sim_files:
+        ingest_file(folder, file)
+    before, files = snapshot(folder), parquet_files(tmp_path / "runs")
+    for file in sim_files:
+        assert ingest_file(folder, file).status == "skipped"
+    assert snapshot(folder) == before
+    assert parquet_files(tmp_path / "runs") == files
+
+
+def test_odd_run_labels_come_back_exactly(tmp_path: Path, sim_files: list[Path]) -> None:
+    folder = connect(f"{tmp_path / 'runs'}/")
+    label = "qwen/7b=rl 100% ✈ __HIVE_DEFAULT_PARTITION__"
+    ingest_file(folder, sim_files[0], IngestOptions(run=label))
+    assert folder.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [(label,)]
+    assert folder.execute("SELECT count(*) FROM turns").fetchone()[0] > 0
+
+
+def _analyze(store: str, out: Path) -> dict:
+    result = CliRunner().invoke(
+        main, ["analyze", "--store", store, "--json", str(out), "--n-boot", "30", "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def test_analyze_gives_the_same_json(tmp_path: Path, sim_files: list[Path]) -> None:
+    duck, folder = both_stores(tmp_path, sim_files)
+    duck.close()
+    folder.close()
+    a = _analyze(str(tmp_path / "s.duckdb"), tmp_path / "a.json")
+    b = _analyze(str(tmp_path / "runs"), tmp_path / "b.json")
+    for report in (a, b):
+        report.pop("timings", None)
+        report.pop("cpu_timings", None)
+    assert a == b
+
+
+@pytest.mark.slow
+def test_analyze_gives_the_same_json_on_tau_bench(tmp_path: Path) -> None:
+    if not TAU_AIRLINE.exists():
+        pytest.skip("real data not found")
+    duck, folder = both_stores(tmp_path, [TAU_AIRLINE])
+    duck.close()
+    folder.close()
+    a = _analyze(str(tmp_path / "s.duckdb"), tmp_path / "a.json")
+    b = _analyze(str(tmp_path / "runs"), tmp_path / "b.json")
+    for report in (a, b):
+        report.pop("timings", None)
+        report.pop("cpu_timings", None)
+    assert a == b
+
+
+# --------------------------------------------------------------------------------------------
+# Atomic per file
+
+
+_KILLED_INGEST = """
+import os, sys
+import recovery.store.folder as folder
+from recovery.store import connect, ingest_file
+
+renames = 0
+real = os.rename
+
+def rename(src, dst):
+    global renames
+    real(src, dst)
+    renames += 1
+    if renames == int(sys.argv[3]):
+        os._exit(17)   # killed: no cleanup, no exception handling
+
+folder.os.rename = rename
+ingest_file(connect(sys.argv[1]), sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("after", [pytest.param(1, marks=pytest.mark.slow), 3])
+def test_a_killed_ingest_leaves_the_store_as_it_was(
+    tmp_path: Path, sim_files: list[Path], after: int
+) -> None:
+    root = tmp_path / "runs"
+    store = connect(f"{root}/")
+    ingest_file(store, sim_files[0])
+    before = snapshot(store)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_INGEST, str(root), str(sim_files[1]), str(after)],
+        cwd=REPO, capture_output=True, text=True,
+    )
+    assert killed.returncode == 17, killed.stderr
+    # partitions of the killed write are on disk, but no ingests row commits them
+    assert any("rl" in p for p in parquet_files(root))
+    assert snapshot(connect(root, read_only=True)) == before
+    assert snapshot(store) == before
+    # the next write removes what the killed one left, and stores the file
+    assert ingest_file(store, sim_files[1]).status == "ingested"
+    duck = connect(None)
+    for file in sim_files:
+        ingest_file(duck, file)
+    assert snapshot(store) == snapshot(duck)
+    assert not (root / "_tmp").exists() or not any((root / "_tmp").iterdir())
+
+
+def test_a_failed_ingest_writes_nothing(tmp_path: Path, sim_files: list[Path]) -> None:
+    root = tmp_path / "runs"
+    store = connect(f"{root}/")
+    ingest_file(store, sim_files[0])
+    before, files = snapshot(store), parquet_files(root)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "a", "success": true, "turns": []}\n{"task_id": 1.5}\n')
+    with pytest.raises(IngestError, match=r"bad\.jsonl:2"):
+        ingest_file(store, bad)
+    # a file holding trajectories already stored from another file: refused, naming both
+    again = tmp_path / "again.jsonl"
+    again.write_text(sim_files[0].read_text() + '{"task_id": "new", "success": true, '
+                     '"turns": []}\n')
+    with pytest.raises(IngestError, match=r"again\.jsonl:1: .* already in the store \(from "):
+        ingest_file(store, again)
+    assert snapshot(store) == before
+    assert parquet_files(root) == files
+
+
+def test_python_built_trajectories_need_a_duckdb_store(tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match="folder store takes files"):
+        ingest_trajectories(connect(f"{tmp_path}/runs/"), [])
+
+
+# --------------------------------------------------------------------------------------------
+# Reading it: recovery sql, a plain DuckDB client
+
+
+def test_recovery_sql_reads_a_folder_store(tmp_path: Path, sim_files: list[Path]) -> None:
+    both_stores(tmp_path, sim_files)
+    out = CliRunner().invoke(main, [
+        "sql", "SELECT run, count(*) AS n FROM trajectories GROUP BY run ORDER BY run",
+        "--store", str(tmp_path / "runs"), "--format", "json",
+    ])
+    assert out.exit_code == 0, out.output
+    assert [r["run"] for r in json.loads(out.stdout)] == ["base", "rl"]
+    # still sandboxed: nothing outside the store can be read
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    refused = CliRunner().invoke(main, [
+        "sql", f"SELECT * FROM read_csv('{secret}')", "--store", str(tmp_path / "runs"),
+    ])
+    assert refused.exit_code != 0
+
+
+def test_any_duckdb_client_reads_it(tmp_path: Path, sim_files: list[Path]) -> None:
+    duck, _ = both_stores(tmp_path, sim_files)
+    plain = duckdb.connect()
+    plain.execute(views_sql(tmp_path / "runs"))
+    assert rows(plain, "turns") == rows(duck, "turns")
+    # or straight from the files, with the partition columns
+    (n, runs) = plain.execute(
+        f"SELECT count(*), count(DISTINCT run) FROM read_parquet("
+        f"'{tmp_path}/runs/turns/*/*/*/*.parquet', hive_partitioning = true)"
+    ).fetchone()
+    assert (n, runs) == (len(rows(duck, "turns")), 2)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing to it: re-marking and PRM scores
+
+
+def test_mark_rewrites_partitions_like_a_duckdb_store(
+    tmp_path: Path, sim_files: list[Path]
+) -> None:
+    both_stores(tmp_path, sim_files)
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nname = "ok"\nkind = "none"\nfield = "observation"\n'
+                     'startswith = "Error"\n')
+    for store in (tmp_path / "s.duckdb", tmp_path / "runs"):
+        result = CliRunner().invoke(main, ["mark", "--store", str(store), "--rules", str(rules),
+                                           "--run", "rl"])
+        assert result.exit_code == 0, result.output
+    duck, folder = connect(tmp_path / "s.duckdb"), connect(tmp_path / "runs")
+    assert snapshot(folder) == snapshot(duck)
+    assert any("gen=1" in p for p in parquet_files(tmp_path / "runs"))
+
+
+def test_step_scores_and_prm_marks(tmp_path: Path, sim_files: list[Path]) -> None:
+    duck, folder = both_stores(tmp_path, sim_files)
+    for con in (duck, folder):
+        con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, (t % 3) / 2.0 AS score "
+                    "FROM turns WHERE t <= 3")
+        replace_step_scores(con, "s", "m1")
+        replace_step_scores(con, "(SELECT traj_id, t, 0.25 AS score FROM s WHERE t = 1)", "m1")
+        replace_step_scores(con, "s", "m2")
+    assert rows(folder, "step_scores") == rows(duck, "step_scores")
+    assert folder.execute("SELECT count(DISTINCT model) FROM step_scores").fetchone() == (2,)
+    duck.close()
+    folder.close()
+    for store in (tmp_path / "s.duckdb", tmp_path / "runs"):
+        result = CliRunner().invoke(main, ["mark", "--store", str(store),
+                                           "--prm-model", "m1", "--prm-threshold", "0.3"])
+        assert result.exit_code == 0, result.output
+    assert snapshot(connect(tmp_path / "runs")) == snapshot(connect(tmp_path / "s.duckdb"))
+
+
+def test_ingest_command_makes_a_folder_store(tmp_path: Path, sim_files: list[Path]) -> None:
+    store = f"{tmp_path / 'runs'}/"
+    result = CliRunner().invoke(main, ["ingest", *map(str, sim_files), "--store", store])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "runs" / "_store.json").is_file()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    failed = CliRunner().invoke(main, ["ingest", str(bad), "--store", f"{tmp_path / 'new'}/"])
+    assert failed.exit_code == 1
+    assert not (tmp_path / "new").exists()  # nothing stored: no empty store left behind
+    assert os.path.isdir(tmp_path / "runs")
