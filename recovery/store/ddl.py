@@ -162,6 +162,44 @@ SELECT w.run, w.k, p.t,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN pass_kt_task_counts p USING (run)
 GROUP BY w.run, w.k, p.t;
+
+-- Pass@(K,T) and pass^(K,T) at any turn limit T, for every run and every k from 1 to the most
+-- samples a task of the run has: SELECT * FROM pass_at_kt_at(10) (NULL = no limit). The same
+-- numbers as the views above where their grid has T, and a row for every run at every T.
+CREATE OR REPLACE MACRO _pass_kt_counts_at(t_limit) AS TABLE
+SELECT run, task_id, count(*) AS n,
+       count(*) FILTER (WHERE won_at <= coalesce(t_limit, won_at)) AS c
+FROM (SELECT run, task_id, {WON_AT} AS won_at FROM trajectories
+      WHERE success IS NOT NULL AND end_reason <> 'crash')
+GROUP BY run, task_id;
+
+CREATE OR REPLACE MACRO pass_at_kt_at(t_limit) AS TABLE
+WITH counts AS (SELECT * FROM _pass_kt_counts_at(t_limit)),
+widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
+SELECT w.run, w.k, t_limit::INTEGER AS t,
+       avg(CASE WHEN p.n - p.c < w.k THEN 1.0
+                ELSE 1.0 - coalesce(list_product(list_transform(
+                    range(p.n - p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
+           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
+       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
+FROM widths w JOIN counts p USING (run)
+GROUP BY ALL
+ORDER BY w.run, w.k;
+
+CREATE OR REPLACE MACRO pass_hat_kt_at(t_limit) AS TABLE
+WITH counts AS (SELECT * FROM _pass_kt_counts_at(t_limit)),
+widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
+SELECT w.run, w.k, t_limit::INTEGER AS t,
+       avg(CASE WHEN p.c < w.k THEN 0.0
+                ELSE coalesce(list_product(list_transform(
+                    range(p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
+           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
+       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
+FROM widths w JOIN counts p USING (run)
+GROUP BY ALL
+ORDER BY w.run, w.k;
 """.replace(
     "{WON_AT}", success_turn_sql("success", "n_turns", "success_turn")
 )
