@@ -63,7 +63,7 @@ print(elapsed, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def write_short(path: Path, target_turns: int, seed: int) -> int:
+def write_short(path: Path, target_turns: int, seed: int, run: str = "short") -> int:
     """Write trajectories of short tool-call turns (15% errors) to one canonical JSONL file."""
     rng = random.Random(seed)
     n_turns = i = 0
@@ -78,7 +78,7 @@ def write_short(path: Path, target_turns: int, seed: int) -> int:
                     observation = f"found {rng.randint(1, 9)} results for item {item}"
                 turns.append({"action": f"search(q='item {item}')", "observation": observation})
             record = {
-                "run": "short", "task_id": f"task-{i % 3000}", "sample": i // 3000,
+                "run": run, "task_id": f"task-{i % 3000}", "sample": i // 3000,
                 "success": rng.random() < 0.4, "reward": round(rng.random(), 3), "turns": turns,
             }
             fh.write(json.dumps(record) + "\n")

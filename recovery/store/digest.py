@@ -21,8 +21,7 @@ class FileDigest:
     Attributes:
         sha256: Hex digest of the bytes.
         n_lines: Number of lines (a last line without a newline counts).
-        longest_line: Bytes of the longest line, without its newline (or an upper bound:
-            see :func:`file_digest`).
+        longest_line: Bytes of the longest line, without its newline.
         watched: Whether one of the patterns :func:`file_digest` watched for occurs.
     """
 
@@ -48,33 +47,24 @@ def directory_digest(path: str | Path) -> FileDigest:
 
 
 def file_digest(
-    path: str | Path,
-    *,
-    line_limit: int | None = None,
-    watch: Sequence[tuple[bytes, re.Pattern[bytes]]] = (),
+    path: str | Path, *, watch: Sequence[tuple[bytes, re.Pattern[bytes]]] = ()
 ) -> FileDigest:
     """sha256, line count and longest line of a file, in one streamed pass.
 
     Args:
         path: The file.
-        line_limit: When given and the file is no longer than this, the longest line is not
-            measured (no line can be longer than the limit): ``longest_line`` is then the
-            file's size, an upper bound. Counting lines alone is much cheaper.
         watch: ``(literal, pattern)`` pairs: ``watched`` is set when ``pattern`` (which
             starts with ``literal`` and spans at most 64 bytes) occurs in the file; the
             literal is looked for first, so that a pattern absent from the text costs a
             byte search only.
     """
-    import os
+    import numpy as np
 
-    size = os.stat(path).st_size
-    measure = line_limit is None or size > line_limit
     digest = hashlib.sha256()
     newlines = longest = offset = 0
     last_newline = -1  # absolute position of the last newline seen
     watched = False
     tail = b""  # the end of the previous chunk, so that a pattern across two chunks is seen
-    last = b""
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
             digest.update(chunk)
@@ -86,21 +76,12 @@ def file_digest(
                     for literal, pattern in watch
                 )
                 tail = chunk[-64:]
-            if measure:
-                import numpy as np
-
-                ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
-                if len(ends):
-                    longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
-                    last_newline = int(ends[-1])
-                    newlines += len(ends)
-            else:
-                newlines += chunk.count(b"\n")
+            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
+            if len(ends):
+                longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
+                last_newline = int(ends[-1])
+                newlines += len(ends)
             offset += len(chunk)
-            last = chunk
-    if not measure:
-        ends_open = bool(last) and not last.endswith(b"\n")
-        return FileDigest(digest.hexdigest(), newlines + ends_open, size, watched)
     rest = offset - last_newline - 1
     return FileDigest(digest.hexdigest(), newlines + (rest > 0), max(longest, rest), watched)
 

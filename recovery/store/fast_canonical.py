@@ -108,6 +108,15 @@ TURN_COLUMNS = "{" + ", ".join(
 
 _STAGE_TABLES = ("_fast_traj", "_fast_counts")
 
+_DEFAULT_BUFFER = 1 << 24
+"""DuckDB's JSON reader keeps buffers of ``maximum_object_size`` bytes: 16 MiB (its default)
+unless a line is longer."""
+
+
+def _buffer(longest_line: int) -> int:
+    """The reader's ``maximum_object_size`` for a file whose longest line has this many bytes."""
+    return max(int(longest_line) + 2, _DEFAULT_BUFFER)
+
 
 @dataclass(slots=True)
 class FastIngest:
@@ -166,31 +175,37 @@ class SchemaProbe:
     :meth:`close` stops it when its answer is not needed.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, max_record_bytes: int):
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path):
         import threading
 
         self.path = path
-        self.max_size = max(int(max_record_bytes), 1 << 24)
         self._cursor = con.cursor()
         self._result: list[tuple[str, Any]] | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="schema-probe", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(_DEFAULT_BUFFER,), name="schema-probe", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, buffer: int) -> None:
         try:
             detected = self._cursor.sql(
                 f"SELECT * FROM read_json({_literal(str(self.path))}, "
                 "format = 'newline_delimited', sample_size = -1, maximum_depth = 4, "
-                f"maximum_object_size = {self.max_size}) LIMIT 0"
+                f"maximum_object_size = {buffer}) LIMIT 0"
             )
             self._result = list(zip(detected.columns, detected.types, strict=True))
+            self._error = None
         except BaseException as err:  # reported to the caller by check()
             self._error = err
 
-    def check(self) -> bool:
+    def check(self, longest_line: int) -> bool:
         """Wait for the detection; decline unless every key and JSON type is one the fast
         path's read stores exactly.
+
+        Args:
+            longest_line: Bytes of the file's longest line (a line longer than the detection's
+                first buffer makes it run again with a buffer that holds it).
 
         Returns:
             Whether any record has a turn that is not an object (then there must be none).
@@ -199,6 +214,8 @@ class SchemaProbe:
             Declined: naming the first key or field that needs the Python reader.
         """
         self._thread.join()
+        if self._error is not None and _buffer(longest_line) > _DEFAULT_BUFFER:
+            self._run(_buffer(longest_line))
         if self._error is not None:
             raise Declined(f"DuckDB cannot read the file as JSON lines: {self._error}")
         assert self._result is not None
@@ -247,7 +264,7 @@ def ingest_canonical(
     default_run: str,
     run_override: str | None,
     success_threshold: float,
-    max_record_bytes: int,
+    longest_line: int,
     mark: bool = False,
     rules: RuleSet | None = None,
     probe: SchemaProbe | None = None,
@@ -266,8 +283,8 @@ def ingest_canonical(
         default_run: Run label for records without one (the file's stem).
         run_override: Run label replacing the records' own.
         success_threshold: ``success`` is ``reward >= success_threshold`` when absent.
-        max_record_bytes: The record size limit; the caller has checked that no line is longer
-            (DuckDB treats maximum_object_size as a buffer size, not as a limit).
+        longest_line: Bytes of the longest line (the caller has checked it against the record
+            size limit): DuckDB's read buffers hold one.
         mark: Mark errors (explicit marks, labels, rules, repeats) and store the spells.
         rules: The rules for marking; ``None`` = the built-in rules.
         probe: The file's schema detection, started earlier by the caller (who closes it);
@@ -281,13 +298,13 @@ def ingest_canonical(
     """
     own_probe = probe is None
     if probe is None:
-        probe = SchemaProbe(con, path, max_record_bytes)
+        probe = SchemaProbe(con, path)
     try:
         with _declining():
             return _ingest(
                 con, path, probe, n_lines=n_lines, default_run=default_run,
                 run_override=run_override, success_threshold=success_threshold,
-                max_record_bytes=max_record_bytes, mark=mark, rules=rules,
+                longest_line=longest_line, mark=mark, rules=rules,
             )
     finally:
         if own_probe:
@@ -350,12 +367,12 @@ def _ingest(
     default_run: str,
     run_override: str | None,
     success_threshold: float,
-    max_record_bytes: int,
+    longest_line: int,
     mark: bool,
     rules: RuleSet | None,
 ) -> FastIngest:
     file = _literal(str(path))
-    max_size = max(int(max_record_bytes), 1 << 24)
+    max_size = _buffer(longest_line)
     run_expr = (
         _literal(run_override)
         if run_override
@@ -460,7 +477,7 @@ def _ingest(
         mark_new_turns(con, "_fast_counts")
     # Only now are the reads' rows known to hold what the file holds: the detection, which
     # ran alongside, says whether a native read cast anything.
-    if probe.check() and n_turns:
+    if probe.check(longest_line) and n_turns:
         raise Declined("turns that are not objects")
     return FastIngest(int(n_records), int(n_turns), marked=mark)
 

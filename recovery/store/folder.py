@@ -361,6 +361,12 @@ def _remove_if_empty(folder: Path) -> None:
 # Writing one ingested file's rows
 
 
+STAGE_MEMORY = "1GB"
+"""DuckDB's memory limit for the in-memory store a write is staged in (beyond it, DuckDB
+spills to the store's ``_tmp`` folder): what bounds a folder store's memory, whatever the
+size of the file."""
+
+
 def _stage_connection(root: Path, work: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB store for one write, spilling to ``work`` beyond its memory limit."""
     import duckdb
@@ -369,7 +375,9 @@ def _stage_connection(root: Path, work: Path) -> duckdb.DuckDBPyConnection:
 
     spill = work / "spill"
     spill.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(":memory:", config={"temp_directory": str(spill)})
+    con = duckdb.connect(
+        ":memory:", config={"temp_directory": str(spill), "memory_limit": STAGE_MEMORY}
+    )
     con.execute("SET enable_progress_bar = false")
     ensure_schema(con)
     # The store's own rows, for what a write must check against (a trajectory already there).

@@ -392,7 +392,7 @@ def _start_probe(
             return None
     except OSError:
         return None
-    return SchemaProbe(con, path, options.max_record_bytes)
+    return SchemaProbe(con, path)
 
 
 def _ingest_file(
@@ -410,10 +410,7 @@ def _ingest_file(
         else:
             from recovery.store.fast_canonical import WATCH
 
-            digest = file_digest(
-                path, line_limit=options.max_record_bytes,
-                watch=WATCH if probe is not None else (),
-            )
+            digest = file_digest(path, watch=WATCH if probe is not None else ())
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
@@ -559,7 +556,7 @@ def _ingest_canonical_fast(
         default_run=stem(path),
         run_override=options.run,
         success_threshold=options.success_threshold,
-        max_record_bytes=options.max_record_bytes,
+        longest_line=digest.longest_line,
         mark=options.mark,
         rules=options.rules,
         probe=probe,
