@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from recovery.schema import END_REASONS
+
 if TYPE_CHECKING:
     import duckdb
 
-END_REASON_ORDER = ("success", "failure", "budget", "crash", "unknown")
-"""The end reasons of the store (``trajectories.end_reason``), in the order they are shown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class RunQuality:
             unknown end reason).
         n_budget_hit: Trajectories stopped by their turn limit (end reason ``budget``).
         budget_hit_share: ``n_budget_hit / n_trajectories``.
-        end_reasons: End reason -> trajectories, every reason of :data:`END_REASON_ORDER`.
+        end_reasons: End reason -> trajectories, every reason of :data:`recovery.schema.END_REASONS`.
         budgets: The distinct known budgets of the run's trajectories.
         n_error_turns: Turns marked as errors.
         error_turn_share: ``n_error_turns / n_turns``.
@@ -261,8 +261,8 @@ def run_quality(
 
 
 def ordered_reasons(counts: dict[str, int]) -> dict[str, int]:
-    """Every end reason of :data:`END_REASON_ORDER` (0 when absent), then any other reason."""
-    out = {reason: int(counts.get(reason, 0)) for reason in END_REASON_ORDER}
+    """Every end reason of :data:`recovery.schema.END_REASONS` (0 when absent), then any other reason."""
+    out = {reason: int(counts.get(reason, 0)) for reason in END_REASONS}
     out.update({k: int(v) for k, v in sorted(counts.items()) if k not in out})
     return out
 

@@ -6,13 +6,12 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.quality import (
-    END_REASON_ORDER,
     QualityThresholds,
     quality_warnings,
     run_quality,
     summary_lines,
 )
-from recovery.schema import Trajectory, Turn
+from recovery.schema import END_REASONS, Trajectory, Turn
 from recovery.store import ingest_trajectories
 
 
@@ -72,7 +71,7 @@ def test_run_quality_counts_by_hand(store):
     assert bad.repeated_observation_share == pytest.approx(1.0)
     assert bad.n_unknown_outcome == 1 and bad.n_unknown_end_reason == 1 and bad.n_unknown == 1
     assert bad.end_reasons["crash"] == 1 and bad.end_reasons["budget"] == 2
-    assert list(bad.end_reasons) == list(END_REASON_ORDER)
+    assert list(bad.end_reasons) == list(END_REASONS)
     assert bad.n_budget_hit == 2 and bad.budget_hit_share == 0.5
     assert bad.n_left_out == 2
     # Only the trajectories the analyses use count as samples: one per task here.
