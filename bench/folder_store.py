@@ -5,13 +5,15 @@ Run: ``python bench/folder_store.py [--files 10] [--turns-per-file 1000000] [--k
 Writes ``--files`` canonical JSONL files of short turns (the ``short`` shape of
 ``bench/ingest.py``, one run per file), then, each in a fresh process:
 
-* ``recovery ingest FILES --store DIR/``: wall time and the process's peak resident memory;
+* ``recovery.store.ingest_file`` of every file into a folder store, printing the time and the
+  process's peak resident memory after each file (the ingest itself: memory stays bounded by
+  one file's staging, an in-memory DuckDB with a memory limit,
+  ``recovery.store.folder.STAGE_MEMORY``, whatever the number of files);
+* the same into a DuckDB file store, for comparison;
+* ``recovery ingest FILES --store DIR/`` end to end (with its data-quality summary over the
+  whole store at the end);
 * ``recovery sql`` over the folder store: turns per run, and Pass@(K,T) at T = 10 from the
-  ``pass_at_kt_at`` macro (wall time each);
-* the same ingest into a DuckDB file store, for comparison.
-
-Memory stays bounded by one file's staging (an in-memory DuckDB with a memory limit,
-``recovery.store.folder.STAGE_MEMORY``), whatever the number of files.
+  ``pass_at_kt_at`` macro.
 """
 
 from __future__ import annotations
@@ -28,6 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import write_short  # the bench folder is not a package
 
 RECOVERY = [str(Path(sys.executable).with_name("recovery"))]
+
+EACH_FILE = """
+import resource, sys, time
+from recovery.store import connect, ingest_file
+con = connect(sys.argv[1])
+start = time.perf_counter()
+for path in sys.argv[2:]:
+    ingest_file(con, path)
+    print(f"{time.perf_counter() - start:.1f} "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}", flush=True)
+con.close()
+"""
 
 
 def timed(args: list[str]) -> tuple[float, float, str]:
@@ -69,24 +83,29 @@ def main() -> None:
         total = args.files * args.turns_per_file
         print(f"input: {args.files} files, {total:,} turns, {size:.0f} MB "
               f"(written in {time.perf_counter() - start:.0f} s)")
-        store = work / "runs"
-        seconds, peak, _ = timed([*RECOVERY, "ingest", *files, "--store", f"{store}/"])
-        parquet = sum(p.stat().st_size for p in store.rglob("*.parquet")) / 1e6
-        print(f"folder store ingest: {seconds:.1f} s ({total / seconds / 1e6:.2f} M turns/s), "
-              f"peak RSS {peak:.0f} MB, {parquet:.0f} MB of Parquet")
+        for label, store in (("folder store", f"{work / 'runs'}/"),
+                             ("DuckDB file store", str(work / "runs.duckdb"))):
+            if label.startswith("DuckDB") and args.no_duckdb:
+                continue
+            seconds, peak, out = timed([sys.executable, "-c", EACH_FILE, store, *files])
+            after = [line.split() for line in out.splitlines()]
+            print(f"{label}, ingest_file per file: {seconds:.1f} s "
+                  f"({total / seconds / 1e6:.2f} M turns/s), peak RSS {peak:.0f} MB; "
+                  "peak RSS after each file: " + ", ".join(f"{rss}" for _, rss in after))
+        parquet = sum(p.stat().st_size for p in (work / "runs").rglob("*.parquet")) / 1e6
+        print(f"  folder store: {parquet:.0f} MB of Parquet")
+        cli_store = work / "runs-cli"
+        seconds, peak, _ = timed([*RECOVERY, "ingest", *files, "--store", f"{cli_store}/"])
+        print(f"recovery ingest --store DIR/ (with the data-quality summary): {seconds:.1f} s, "
+              f"peak RSS {peak:.0f} MB")
         for label, query in (
             ("turns per run", "SELECT tr.run, count(*) AS n FROM turns JOIN trajectories tr "
              "USING (traj_id) GROUP BY tr.run"),
             ("Pass@(K,10)", "SELECT run, k, value FROM pass_at_kt_at(10) WHERE k <= 4"),
         ):
-            seconds, _, out = timed([*RECOVERY, "sql", query, "--store", str(store),
+            seconds, _, out = timed([*RECOVERY, "sql", query, "--store", str(work / "runs"),
                                      "--format", "csv"])
             print(f"  recovery sql, {label}: {seconds:.2f} s ({len(out.splitlines()) - 1} rows)")
-        if not args.no_duckdb:
-            seconds, peak, _ = timed(
-                [*RECOVERY, "ingest", *files, "--store", str(work / "runs.duckdb")]
-            )
-            print(f"DuckDB file store ingest: {seconds:.1f} s, peak RSS so far {peak:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -166,7 +166,9 @@ GROUP BY w.run, w.k, p.t;
 -- Pass@(K,T) and pass^(K,T) at any turn limit T, for every run and every k from 1 to the most
 -- samples a task of the run has: SELECT * FROM pass_at_kt_at(10) (NULL = no limit). The same
 -- numbers as the views above where their grid has T, and a row for every run at every T.
-CREATE OR REPLACE MACRO _pass_kt_counts_at(t_limit) AS TABLE
+-- pass_kt_task_counts_at(T) gives their per-task counts n and c: sums over trajectories, so
+-- counts computed on parts of a store add up to the whole store's.
+CREATE OR REPLACE MACRO pass_kt_task_counts_at(t_limit) AS TABLE
 SELECT run, task_id, count(*) AS n,
        count(*) FILTER (WHERE won_at <= coalesce(t_limit, won_at)) AS c
 FROM (SELECT run, task_id, {WON_AT} AS won_at FROM trajectories
@@ -174,7 +176,7 @@ FROM (SELECT run, task_id, {WON_AT} AS won_at FROM trajectories
 GROUP BY run, task_id;
 
 CREATE OR REPLACE MACRO pass_at_kt_at(t_limit) AS TABLE
-WITH counts AS (SELECT * FROM _pass_kt_counts_at(t_limit)),
+WITH counts AS (SELECT * FROM pass_kt_task_counts_at(t_limit)),
 widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
 SELECT w.run, w.k, t_limit::INTEGER AS t,
        avg(CASE WHEN p.n - p.c < w.k THEN 1.0
@@ -188,7 +190,7 @@ GROUP BY ALL
 ORDER BY w.run, w.k;
 
 CREATE OR REPLACE MACRO pass_hat_kt_at(t_limit) AS TABLE
-WITH counts AS (SELECT * FROM _pass_kt_counts_at(t_limit)),
+WITH counts AS (SELECT * FROM pass_kt_task_counts_at(t_limit)),
 widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
 SELECT w.run, w.k, t_limit::INTEGER AS t,
        avg(CASE WHEN p.c < w.k THEN 0.0

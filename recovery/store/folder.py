@@ -464,6 +464,8 @@ def ingest_into_folder(
     Raises:
         IngestError: as for a DuckDB store; nothing is written then.
     """
+    import duckdb
+
     from recovery.store.ingest import IngestError
 
     root = Path(folder_root(con))
@@ -496,7 +498,17 @@ def ingest_into_folder(
                     "own (`recovery ingest FILE --run NAME --store S`, then analyse the store);"
                     " nothing from this file was stored"
                 )
-            renames = _write_partitions(stage, work / "new", result.sha256, 0)
+            try:
+                renames = _write_partitions(stage, work / "new", result.sha256, 0)
+            except duckdb.Error as err:
+                if "File name too long" in str(err):
+                    raise IngestError(
+                        f"{path}: a run label is too long for a folder name of the store "
+                        "(at most 255 bytes, once percent-encoded: 251 ASCII letters and "
+                        "digits, fewer otherwise); give the file a shorter one with --run; "
+                        "nothing from this file was stored"
+                    ) from None
+                raise
             _commit(root, renames)
             return result
         finally:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -141,6 +142,17 @@ def test_odd_run_labels_come_back_exactly(tmp_path: Path, sim_files: list[Path])
     ingest_file(folder, sim_files[0], IngestOptions(run=label))
     assert folder.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [(label,)]
     assert folder.execute("SELECT count(*) FROM turns").fetchone()[0] > 0
+
+
+def test_a_run_label_too_long_for_a_folder_name_is_named(
+    tmp_path: Path, sim_files: list[Path]
+) -> None:
+    folder = connect(f"{tmp_path / 'runs'}/")
+    ingest_file(folder, sim_files[0], IngestOptions(run="x" * 251))  # 255 bytes with "run="
+    before = snapshot(folder)
+    with pytest.raises(IngestError, match=r"run label is too long.*--run"):
+        ingest_file(folder, sim_files[1], IngestOptions(run="é" * 50))
+    assert snapshot(folder) == before
 
 
 def _analyze(store: str, out: Path) -> dict:
@@ -336,3 +348,50 @@ def test_ingest_command_makes_a_folder_store(tmp_path: Path, sim_files: list[Pat
     assert failed.exit_code == 1
     assert not (tmp_path / "new").exists()  # nothing stored: no empty store left behind
     assert os.path.isdir(tmp_path / "runs")
+
+
+# --------------------------------------------------------------------------------------------
+# Per-task counts computed on parts of a store add up to the whole store's
+
+
+def _task_event_counts(con: duckdb.DuckDBPyConnection) -> dict[tuple, np.ndarray]:
+    """The hazard model's events and turns at risk per (run, task), as analyses counts them."""
+    from analyses.frames import trajectories_frame, turn_flags_frame
+    from analyses.hazards import event_counts, turn_table
+
+    traj = trajectories_frame(con)
+    keys = list(zip(traj["run"], traj["task_id"], strict=True))
+    codes = {key: i for i, key in enumerate(sorted(set(keys)))}
+    table = turn_table(traj, turn_flags_frame(con))
+    counts = event_counts(table, np.array([codes[k] for k in keys]), len(codes), 64)
+    return {key: counts[i] for key, i in codes.items()}
+
+
+def test_per_task_counts_of_shards_add_up_to_the_whole(
+    tmp_path: Path, sim_files: list[Path]
+) -> None:
+    # each run's trajectories split over two files: every task has samples in both shards
+    lines = sim_files[0].read_text().splitlines(keepends=True)
+    halves = [tmp_path / "half0.jsonl", tmp_path / "half1.jsonl"]
+    for i, half in enumerate(halves):
+        half.write_text("".join(lines[i::2]))
+    whole = connect(f"{tmp_path / 'whole'}/")
+    shards = [connect(f"{tmp_path / f'shard{i}'}/") for i in range(2)]
+    for i, half in enumerate(halves):
+        ingest_file(whole, half)
+        ingest_file(shards[i], half)
+    query = "SELECT run, task_id, n, c FROM pass_kt_task_counts_at(?)"
+    for t in (5, 12, None):
+        merged: dict[tuple, list[int]] = {}
+        for shard in shards:
+            for run, task, n, c in shard.execute(query, [t]).fetchall():
+                total = merged.setdefault((run, task), [0, 0])
+                total[0] += n
+                total[1] += c
+        assert merged == {(r, k): [n, c] for r, k, n, c in whole.execute(query, [t]).fetchall()}
+    parts = [_task_event_counts(shard) for shard in shards]
+    full = _task_event_counts(whole)
+    assert set(full) == set(parts[0]) | set(parts[1])
+    for key, counts in full.items():
+        summed = sum(part[key] for part in parts if key in part)
+        assert np.array_equal(summed, counts)
