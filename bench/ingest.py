@@ -1,6 +1,7 @@
 """Ingest + marking of canonical JSONL versus DuckDB's own ``read_json`` + ``unnest(turns)``.
 
-Run: ``python bench/ingest.py [--shape short|long|both] [--turns 1000000] [--repeat 3]``
+Run: ``python bench/ingest.py [--shape short|long|both] [--turns 1000000] [--repeat 3]
+[--in-process]``
 
 Two shapes of input, each about ``--turns`` turns in one canonical JSONL file:
 
@@ -11,7 +12,8 @@ Two shapes of input, each about ``--turns`` turns in one canonical JSONL file:
 
 For each shape, in one run and alternating so that both see the same machine and the same
 file, each side in a fresh interpreter (so that its peak memory can be read; the timer starts
-after the imports and stops when the store is written):
+after the imports and stops when the store is written and closed; with ``--in-process`` also
+both in this process, after a warm-up run of each, so that neither pays for imports):
 
 * ``recovery`` ingest: ``recovery.store.ingest_file`` into a fresh on-disk DuckDB store, which
   includes hashing, validation, the DuckDB fast path, error marking and the commit (what
@@ -125,6 +127,32 @@ def run_child(code: str, *args: str) -> tuple[float, int, float]:
     return float(out[0]), int(out[1]), int(out[2]) / 1024
 
 
+def in_process(source: Path, store: Path, plain: Path) -> tuple[float, float]:
+    """Both sides in this process (imports done, built-in rules loaded): (ours, DuckDB) s."""
+    import duckdb
+
+    from recovery.store import connect, ingest_file
+
+    for leftover in (store, plain):
+        for path in (leftover, Path(f"{leftover}.wal")):
+            path.unlink(missing_ok=True)
+    con = connect(store)
+    con.execute("SET enable_progress_bar = false")
+    start = time.perf_counter()
+    ingest_file(con, source)
+    con.close()
+    ours = time.perf_counter() - start
+    con = duckdb.connect(str(plain))
+    con.execute("SET enable_progress_bar = false")
+    start = time.perf_counter()
+    con.execute(
+        "CREATE TABLE t AS SELECT * EXCLUDE (turns), unnest(turns, recursive := true) "
+        "FROM read_json(?)", [str(source)]
+    )
+    con.close()
+    return ours, time.perf_counter() - start
+
+
 def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, float]:
     """Time both sides on one input of ``shape``; print rounds and the summary."""
     source = (args.keep or work) / f"bench-{shape}.jsonl"
@@ -141,6 +169,19 @@ def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, f
     python_path: list[float] = []
     peaks: list[float] = []
     duck_peaks: list[float] = []
+    if args.in_process:
+        in_process(source, work / "warm.duckdb", work / "warm-plain.duckdb")  # warm-up
+        for i in range(args.repeat):
+            seconds, seconds_rj = in_process(source, work / "store.duckdb", work / "plain.duckdb")
+            ours.append(seconds)
+            duck.append(seconds_rj)
+            print(f"  round {i + 1} (in process): recovery ingest+mark {seconds:.2f} s, "
+                  f"duckdb read_json+unnest {seconds_rj:.2f} s, ratio {seconds / seconds_rj:.2f}")
+        ours_med, duck_med = statistics.median(ours), statistics.median(duck)
+        print(f"[{shape}] in process: recovery {ours_med:.2f} s, duckdb {duck_med:.2f} s, "
+              f"ratio {ours_med / duck_med:.2f}x")
+        ours.clear()
+        duck.clear()
     for i in range(args.repeat):
         seconds, rows, peak = run_child(
             INGEST_CHILD, str(source), str(work / f"{shape}-store{i}.duckdb"), "fast"
@@ -188,6 +229,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--python-reader", action="store_true", help="also time the Python reader")
     parser.add_argument("--keep", type=Path, default=None, help="keep the input files here")
+    parser.add_argument(
+        "--in-process", action="store_true",
+        help="also time both sides in this process (after a warm-up of each), before the "
+        "fresh-process rounds",
+    )
     args = parser.parse_args()
     shapes = ("short", "long") if args.shape == "both" else (args.shape,)
     with tempfile.TemporaryDirectory() as tmp:

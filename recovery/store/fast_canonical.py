@@ -1,28 +1,32 @@
 """DuckDB-native ingest of canonical JSONL: the fast path of :func:`recovery.store.ingest_file`.
 
-Two passes of DuckDB's own JSON reader, side by side (the first on a thread of its own, from
-before the file is hashed). The first, DuckDB's schema detection over every record, tells
-every key the file uses and, for each field, the JSON types its values take. The second reads
-the values with fixed types: a field that may hold several JSON types (``error`` is ``true`` or
-a kind, ``task_id`` a string or an integer, ``meta`` an object) as ``JSON``, checked value by
-value, the others natively (``action`` as VARCHAR, ``reward`` as DOUBLE, ...). A native read
-casts leniently (a number read as VARCHAR becomes its digits), so the fast path goes on only
-when the detection says the file's keys are the canonical schema's and every natively read
-field holds only values of its own JSON type. SQL checks every value against the rules of :mod:`recovery.schema`,
-error marking runs on the turns as they go in (:func:`recovery.marking.mark.staged_kinds_sql`),
-and the rows go into the store with set-wise SQL.
+Three reads by DuckDB's own JSON reader, the first beside the other two:
+
+1. DuckDB's schema detection over every record (:class:`SchemaProbe`, on a thread of its own
+   from before the file is hashed) tells every key the file uses and, for each field, the JSON
+   types its values take;
+2. the trajectories' own fields (the turns skipped), numbered by line, give the trajectories;
+3. the turns stream from a parallel read, checked value by value, marked
+   (:func:`recovery.marking.mark.staged_kinds_sql`), straight into the store.
+
+Reads 2 and 3 use fixed types: a field that may hold several JSON types (``error`` is ``true``
+or a kind, ``task_id`` a string or an integer, ``meta`` an object) is read as ``JSON`` and
+checked value by value; the others natively (``action`` as VARCHAR, ``reward`` as DOUBLE,
+...). A native read casts leniently (a number read as VARCHAR becomes its digits), so the rows
+stand only when the detection says that the file's keys are the canonical schema's and every
+natively read field holds values of its own JSON type only.
 
 The Python reader stays the reference: whenever the file is anything but plainly valid (a bad
 record, a field of another JSON type than the fast path handles, an unknown or repeated key, a
-blank line, a duplicate trajectory, a number JSON cannot hold) this path declines and the
-caller reads the file in Python, which stores the same rows or reports the exact file and line.
-Tests check that both paths give identical stores.
+blank line, a duplicate trajectory, a number JSON cannot hold) this path declines, the caller
+rolls back and reads the file in Python, which stores the same rows or reports the exact file
+and line. Tests check that both paths give identical stores, on fixed and on random files.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +179,21 @@ class SchemaProbe:
     :meth:`close` stops it when its answer is not needed.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path):
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: Path,
+        *,
+        warm: Callable[[], Any] | None = None,
+    ):
+        """Start the detection.
+
+        Args:
+            con: The store (the detection runs on a cursor of its own).
+            path: The file.
+            warm: Called on the thread first, e.g. to load the built-in rules while DuckDB
+                reads the file on the other threads.
+        """
         import threading
 
         self.path = path
@@ -183,11 +201,14 @@ class SchemaProbe:
         self._result: list[tuple[str, Any]] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(_DEFAULT_BUFFER,), name="schema-probe", daemon=True
+            target=self._run, args=(_DEFAULT_BUFFER, warm), name="schema-probe", daemon=True
         )
         self._thread.start()
 
-    def _run(self, buffer: int) -> None:
+    def _run(self, buffer: int, warm: Callable[[], Any] | None = None) -> None:
+        if warm is not None:
+            with suppress(Exception):  # only a head start: the caller does it again if needed
+                warm()
         try:
             detected = self._cursor.sql(
                 f"SELECT * FROM read_json({_literal(str(self.path))}, "

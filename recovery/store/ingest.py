@@ -392,7 +392,12 @@ def _start_probe(
             return None
     except OSError:
         return None
-    return SchemaProbe(con, path)
+    warm = None
+    if options.mark:
+        from recovery.marking import builtin_rules
+
+        warm = builtin_rules  # read once per process; loaded while DuckDB reads the file
+    return SchemaProbe(con, path, warm=warm)
 
 
 def _ingest_file(

@@ -148,6 +148,10 @@ BAD = {
     ),
     "missing task_id": ({"success": True, "turns": []}, "task_id"),
     "turns not a list": ({"task_id": "a", "success": True, "turns": "x"}, "turns"),
+    "done is null": (
+        {"task_id": "a", "success": True, "turns": [{"action": "x", "done": None}]},
+        "done",
+    ),
 }
 
 
@@ -294,3 +298,22 @@ def test_both_paths_agree_on_many_random_files(tmp_path_factory) -> None:
         _both_paths_agree(tmp_path_factory, data)
 
     check()
+
+
+def test_the_fast_path_reads_every_canonical_field() -> None:
+    from recovery.schema import CANONICAL_TRAJECTORY_KEYS, CANONICAL_TURN_KEYS
+    from recovery.store import fast_canonical
+
+    assert set(fast_canonical._TOP_FIELDS) | {"turns"} == set(CANONICAL_TRAJECTORY_KEYS)
+    assert set(fast_canonical._TURN_FIELDS) == set(CANONICAL_TURN_KEYS)
+
+
+def test_a_repeated_turn_key_is_read_as_python_reads_it(tmp_path: Path) -> None:
+    """JSON with a key twice: Python keeps the last value (DuckDB's read would keep the first,
+    so the fast path leaves such a file to the Python reader)."""
+    path = tmp_path / "twice.jsonl"
+    path.write_text('{"task_id": "a", "success": true, '
+                    '"turns": [{"action": "first", "action": "last"}]}\n')
+    fast, slow = ingest_both(path)
+    assert fast == slow
+    assert fast[1][0][2] == "last"
