@@ -419,14 +419,21 @@ def _write_partitions(
 
 
 def _commit(root: Path, renames: Sequence[tuple[Path, Path]]) -> None:
-    """Rename the written partitions into the store, the ``ingests`` one (the commit) last."""
-    for written, final in renames:
+    """Rename the written partitions into the store, the ``ingests`` one (the commit) last,
+    once the others are on disk."""
+    *data, marker = renames
+    for written, final in data:
         target = root / final
         target.parent.mkdir(parents=True, exist_ok=True)
         _fsync_tree(written)
         os.rename(written, target)
-    for folder in {(root / final).parent for _, final in renames}:
+    for folder in {(root / final).parent for _, final in data}:
         _fsync_dir(folder)
+    written, final = marker
+    (root / final).parent.mkdir(parents=True, exist_ok=True)
+    _fsync_tree(written)
+    os.rename(written, root / final)
+    _fsync_dir((root / final).parent)
 
 
 def _fsync_tree(folder: Path) -> None:
