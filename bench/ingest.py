@@ -37,8 +37,20 @@ import tempfile
 import time
 from pathlib import Path
 
-INGEST_CHILD = """
-import resource, sys, time
+PEAK = """
+def peak_mb():
+    # the high-water mark of this process's own memory (ru_maxrss would include the RSS of
+    # the process it was forked from)
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
+INGEST_CHILD = PEAK + """
+import sys, time
 from recovery.store import IngestOptions, connect, ingest_file
 con = connect(sys.argv[2])
 con.execute("SET enable_progress_bar = false")  # its bar goes to stdout, which is parsed
@@ -46,11 +58,11 @@ start = time.perf_counter()
 result = ingest_file(con, sys.argv[1], IngestOptions(fast=sys.argv[3] == "fast"))
 con.close()
 elapsed = time.perf_counter() - start
-print(elapsed, result.n_turns, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(elapsed, result.n_turns, peak_mb())
 """
 
-READ_JSON_CHILD = """
-import resource, sys, time, duckdb
+READ_JSON_CHILD = PEAK + """
+import sys, time, duckdb
 con = duckdb.connect(sys.argv[2])
 con.execute("SET enable_progress_bar = false")
 start = time.perf_counter()
@@ -61,7 +73,7 @@ con.execute(
 con.close()
 elapsed = time.perf_counter() - start
 n = duckdb.connect(sys.argv[2]).execute("SELECT count(*) FROM t").fetchone()[0]
-print(elapsed, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(elapsed, n, peak_mb())
 """
 
 
@@ -124,7 +136,7 @@ def run_child(code: str, *args: str) -> tuple[float, int, float]:
     out = subprocess.run(
         [sys.executable, "-c", code, *args], check=True, capture_output=True, text=True
     ).stdout.split()
-    return float(out[0]), int(out[1]), int(out[2]) / 1024
+    return float(out[0]), int(out[1]), float(out[2])
 
 
 def in_process(source: Path, store: Path, plain: Path) -> tuple[float, float]:
@@ -169,19 +181,6 @@ def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, f
     python_path: list[float] = []
     peaks: list[float] = []
     duck_peaks: list[float] = []
-    if args.in_process:
-        in_process(source, work / "warm.duckdb", work / "warm-plain.duckdb")  # warm-up
-        for i in range(args.repeat):
-            seconds, seconds_rj = in_process(source, work / "store.duckdb", work / "plain.duckdb")
-            ours.append(seconds)
-            duck.append(seconds_rj)
-            print(f"  round {i + 1} (in process): recovery ingest+mark {seconds:.2f} s, "
-                  f"duckdb read_json+unnest {seconds_rj:.2f} s, ratio {seconds / seconds_rj:.2f}")
-        ours_med, duck_med = statistics.median(ours), statistics.median(duck)
-        print(f"[{shape}] in process: recovery {ours_med:.2f} s, duckdb {duck_med:.2f} s, "
-              f"ratio {ours_med / duck_med:.2f}x")
-        ours.clear()
-        duck.clear()
     for i in range(args.repeat):
         seconds, rows, peak = run_child(
             INGEST_CHILD, str(source), str(work / f"{shape}-store{i}.duckdb"), "fast"
@@ -215,6 +214,19 @@ def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, f
         print(f"[{shape}] python reader path:         median {py_med:.2f} s "
               f"({py_med / duck_med:.2f}x)")
     print(f"[{shape}] peak RSS: recovery {max(peaks):.0f} MB, duckdb {max(duck_peaks):.0f} MB")
+    in_ours: list[float] = []
+    in_duck: list[float] = []
+    if args.in_process:
+        in_process(source, work / "warm.duckdb", work / "warm-plain.duckdb")  # warm-up
+        for i in range(args.repeat):
+            seconds, seconds_rj = in_process(source, work / "store.duckdb", work / "plain.duckdb")
+            in_ours.append(seconds)
+            in_duck.append(seconds_rj)
+            print(f"  round {i + 1} (in process): recovery ingest+mark {seconds:.2f} s, "
+                  f"duckdb read_json+unnest {seconds_rj:.2f} s, ratio {seconds / seconds_rj:.2f}")
+        in_med, in_duck_med = statistics.median(in_ours), statistics.median(in_duck)
+        print(f"[{shape}] in process: recovery {in_med:.2f} s, duckdb {in_duck_med:.2f} s, "
+              f"ratio {in_med / in_duck_med:.2f}x")
     if args.keep is None:
         source.unlink()
     return {"ratio": ours_med / duck_med, "peak_mb": max(peaks)}
