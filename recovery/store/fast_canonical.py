@@ -343,9 +343,16 @@ def _odd_numbers(expr: str) -> str:
     )
 
 
-def _brackets(expr: str) -> str:
-    """Opening brackets in the text ``expr``: an upper bound of its nesting depth."""
-    return f"(strlen({expr}) - strlen(replace(replace({expr}, '{{', ''), '[', '')))"
+def _maybe_too_deep(expr: str, levels_above: int) -> str:
+    """True when the JSON text ``expr``, nested ``levels_above`` levels deep in its record,
+    holds more opening brackets than the depth limit leaves room for (a bound of its depth:
+    the record may be too deep, and the Python reader's measure decides). A text shorter than
+    that cannot, and is not counted."""
+    room = MAX_JSON_DEPTH - levels_above
+    return (
+        f"(strlen({expr}) > {room} AND "
+        f"strlen({expr}) - strlen(replace(replace({expr}, '{{', ''), '[', '')) > {room})"
+    )
 
 
 _TRAJECTORY_INVALID = f"""
@@ -415,7 +422,7 @@ def _ingest(
                    end_reason                                   AS given_end_reason,
                    CASE WHEN meta IS NULL OR meta::VARCHAR = '{{}}' THEN NULL
                         ELSE meta END                           AS meta,
-                   meta IS NOT NULL AND {_brackets("meta::VARCHAR")} + 1 > {MAX_JSON_DEPTH}
+                   meta IS NOT NULL AND {_maybe_too_deep("meta::VARCHAR", 1)}
                                                                 AS maybe_deep
             FROM read_json({file}, format = 'newline_delimited', columns = {TOP_COLUMNS},
                            maximum_object_size = {max_size})
@@ -513,7 +520,7 @@ def _insert_turns(
     hashes = "list_transform(turns, lambda u: hash(u.action, coalesce(u.observation, '')))"
     # A turn meta with more brackets than the depth limit allows (less the record, turns and
     # turn levels) may be nested too deep: the Python reader measures it.
-    deep_meta = f"(u.meta IS NOT NULL AND {_brackets('u.meta::VARCHAR')} + 3 > {MAX_JSON_DEPTH})"
+    deep_meta = f"(u.meta IS NOT NULL AND {_maybe_too_deep('u.meta::VARCHAR', 3)})"
     staged = f"""(
         SELECT traj_id, t,
                u.action                                        AS action,

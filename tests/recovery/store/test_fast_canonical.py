@@ -317,3 +317,16 @@ def test_a_repeated_turn_key_is_read_as_python_reads_it(tmp_path: Path) -> None:
     fast, slow = ingest_both(path)
     assert fast == slow
     assert fast[1][0][2] == "last"
+
+
+@pytest.mark.parametrize("depth", [256, 257])
+def test_turn_meta_at_the_depth_limit(tmp_path: Path, depth: int) -> None:
+    """A record nested exactly as deep as the limit is stored, one level more is refused, by
+    both paths (record, turns list and turn object are three levels)."""
+    levels = depth - 3
+    meta = '{"k":' * levels + "1" + "}" * levels
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"task_id": "a", "success": true, "turns": [{"action": "x", "meta": '
+                    + meta + "}]}\n")
+    assert _outcome(path, fast=True) == _outcome(path, fast=False)
+    assert _outcome(path, fast=True)[0] == ("stored" if depth == 256 else "failed")
