@@ -14,12 +14,12 @@ Example:
 
 from __future__ import annotations
 
+from recovery.store.connection import connect
 from recovery.store.ddl import (
     SCHEMA_VERSION,
     TABLES_DDL,
     VIEWS_DDL,
     check_schema,
-    connect,
     ensure_schema,
 )
 from recovery.store.digest import (
@@ -29,12 +29,12 @@ from recovery.store.digest import (
     file_sha256,
     make_traj_id,
 )
+from recovery.store.errors import IngestError
 from recovery.store.export import export_parquet
 from recovery.store.folder import is_folder_store, mark_folder, views_sql
 from recovery.store.ingest import (
     TRAJECTORY_COLUMNS,
     TURN_COLUMNS,
-    IngestError,
     IngestOptions,
     IngestResult,
     in_transaction,

@@ -1,8 +1,7 @@
-"""The store's tables and views, and opening a store (the one DuckDB connection).
+"""The store's tables and views: their DDL, creating them, and checking an opened store.
 
-:func:`connect` opens (or creates) a store and makes sure its tables exist; every other
-function of the toolkit takes that connection. A read-only open refuses a file that is not a
-store, or a store of an older schema, with a message.
+A read-only open (:func:`recovery.store.connect`) refuses a file that is not a store, or a
+store of an older schema, with a message (:func:`check_schema`).
 """
 
 from __future__ import annotations
@@ -205,43 +204,6 @@ ORDER BY w.run, w.k;
 """.replace(
     "{WON_AT}", success_turn_sql("success", "n_turns", "success_turn")
 )
-
-def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the store (in memory when ``path`` is None) and make sure its tables exist.
-
-    A folder store (an existing directory, a path ending in ``/``, or an object-storage URL:
-    :func:`recovery.store.folder.is_folder_store`) opens as an in-memory connection whose
-    tables are views over its Parquet files; writes go through this package's functions
-    (:func:`recovery.store.ingest_file`, :func:`recovery.store.replace_step_scores`, and
-    re-marking with :func:`recovery.store.folder.mark_folder`).
-
-    Args:
-        path: The DuckDB file or the folder store; ``None`` or ``":memory:"`` for an in-memory
-            store.
-        read_only: Open read-only (the store must exist; nothing is created).
-
-    Returns:
-        The connection to pass to every other function.
-    """
-    import duckdb
-
-    from recovery.store.folder import connect_folder, is_folder_store
-
-    if is_folder_store(path):
-        return connect_folder(path, read_only=read_only)
-    if path is None or str(path) == ":memory:":
-        con = duckdb.connect(":memory:")
-    else:
-        path = Path(path)
-        if read_only and not path.exists():
-            raise FileNotFoundError(f"store {path} does not exist")
-        con = duckdb.connect(str(path), read_only=read_only)
-    if read_only:
-        check_schema(con, path)
-    else:
-        ensure_schema(con)
-    return con
-
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the tables and views when missing, and upgrade an older store (idempotent).

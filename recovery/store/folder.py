@@ -473,7 +473,7 @@ def ingest_into_folder(
     """
     import duckdb
 
-    from recovery.store.ingest import IngestError
+    from recovery.store.errors import IngestError
 
     root = Path(folder_root(con))
     with writer_lock(root):

@@ -28,6 +28,7 @@ from recovery.schema import (
     text_problem,
 )
 from recovery.store.digest import FileDigest, directory_digest, file_digest, make_traj_id
+from recovery.store.errors import IngestError
 
 if TYPE_CHECKING:
     import duckdb
@@ -43,10 +44,6 @@ TURN_COLUMNS = (
     "traj_id", "t", "action", "action_json", "observation", "observation_json", "reward",
     "explicit_error", "label", "done", "meta",
 )
-
-
-class IngestError(RuntimeError):
-    """Ingest of a file failed; the store is unchanged. The message names file and line."""
 
 
 @dataclass(slots=True)
