@@ -159,7 +159,9 @@ class ScoreResult:
 
 
 def write_step_scores(con: duckdb.DuckDBPyConnection, scores: pd.DataFrame, model: str) -> int:
-    """Replace ``model``'s rows for the scored trajectories with ``scores``, atomically.
+    """Replace ``model``'s rows for the scored trajectories with ``scores``, atomically
+    (:func:`recovery.store.replace_step_scores`: a transaction in a DuckDB store, a file renamed
+    into place in a folder store).
 
     Args:
         con: The store.
@@ -186,19 +188,11 @@ def write_step_scores(con: duckdb.DuckDBPyConnection, scores: pd.DataFrame, mode
             "score": pa.array(scores["score"].astype(float).tolist(), pa.float64()),
         }
     )
-    from recovery.store import in_transaction
-
-    def replace() -> None:
-        con.execute(
-            "DELETE FROM step_scores WHERE model = ? AND traj_id IN "
-            "(SELECT DISTINCT traj_id FROM _prm_scores)",
-            [model],
-        )
-        con.execute("INSERT INTO step_scores BY NAME SELECT * FROM _prm_scores")
+    from recovery.store import replace_step_scores
 
     con.register("_prm_scores", table)
     try:
-        in_transaction(con, replace)
+        replace_step_scores(con, "_prm_scores", model)
     finally:
         con.unregister("_prm_scores")
     return len(scores)

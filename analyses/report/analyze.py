@@ -36,10 +36,11 @@ class AnalyzeConfig:
         argument=True, default_factory=list,
         help="Input files (any known format); none = every run of --store.",
     )
-    store: Path | None = opt(
+    store: str | None = opt(
         None,
-        "DuckDB store to ingest into and read from (files already there, by sha256, are not "
-        "read again); in memory when omitted.",
+        "Store to ingest into and read from (files already there, by sha256, are not read "
+        "again): a DuckDB file, or a folder of Parquet files (an existing directory, or a path "
+        "ending in '/'); in memory when omitted.",
     )
     baseline: str | None = opt(
         None, "Run the others are compared with (default: the first run alphabetically)."
