@@ -190,18 +190,27 @@ def run_quality(
         row[0]: row[1:]
         for row in con.execute(
             f"""
-            WITH u AS (
-                SELECT tr.run, u.action, u.observation, u.is_error,
-                       lag(u.observation) OVER w AS previous, lag(u.t) OVER w AS previous_t
+            WITH narrow AS (
+                -- The window sorts narrow rows: a 64-bit hash stands for the observation
+                -- (the repeat rule of marking compares the same way), so memory does not grow
+                -- with the length of the texts.
+                SELECT tr.run, u.traj_id, u.t, u.is_error,
+                       u.action IS NULL OR trim(u.action) = '' AS empty_action,
+                       hash(coalesce(u.observation, '')) AS observation_hash
                 FROM turns u JOIN trajectories tr USING (traj_id)
                 WHERE {tr_where}
-                WINDOW w AS (PARTITION BY u.traj_id ORDER BY u.t)
+            ),
+            u AS (
+                SELECT run, empty_action, is_error, observation_hash,
+                       lag(observation_hash) OVER w AS previous, lag(t) OVER w AS previous_t
+                FROM narrow
+                WINDOW w AS (PARTITION BY traj_id ORDER BY t)
             )
             SELECT run,
-                   count(*) FILTER (WHERE action IS NULL OR trim(action) = ''),
+                   count(*) FILTER (WHERE empty_action),
                    count(*) FILTER (WHERE previous_t IS NOT NULL),
                    count(*) FILTER (WHERE previous_t IS NOT NULL
-                                    AND coalesce(observation, '') = coalesce(previous, '')),
+                                    AND observation_hash = previous),
                    count(*) FILTER (WHERE is_error)
             FROM u GROUP BY run
             """,

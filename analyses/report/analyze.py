@@ -128,7 +128,7 @@ def ingest_inputs(
     Raises:
         InputProblem: when a file cannot be ingested (the store keeps the others).
     """
-    from recovery.store import ingest_files
+    from recovery.store import ingest_files, runs_of
 
     def report(result) -> None:
         if echo is not None:
@@ -141,22 +141,7 @@ def ingest_inputs(
             f"{len(failed)} of {len(results)} input files could not be ingested (each is "
             "named above); fix or leave them out, nothing was analysed"
         )
-    runs: set[str] = set()
-    for result in results:
-        sources = [result.file]
-        if result.status == "skipped":
-            sources = [
-                row[0] for row in con.execute(
-                    "SELECT file FROM ingests WHERE sha256 = ?", [result.sha256]
-                ).fetchall()
-            ]
-        found = con.execute(
-            f"SELECT DISTINCT run FROM trajectories WHERE source_file IN "
-            f"({', '.join('?' for _ in sources)})",
-            sources,
-        ).fetchall()
-        runs.update(row[0] for row in found)
-    return sorted(runs)
+    return runs_of(con, results)
 
 
 def analyze(

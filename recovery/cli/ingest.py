@@ -104,8 +104,12 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
             "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
         ).fetchone()
         from recovery.quality import run_quality, summary_lines
+        from recovery.store import runs_of
 
-        quality_lines = summary_lines(run_quality(con)) if total[0] else []
+        # The runs this command stored (or found already stored), not the whole store: the
+        # check costs what the input costs.
+        touched = runs_of(con, results)
+        quality_lines = summary_lines(run_quality(con, touched)) if touched else []
     finally:
         con.close()
     failed = sum(r.status == "failed" for r in results)

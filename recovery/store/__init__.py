@@ -41,6 +41,7 @@ from recovery.store.ingest import (
     ingest_file,
     ingest_files,
     ingest_trajectories,
+    runs_of,
 )
 from recovery.store.scope import traj_scope
 from recovery.store.scores import replace_step_scores
@@ -70,6 +71,7 @@ __all__ = [
     "make_traj_id",
     "mark_folder",
     "replace_step_scores",
+    "runs_of",
     "traj_scope",
     "views_sql",
 ]

@@ -524,6 +524,27 @@ def ingest_files(
     return results
 
 
+def runs_of(con: duckdb.DuckDBPyConnection, results: Iterable[IngestResult]) -> list[str]:
+    """The runs of the trajectories that ``results`` stored, or that an earlier ingest of the
+    same bytes stored (a skipped input's runs are those of the file the store recorded for its
+    digest). Failed inputs hold none."""
+    sources: list[str] = []
+    for result in results:
+        if result.status == "ingested":
+            sources.append(result.file)
+        elif result.status == "skipped":
+            sources += [row[0] for row in con.execute(
+                "SELECT file FROM ingests WHERE sha256 = ?", [result.sha256]).fetchall()]
+    if not sources:
+        return []
+    rows = con.execute(
+        f"SELECT DISTINCT run FROM trajectories WHERE source_file IN "
+        f"({', '.join('?' for _ in sources)}) ORDER BY run",
+        sources,
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def _fast_path_applies(
     path: Path, fmt: str, digest: FileDigest, options: IngestOptions
 ) -> bool:
