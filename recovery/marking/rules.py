@@ -230,8 +230,14 @@ def _check_regexes(patterns: Sequence[tuple[str, str, str]]) -> None:
                 raise RuleError(f"{label}: bad regular expression {pattern!r}: {message}") from None
 
 
-def rules_from_toml(data: Mapping[str, Any], source: str) -> RuleSet:
-    """A :class:`RuleSet` from a parsed TOML document (see :func:`load_rules`)."""
+def rules_from_toml(
+    data: Mapping[str, Any], source: str, *, check_regex: bool = True
+) -> RuleSet:
+    """A :class:`RuleSet` from a parsed TOML document (see :func:`load_rules`).
+
+    ``check_regex=False`` leaves compiling the patterns to the caller (the built-in sets
+    check all their patterns with one DuckDB connection).
+    """
     known = {"rule", "builtin", "repeat"}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -249,17 +255,25 @@ def rules_from_toml(data: Mapping[str, Any], source: str) -> RuleSet:
         rule_from_dict(raw, source=source, index=i, check_regex=False)
         for i, raw in enumerate(tables, start=1)
     ]
-    _check_regexes([
-        (r.pattern, r.flags, f"{source}: rule {i}" + (f" ({r.name!r})" if "name" in raw else ""))
-        for i, (r, raw) in enumerate(zip(rules, tables, strict=True), start=1)
-        if r.pattern is not None
-    ])
+    if check_regex:
+        _check_regexes(_patterns(rules, tables, source))
     return RuleSet(
         rules=rules,
         builtin=data.get("builtin", True),
         repeat=data.get("repeat", True),
         source=source,
     )
+
+
+def _patterns(
+    rules: Sequence[Rule], tables: Sequence[Any], source: str
+) -> list[tuple[str, str, str]]:
+    """``(pattern, flags, label)`` of the rules that have a pattern, labelled for messages."""
+    return [
+        (r.pattern, r.flags, f"{source}: rule {i}" + (f" ({r.name!r})" if "name" in raw else ""))
+        for i, (r, raw) in enumerate(zip(rules, tables, strict=True), start=1)
+        if r.pattern is not None
+    ]
 
 
 def load_rules(path: str | Path) -> RuleSet:
@@ -312,10 +326,15 @@ def _builtin_rules() -> tuple[Rule, ...]:
         import tomli as tomllib
 
     rules: list[Rule] = []
+    patterns: list[tuple[str, str, str]] = []
     package = files("recovery") / "rules"
     for name in BUILTIN_RULE_FILES:
         data = tomllib.loads((package / name).read_text(encoding="utf-8"))
-        rules.extend(rules_from_toml(data, f"recovery/rules/{name}").rules)
+        source = f"recovery/rules/{name}"
+        found = rules_from_toml(data, source, check_regex=False).rules
+        patterns += _patterns(found, data.get("rule", []), source)
+        rules.extend(found)
+    _check_regexes(patterns)  # one DuckDB connection for every built-in pattern
     return tuple(rules)
 
 
