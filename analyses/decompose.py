@@ -223,7 +223,7 @@ def mode_groups(
 def gain_components(
     s_aa: np.ndarray, s_ab: np.ndarray, s_ba: np.ndarray, s_bb: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Split a model change into single-step and recovery shares (DESIGN 6).
+    """Split a model change into single-step and recovery shares.
 
     With ``S(x, y)`` = the model's success with the single-step process of ``x`` and the
     recovery process of ``y``::
@@ -260,7 +260,7 @@ def decompose(
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """The gain of ``candidate`` over ``baseline`` per turn budget, split into single-step
-    quality and recovery (DESIGN 6).
+    quality and recovery.
 
     Args:
         traj: Trajectories frame (both runs; other runs are ignored).
@@ -276,9 +276,9 @@ def decompose(
             ``"budgeted"`` (at each T, only the trajectories run with ``budget == T``).
         min_at_risk: Bin size of the hazards.
         ci: Central coverage of the bootstrap intervals.
-        strata_folds: 1 (default) = the strata of DESIGN 6, from each task's success rate over
-            all its trajectories. ``m > 1`` = cross-fitted strata: the trajectories with
-            ``sample % m == f`` are stratified by their task's success rate over the other
+        strata_folds: 1 (default) = each task's stratum from its difficulty key over all its
+            trajectories. ``m > 1`` = cross-fitted strata: the trajectories with
+            ``sample % m == f`` are stratified by their task's key over the other
             folds, so a trajectory's own outcome never picks its stratum (this removes a
             selection bias that in-sample strata put on ``single_step``; see
             :func:`task_strata`).
