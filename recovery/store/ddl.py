@@ -108,6 +108,20 @@ SELECT tr.run,
 FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
 GROUP BY tr.run;
 
+-- One task's pass@k and pass^k from its n samples of which c succeeded: the unbiased
+-- estimators 1 - C(n - c, k) / C(n, k) and C(c, k) / C(n, k) in the product form
+-- prod(1 - k/j), which stays exact where the binomials would overflow (the same formula as
+-- analyses.passkt.pass_at_k). Every Pass@(K,T) view and macro below averages them over tasks.
+CREATE OR REPLACE MACRO pass_at_k(n, c, k) AS
+    CASE WHEN n - c < k THEN 1.0
+         ELSE 1.0 - coalesce(list_product(list_transform(
+             range(n - c + 1, n + 1), lambda j: 1.0 - k / j)), 1.0) END;
+
+CREATE OR REPLACE MACRO pass_hat_k(n, c, k) AS
+    CASE WHEN c < k THEN 0.0
+         ELSE coalesce(list_product(list_transform(
+             range(c + 1, n + 1), lambda j: 1.0 - k / j)), 1.0) END;
+
 -- Pass@(K,T) and pass^(K,T) in truncation mode; the SQL face of analyses.passkt,
 -- which adds budgeted mode and bootstrap intervals. Per (run, task): n = trajectories with a
 -- known outcome that did not crash, whatever their budget; c = those that succeeded by turn t (a success without
@@ -139,10 +153,7 @@ WITH widths AS (
     SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
 )
 SELECT w.run, w.k, p.t,
-       avg(CASE WHEN p.n - p.c < w.k THEN 1.0
-                ELSE 1.0 - coalesce(list_product(list_transform(
-                    range(p.n - p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
-           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       avg(pass_at_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)     AS value,
        count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN pass_kt_task_counts p USING (run)
@@ -153,10 +164,7 @@ WITH widths AS (
     SELECT run, unnest(range(1, max(n) + 1)) AS k FROM pass_kt_task_counts GROUP BY run
 )
 SELECT w.run, w.k, p.t,
-       avg(CASE WHEN p.c < w.k THEN 0.0
-                ELSE coalesce(list_product(list_transform(
-                    range(p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
-           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       avg(pass_hat_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)    AS value,
        count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN pass_kt_task_counts p USING (run)
@@ -178,10 +186,7 @@ CREATE OR REPLACE MACRO pass_at_kt_at(t_limit) AS TABLE
 WITH counts AS (SELECT * FROM pass_kt_task_counts_at(t_limit)),
 widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
 SELECT w.run, w.k, t_limit::INTEGER AS t,
-       avg(CASE WHEN p.n - p.c < w.k THEN 1.0
-                ELSE 1.0 - coalesce(list_product(list_transform(
-                    range(p.n - p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
-           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       avg(pass_at_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)     AS value,
        count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN counts p USING (run)
@@ -192,10 +197,7 @@ CREATE OR REPLACE MACRO pass_hat_kt_at(t_limit) AS TABLE
 WITH counts AS (SELECT * FROM pass_kt_task_counts_at(t_limit)),
 widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
 SELECT w.run, w.k, t_limit::INTEGER AS t,
-       avg(CASE WHEN p.c < w.k THEN 0.0
-                ELSE coalesce(list_product(list_transform(
-                    range(p.c + 1, p.n + 1), lambda j: 1.0 - w.k / j)), 1.0)
-           END) FILTER (WHERE p.n >= w.k)                          AS value,
+       avg(pass_hat_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)    AS value,
        count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN counts p USING (run)
