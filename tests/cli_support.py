@@ -1,0 +1,31 @@
+"""Helpers shared by the tests that drive the command line through click's CliRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from click.testing import CliRunner, Result
+
+from recovery.cli import main
+
+STORE_TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
+
+
+def run_cli(*args: object) -> Result:
+    """Invoke ``recovery ARGS...`` in-process; a user mistake must end in a message, never a
+    traceback, so any exception other than click's exit fails the calling test."""
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.output, result.exception)
+    assert "Traceback" not in result.output
+    return result
+
+
+def table_rows(store: Path, tables: tuple[str, ...] = STORE_TABLES) -> dict[str, list[tuple]]:
+    """Every row of each table of a DuckDB store, sorted, to compare a store before and after."""
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in tables}
+    finally:
+        con.close()
