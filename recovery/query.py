@@ -131,5 +131,11 @@ def run_query(
             return con.execute(query).df()
         except duckdb.Error as err:
             raise InputProblem(str(err)) from None
+        except UnicodeDecodeError:
+            # DuckDB quoted a value in its error message and cut a multi-byte character
+            raise InputProblem(
+                "DuckDB refused the query with a message that is not valid UTF-8 (it quotes "
+                "a value of the data, cut in the middle of a character)"
+            ) from None
     finally:
         con.close()

@@ -585,10 +585,11 @@ def _check_depth(
 @contextmanager
 def _declining() -> Iterator[None]:
     """Turn any DuckDB error (a record DuckDB cannot parse, an ``error()`` raised by a check)
-    into :class:`Declined`."""
+    into :class:`Declined`; so too an error whose message is not valid UTF-8 (DuckDB quotes
+    the record in it and may cut a multi-byte character, which Python cannot decode)."""
     import duckdb
 
     try:
         yield
-    except duckdb.Error as err:
+    except (duckdb.Error, UnicodeDecodeError) as err:
         raise Declined(str(err)) from err

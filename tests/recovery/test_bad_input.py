@@ -9,31 +9,18 @@ import os
 import zipfile
 from pathlib import Path
 
-import duckdb
 import pytest
-from click.testing import CliRunner, Result
 
-from recovery.cli import main
 from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from tests.cli_support import run_cli as run
+from tests.cli_support import table_rows
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 
 
-def run(*args: object) -> Result:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.output, result.exception)
-    assert "Traceback" not in result.output
-    return result
-
-
 def dump(store: Path) -> dict[str, list[tuple]]:
-    con = duckdb.connect(str(store), read_only=True)
-    try:
-        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
-    finally:
-        con.close()
+    return table_rows(store, TABLES)
 
 
 @pytest.fixture
@@ -132,6 +119,18 @@ def test_surrogates_for_every_json_reader(store: Path, tmp_path: Path) -> None:
         assert bad.read_text() != text
         message = refused(store, bad)
         assert "surrogate" in message and f"{bad}:" in message
+
+
+def test_a_record_duckdb_quotes_in_a_cut_message_is_still_a_clean_error(
+        store: Path, tmp_path: Path) -> None:
+    # DuckDB's message about a line that is not an object quotes the line, cut after some
+    # bytes; cut inside a multi-byte character it is not UTF-8 and Python cannot decode it.
+    lines = (FIXTURES / "canonical.jsonl").read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "cut.jsonl"
+    first = json.dumps('0000""\x1f\x1f\x1f\x1f\x0b\x07\x80\x80\x80')
+    bad.write_text("\n".join([first, *lines[1:]]) + "\n", encoding="utf-8")
+    message = refused(store, bad, "--format", "canonical")
+    assert f"{bad}:1: " in message and "JSON object" in message
 
 
 def test_inspect_scores_nan_and_inf_are_refused(store: Path, tmp_path: Path) -> None:

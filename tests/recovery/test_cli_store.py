@@ -7,30 +7,17 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from click.testing import CliRunner, Result
 
-from recovery.cli import main
 from recovery.formats import known_formats
+from tests.cli_support import run_cli as run
+from tests.cli_support import table_rows
 from tests.conftest import TAU_AIRLINE
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
 
 
-def run(*args: str) -> Result:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    # User mistakes end in a message and an exit code, never in a traceback.
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.output, result.exception)
-    assert "Traceback" not in result.output
-    return result
-
-
 def snapshot(store: Path) -> dict[str, list[tuple]]:
-    con = duckdb.connect(str(store), read_only=True)
-    try:
-        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
-    finally:
-        con.close()
+    return table_rows(store, TABLES)
 
 
 def line(task_id: str, sample: int = 0, **extra: object) -> str:

@@ -5,30 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
-from click.testing import CliRunner, Result
 
-from recovery.cli import main
 from recovery.query import QueryRefused, run_query
+from tests.cli_support import run_cli as run
+from tests.cli_support import table_rows
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores", "store_info")
 
 
-def run(*args: object) -> Result:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.output, result.exception)
-    assert "Traceback" not in result.output
-    return result
-
-
 def dump(store: Path) -> dict[str, list[tuple]]:
-    con = duckdb.connect(str(store), read_only=True)
-    try:
-        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
-    finally:
-        con.close()
+    return table_rows(store, TABLES)
 
 
 @pytest.fixture
@@ -108,6 +95,19 @@ def test_read_folders_allow_joins_but_no_writes(store: Path, tmp_path: Path) -> 
                                          {"task_id": "t1", "domain": "shop"}]
     copy = run("sql", f"COPY turns TO '{data}/o.csv'", "--store", store, "--read", data)
     assert copy.exit_code == 2 and not (data / "o.csv").exists()
+
+
+def test_an_error_message_duckdb_cuts_mid_character_is_a_clean_error(
+        store: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.jsonl").write_text(json.dumps('0000""\x1f\x1f\x1f\x1f\x0b\x07\x80\x80\x80')
+                                  + "\n")
+    query = (f"SELECT * FROM read_json('{data}/x.jsonl', format = 'newline_delimited', "
+             "columns = {run: 'VARCHAR', task_id: 'JSON'})")
+    result = run("sql", query, "--store", store, "--read", data)
+    assert result.exit_code == 1, result.output
+    assert "not valid UTF-8" in result.output
 
 
 def test_read_only_selects_still_work(store: Path) -> None:
