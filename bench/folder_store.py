@@ -11,7 +11,7 @@ Writes ``--files`` canonical JSONL files of short turns (the ``short`` shape of
   ``recovery.store.folder.STAGE_MEMORY``, whatever the number of files);
 * the same into a DuckDB file store, for comparison;
 * ``recovery ingest FILES --store DIR/`` end to end (with its data-quality summary over the
-  whole store at the end);
+  runs it stored, at the end);
 * ``recovery sql`` over the folder store: turns per run, and Pass@(K,T) at T = 10 from the
   ``pass_at_kt_at`` macro.
 """
