@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyses.dp import success_curve
-from analyses.frames import success_turns
+from analyses.frames import is_in, success_turns
 from analyses.hazards import N_COUNTS, event_counts, rates_from_counts, turn_table
 from analyses.strata import check_strata_by, key_counts, strata_weights
 
@@ -79,7 +79,7 @@ def _engine(
     ``done`` counting the bootstrap resamples whose model is computed."""
     import pandas as pd
 
-    traj = traj[traj["run"].isin(list(runs))].reset_index(drop=True)
+    traj = traj[is_in(traj["run"], list(runs))].reset_index(drop=True)
     traj = traj.assign(task_id=traj["task_id"].astype(str))
     task_ids = np.array(sorted(pd.unique(traj["task_id"])), dtype=object)
     n_tasks = len(task_ids)
@@ -94,7 +94,7 @@ def _engine(
     else:
         fold_of_row = np.zeros(len(traj), dtype=np.int64)
 
-    flags = flags[flags["traj_id"].isin(traj["traj_id"])]
+    flags = flags[is_in(flags["traj_id"], traj["traj_id"])]
     table = turn_table(traj, flags)
     ends = table.length - 2
     t_eval = [ends if t is None else t for t in ts]

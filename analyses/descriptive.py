@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyses.decompose import check_mode, normalise_ts
-from analyses.frames import success_turns
+from analyses.frames import is_in, success_turns
 from analyses.hazards import (
     FIRST_INDEX,
     HAZARD_CLOCKS,
@@ -136,7 +136,7 @@ def hazard_curves(
         stratum_of_task = dict(zip(st["task_id"], st["stratum"], strict=True))
         for k in range(strata):
             part = sub[sub["task_id"].map(stratum_of_task) == k]
-            hz = fit_hazards(part, flags[flags["traj_id"].isin(part["traj_id"])], min_at_risk)
+            hz = fit_hazards(part, flags[is_in(flags["traj_id"], part["traj_id"])], min_at_risk)
             for name in HAZARD_NAMES:
                 risk = hz.at_risk[name]
                 xs = np.nonzero(risk > 0)[0]
@@ -176,7 +176,7 @@ def spell_stats(traj: pd.DataFrame, spells: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    sp = spells[spells["traj_id"].isin(traj["traj_id"])]
+    sp = spells[is_in(spells["traj_id"], traj["traj_id"])]
     n_traj = traj.groupby("run", sort=True).size().rename("n_trajectories")
     g = sp.groupby("run")
     stats = pd.DataFrame(
@@ -248,7 +248,7 @@ def matched_state_errors(
     runs = [baseline, candidate]
     columns = ["run", "n_states", "n_turns", "n_errors", "error_rate", "standardised_error_rate"]
     df = states[["traj_id", "t", "state_id"]].merge(
-        traj.loc[traj["run"].isin(runs), ["traj_id", "run"]], on="traj_id"
+        traj.loc[is_in(traj["run"], list(runs)), ["traj_id", "run"]], on="traj_id"
     )
     err = flags[["traj_id", "t", "is_error"]].assign(
         is_error=lambda d: d["is_error"].astype("boolean").fillna(False).astype(bool)

@@ -143,6 +143,39 @@ def ended_by_budget(traj: pd.DataFrame) -> np.ndarray:
     )
 
 
+def is_in(column: pd.Series, values: pd.Series | Sequence[object]) -> np.ndarray:
+    """Which rows of ``column`` hold one of ``values``: ``column.isin(values)`` as a numpy mask.
+
+    The frames' id columns are Arrow strings, for which pandas converts every value to a
+    Python object before matching (seconds for the million ids of a large store); this matches
+    the Arrow arrays directly, and falls back to pandas for anything else.
+
+    Args:
+        column: The column to test.
+        values: The values looked for.
+
+    Returns:
+        A boolean array as long as ``column``.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        haystack = pa.array(column, from_pandas=True)
+        needles = pa.array(values, from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError):
+        return np.asarray(column.isin(values), dtype=bool)
+    if not (pa.types.is_string(haystack.type) or pa.types.is_large_string(haystack.type)) or (
+        needles.type != haystack.type and not pa.types.is_null(needles.type)
+    ):
+        return np.asarray(column.isin(values), dtype=bool)
+    if pa.types.is_null(needles.type):
+        needles = needles.cast(haystack.type)
+    mask = pc.is_in(haystack, value_set=needles)
+    return mask.to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
 def spells_frame(
     con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
 ) -> pd.DataFrame:

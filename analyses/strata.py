@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analyses.frames import is_in
 from analyses.hazards import HAZARD_NAMES, event_counts, turn_table
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def task_strata(
     else:
         if flags is None:
             flags = pd.DataFrame({"traj_id": [], "t": [], "is_error": []})
-        table = turn_table(traj, flags[flags["traj_id"].isin(traj["traj_id"])])
+        table = turn_table(traj, flags[is_in(flags["traj_id"], traj["traj_id"])])
         counts = event_counts(table, task_of_row, len(task_ids), max(table.length, 2))
         hits, trials = key_counts(counts)
     key = hits / np.maximum(trials, 1)

@@ -14,23 +14,24 @@ and the total. ``--profile`` adds the functions that take the most time (cProfil
 CPU seconds of the process (all threads): on a shared, busy machine the CPU figure is the
 truer measure of the work.
 
-Measured on this project's 2-core machine while other jobs kept its load average at 6 to 7
-(so wall-clock times were about twice the CPU times), 1,002,860 turns (68,800 trajectories,
-334 MB), ``n_boot=200``, 5 strata:
+Measured on this project's 2-core machine (load average about 1), 932,089 turns (64,000
+trajectories, 311 MB), ``n_boot=200``, 5 strata:
 
     step                                              wall     CPU
-    ingest (DuckDB fast path + error marking)        16.96 s   6.14 s
-    load frames                                       1.93 s   0.97 s
-    Pass@(K,T) + pass^(K,T) grids                     0.50 s   0.24 s
-    descriptive, spells, latency, kinds               1.01 s   0.51 s
-    hazard curves                                     1.07 s   0.53 s
-    model fit (2 runs)                                1.22 s   0.62 s
-    decompose rl vs base (200 bootstrap resamples)    3.98 s   2.29 s
-    analysis in all                                   9.7 s    5.2 s
+    ingest (DuckDB fast path + error marking)         4.78 s   8.87 s
+    load frames                                       1.45 s   2.00 s
+    Pass@(K,T) + pass^(K,T) grids                     0.18 s   0.31 s
+    descriptive, spells, latency, kinds               0.32 s   0.43 s
+    hazard curves                                     0.49 s   0.49 s
+    model fit (2 runs)                                0.29 s   0.35 s
+    decompose rl vs base (200 bootstrap resamples)    1.43 s   2.54 s
+    difference surface                                0.18 s   0.25 s
+    analysis in all                                   4.3 s    6.4 s
 
-The decomposition is the largest part of the analysis; within it (cProfile) the dynamic
-programme ``analyses.dp.success_curve`` takes about 40% and matching trajectory ids
-between the frames (pandas ``isin`` on Arrow strings) about 13%.
+The decomposition is the largest part of the analysis (its bootstrap replicates run on two
+threads). On the same input, measured just before the frames' id columns were matched with
+``analyses.frames.is_in`` (Arrow's ``is_in``) instead of pandas' ``isin`` (which converts every
+Arrow string to a Python object first), the analysis took 8.2 s: ``isin`` alone was 3.3 s.
 """
 
 from __future__ import annotations

@@ -134,6 +134,7 @@ def report_from_frames(
     """
     from analyses import decompose as dec
     from analyses import descriptive as desc
+    from analyses.frames import is_in
     from analyses.passkt import pass_at_kt, pass_hat_kt
     from analyses.report.surface import pass_difference
     from recovery.marking.spells import spells_of_frames
@@ -215,7 +216,7 @@ def report_from_frames(
     spell_table = spells
     spells = step("error spells", lambda: desc.spell_stats(traj, spell_table))
     latency = step("recovery latency", lambda: desc.latency_distribution(
-        spell_table[spell_table["traj_id"].isin(traj["traj_id"])]))
+        spell_table[is_in(spell_table["traj_id"], traj["traj_id"])]))
     hazards = step(
         "hazard curves",
         lambda: desc.hazard_curves(traj, flags, run_names, strata=1,
