@@ -20,28 +20,28 @@ the whole horizon (nothing for the recursion to cut: its worst case).
     .venv/bin/python bench/decompose.py [--t-max 50,100,200,400] [--reference-t-max 50,100]
         [--boot 200] [--strata 5] [--repeat 2]
 
-Measured on this project's 2-core machine while other jobs kept its load average at 4 to 5
-(so wall-clock times run above the CPU times; the CPU figure is the truer measure of work)::
+Measured on this project's 2-core machine with nothing else running (load average about 1;
+the bootstrap's two threads make CPU exceed wall-clock time)::
 
     decompose, 2 runs x 600 trajectories, 200 bootstrap resamples, 5 strata
     (each line in a fresh process, the fastest of 2 runs)
      T_max  longest    turns   wall s   ratio    CPU s   ratio  peak RSS  T grid
-        50       50   12,727     1.04             0.65            139 MB  2, 4, 7, 11, 19, 50, none
-       100      100   23,649     2.45   2.36x     1.58   2.42x    145 MB  4, 8, 13, 21, 36, 100, none
-       200      200   44,103     5.43   2.21x     3.72   2.36x    162 MB  7, 14, 25, 40, 67, 200, none
-       400      400   86,712    18.02   3.32x    12.80   3.44x    193 MB  13, 29, 49, 78, 123, 400, none
+        50       50   12,727     0.30             0.58            129 MB  2, 4, 7, 11, 19, 50, none
+       100      100   23,649     0.81   2.72x     1.59   2.72x    136 MB  4, 8, 13, 21, 36, 100, none
+       200      200   44,103     2.67   3.30x     4.62   2.90x    152 MB  7, 14, 25, 40, 67, 200, none
+       400      400   86,712    10.26   3.84x    12.25   2.65x    183 MB  13, 29, 49, 78, 123, 400, none
 
     the same decomposition with the direct (turn, n, d) programme (the tests' reference)
      T_max   wall s    CPU s  peak RSS  speedup (CPU)
-        50     4.35     3.04    175 MB           4.7x
-       100    28.20    18.77    277 MB          11.9x
+        50     2.37     4.28    165 MB           7.3x
+       100    18.88    20.83    267 MB          13.1x
 
     the model alone, 1005 rows of hazards whose mass spreads over the whole horizon (nothing to cut)
      T_max   wall s    CPU s   ratio  peak RSS
-        50     0.13     0.06            123 MB
-       100     0.32     0.21   3.31x    132 MB
-       200     1.23     0.84   3.97x    150 MB
-       400     4.66     3.14   3.74x    180 MB
+        50     0.05     0.05            113 MB
+       100     0.22     0.22   4.10x    121 MB
+       200     0.87     0.87   3.93x    137 MB
+       400     3.24     3.24   3.72x    169 MB
 """
 
 from __future__ import annotations
