@@ -24,6 +24,7 @@ from recovery.formats import (
 )
 from recovery.formats._chat import task_id_from_prompt
 from recovery.schema import RecordError, Trajectory
+from tests.recovery.formats._support import only_error, read_items, read_ok
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -38,24 +39,6 @@ def write_jsonl(path: Path, records: list[Any], *, compress: bool = False) -> Pa
     else:
         path.write_text(text, encoding="utf-8")
     return path
-
-
-def read_items(path: Path, fmt: str | None = None, **options: Any) -> list[Any]:
-    return list(read_file(path, fmt, ReadOptions(**options)))
-
-
-def read_ok(path: Path, fmt: str | None = None, **options: Any) -> list[Trajectory]:
-    """Read a file that must have no bad records."""
-    items = read_items(path, fmt, **options)
-    errors = [i for i in items if isinstance(i, RecordError)]
-    assert not errors, errors
-    return items
-
-
-def only_error(items: list[Any]) -> RecordError:
-    errors = [i for i in items if isinstance(i, RecordError)]
-    assert len(errors) == 1, items
-    return errors[0]
 
 
 # --------------------------------------------------------------------------------------------
