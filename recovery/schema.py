@@ -378,7 +378,9 @@ def turn_from_dict(raw: Any, index: int) -> Turn:
         raise RecordError(f"field '{where}.action' is missing")
     action = raw["action"]
     observation = raw.get("observation")
-    done = raw.get("done", False)
+    done = raw.get("done")
+    if done is None:  # null is absent, as for every other optional field
+        done = False
     if not isinstance(done, bool):
         raise RecordError(f"field '{where}.done': expected boolean, got {_type_name(done)}")
     meta = dict(coerce_meta(raw.get("meta"), f"{where}.meta"))

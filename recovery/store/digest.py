@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +20,11 @@ class FileDigest:
         sha256: Hex digest of the bytes.
         n_lines: Number of lines (a last line without a newline counts).
         longest_line: Bytes of the longest line, without its newline.
-        watched: Whether one of the patterns :func:`file_digest` watched for occurs.
     """
 
     sha256: str
     n_lines: int
     longest_line: int
-    watched: bool = False
 
 
 def directory_digest(path: str | Path) -> FileDigest:
@@ -46,36 +42,16 @@ def directory_digest(path: str | Path) -> FileDigest:
     return FileDigest(digest.hexdigest(), 0, 0)
 
 
-def file_digest(
-    path: str | Path, *, watch: Sequence[tuple[bytes, re.Pattern[bytes]]] = ()
-) -> FileDigest:
-    """sha256, line count and longest line of a file, in one streamed pass.
-
-    Args:
-        path: The file.
-        watch: ``(literal, pattern)`` pairs: ``watched`` is set when ``pattern`` (which
-            starts with ``literal`` and spans at most 64 bytes) occurs in the file; the
-            literal is looked for first, so that a pattern absent from the text costs a
-            byte search only.
-    """
+def file_digest(path: str | Path) -> FileDigest:
+    """sha256, line count and longest line of a file, in one streamed pass."""
     import numpy as np
 
     digest = hashlib.sha256()
     newlines = longest = offset = 0
     last_newline = -1  # absolute position of the last newline seen
-    watched = False
-    tail = b""  # the end of the previous chunk, so that a pattern across two chunks is seen
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
             digest.update(chunk)
-            if watch and not watched:
-                seam = tail + chunk[:64]
-                watched = any(
-                    (literal in chunk and pattern.search(chunk) is not None)
-                    or (literal in seam and pattern.search(seam) is not None)
-                    for literal, pattern in watch
-                )
-                tail = chunk[-64:]
             ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + offset
             if len(ends):
                 longest = max(longest, int(np.diff(ends, prepend=last_newline).max()) - 1)
@@ -83,7 +59,7 @@ def file_digest(
                 newlines += len(ends)
             offset += len(chunk)
     rest = offset - last_newline - 1
-    return FileDigest(digest.hexdigest(), newlines + (rest > 0), max(longest, rest), watched)
+    return FileDigest(digest.hexdigest(), newlines + (rest > 0), max(longest, rest))
 
 
 def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:

@@ -25,7 +25,6 @@ and line. Tests check that both paths give identical stores, on fixed and on ran
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -53,15 +52,6 @@ Only looked for in ``meta`` objects: every other number is read as a number and 
 
 _JSON_STRING = r'"(?:[^"\\]|\\.)*"'
 """A JSON string literal (RE2), removed before looking for numbers."""
-
-WATCH = (
-    (b'"done"', re.compile(rb'"done"\s*:\s*null')),
-    (b"\\u00", re.compile(rb"\\u00[2-7][0-9a-fA-F]")),
-)
-"""Text that sends a file to the Python reader, looked for while the file is hashed: a turn's
-``"done": null`` (the reader refuses it; DuckDB reads it as absent), and a printable ASCII
-character written as an escape (it could spell such a key). Strict: the same text inside a
-string or a meta object also sends the file to the reader, which then stores it."""
 
 _END_REASONS = "(" + ", ".join(f"'{r}'" for r in END_REASONS) + ")"
 

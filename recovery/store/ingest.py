@@ -407,12 +407,7 @@ def _ingest_file(
     known: Callable[[str], bool] | None,
 ) -> IngestResult:
     try:
-        if folder:
-            digest = directory_digest(path)
-        else:
-            from recovery.store.fast_canonical import WATCH
-
-            digest = file_digest(path, watch=WATCH if probe is not None else ())
+        digest = directory_digest(path) if folder else file_digest(path)
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
@@ -556,7 +551,6 @@ def _fast_path_applies(
         fmt == "canonical"
         and options.fast
         and digest.longest_line <= options.max_record_bytes
-        and not digest.watched
         and eligible(path, head_bytes(path, 4))
     )
 
