@@ -28,7 +28,12 @@ from recovery.marking.rules import (
     rule_from_dict,
     rules_from_toml,
 )
-from recovery.marking.spells import SPELL_COLUMNS, error_spells, rebuild_spells, spells_of_frames
+from recovery.marking.spells import (
+    SPELL_COLUMNS,
+    error_spells_sql,
+    rebuild_spells,
+    spells_of_frames,
+)
 
 __all__ = [
     "BUILTIN_RULE_FILES",
@@ -41,7 +46,7 @@ __all__ = [
     "RuleSet",
     "builtin_rules",
     "compile_rules",
-    "error_spells",
+    "error_spells_sql",
     "load_rules",
     "mark_counts",
     "mark_store",

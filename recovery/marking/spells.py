@@ -6,10 +6,12 @@ not an error (``latency = recovered_at - start_t``); a spell still open when the
 **unrecovered**, and **fatal** when the episode failed (not when its outcome is unknown). Its
 kind is the kind of its first turn.
 
-:func:`error_spells` computes spells from error turns with numpy (no pandas, so ingest does not
-pay for importing it); marking writes its result to the ``error_spells`` table, and analyses
-either read that table (:func:`analyses.frames.spells_frame`) or, on frames built without a
-store, call :func:`spells_of_frames`, which calls the same function.
+:func:`error_spells_sql` is that definition as one DuckDB query over a relation of error turns
+(consecutive turns are found as islands: ``t - row_number()`` is constant along a run of
+consecutive error turns). Marking runs it inside the store (:func:`stage_spells`), so ingest
+moves no turn into Python; analyses either read the ``error_spells`` table
+(:func:`analyses.frames.spells_frame`) or, on frames built without a store, call
+:func:`spells_of_frames`, which runs the same query over the frames.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import duckdb
-    import numpy as np
     import pandas as pd
 
 SPELL_COLUMNS = (
@@ -28,87 +29,50 @@ SPELL_COLUMNS = (
 """The columns of the ``error_spells`` table, in order."""
 
 
-def error_spells(
-    error_traj: Sequence[str] | np.ndarray,
-    error_t: Sequence[int] | np.ndarray,
-    error_kind: Sequence[str | None] | np.ndarray,
-    traj_ids: Sequence[str] | np.ndarray,
-    n_turns: Sequence[int] | np.ndarray,
-    success: Sequence[bool | None] | np.ndarray,
-) -> dict[str, np.ndarray]:
-    """The error spells of some trajectories, from their error turns.
+def error_spells_sql(errors: str, trajectories: str) -> str:
+    """The error spells of some trajectories, from their error turns, as a DuckDB query.
 
     Args:
-        error_traj: Trajectory id of each error turn (any order; turns of trajectories not in
-            ``traj_ids``, and turns beyond a trajectory's ``n_turns``, are ignored).
-        error_t: Its turn index (1-based).
-        error_kind: Its error kind (``None`` allowed).
-        traj_ids: The trajectories.
-        n_turns: Turns of each trajectory.
-        success: Outcome of each trajectory: ``True``, ``False`` or ``None`` (unknown).
+        errors: A relation of error turns: ``traj_id, t, kind`` (any order; ``kind`` may be
+            NULL). Turns of trajectories missing from ``trajectories``, and turns outside
+            ``1..n_turns``, are ignored; a turn listed twice counts once (with the smaller
+            kind).
+        trajectories: A relation with ``traj_id, n_turns, success`` (``success`` NULL =
+            outcome unknown), one row per trajectory.
 
     Returns:
-        Column arrays named as :data:`SPELL_COLUMNS`, one row per spell, ordered by
-        ``traj_id`` then ``start_t``; ``recovered_at`` and ``latency`` are ``-1`` for an
-        unrecovered spell (the store writes NULL there).
+        A query giving :data:`SPELL_COLUMNS`, one row per spell, ordered by ``traj_id`` then
+        ``start_t``; ``recovered_at`` and ``latency`` are NULL for an unrecovered spell.
     """
-    import numpy as np
-
-    ids = np.asarray(traj_ids)
-    # Integer ids (codes the store assigns in traj_id order) sort and search natively.
-    numeric = ids.dtype.kind in "iu"
-    if not numeric:
-        ids = ids.astype(object)
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    e_traj = np.asarray(error_traj, dtype=ids.dtype if numeric else object)
-    e_t = np.asarray(error_t, dtype=np.int64)
-    e_kind = np.asarray(error_kind, dtype=object)
-    found = np.searchsorted(sorted_ids, e_traj) if len(ids) else np.zeros(len(e_traj), int)
-    found = np.minimum(found, max(len(ids) - 1, 0))
-    known = (sorted_ids[found] == e_traj) if len(ids) else np.zeros(len(e_traj), bool)
-    row = np.where(known, order[found], -1)
-    turns = np.asarray(n_turns, dtype=np.int64)
-    keep = known & (e_t >= 1)
-    keep[keep] &= e_t[keep] <= turns[row[keep]]
-    row, e_t, e_kind = row[keep], e_t[keep], e_kind[keep]
-    # Sort by (trajectory id, t); duplicates of one turn count once.
-    by = np.lexsort((e_t, ids[row] if numeric or not len(row) else ids[row].astype(str)))
-    row, e_t, e_kind = row[by], e_t[by], e_kind[by]
-    if len(row):
-        distinct = np.ones(len(row), dtype=bool)
-        distinct[1:] = (row[1:] != row[:-1]) | (e_t[1:] != e_t[:-1])
-        row, e_t, e_kind = row[distinct], e_t[distinct], e_kind[distinct]
-    starts = np.ones(len(row), dtype=bool)
-    if len(row):
-        starts[1:] = (row[1:] != row[:-1]) | (e_t[1:] != e_t[:-1] + 1)
-    spell_of = np.cumsum(starts) - 1
-    n_spells = int(starts.sum())
-    start_t = e_t[starts]
-    end_t = np.zeros(n_spells, dtype=np.int64)
-    np.maximum.at(end_t, spell_of, e_t)
-    spell_row = row[starts]
-    recovered = end_t < turns[spell_row]
-    if n_spells:
-        outcomes = np.asarray(success, dtype=object)
-        traj_failed = np.array([value is False or value == 0 for value in outcomes], dtype=bool)
-        failed = traj_failed[spell_row]
-    else:
-        failed = np.zeros(0, bool)
-    return {
-        "traj_id": ids[spell_row],
-        "start_t": start_t,
-        "end_t": end_t,
-        "kind": e_kind[starts],
-        "recovered": recovered,
-        "recovered_at": np.where(recovered, end_t + 1, -1),
-        "latency": np.where(recovered, end_t + 1 - start_t, -1),
-        "fatal": ~recovered & failed,
-    }
+    return f"""
+        WITH error_turns AS (
+            SELECT e.traj_id, e.t, min(e.kind) AS kind
+            FROM {errors} e JOIN {trajectories} tr ON e.traj_id = tr.traj_id
+            WHERE e.t BETWEEN 1 AND tr.n_turns
+            GROUP BY e.traj_id, e.t
+        ),
+        islands AS (
+            SELECT *, t - row_number() OVER (PARTITION BY traj_id ORDER BY t) AS island
+            FROM error_turns
+        ),
+        spells AS (
+            SELECT traj_id, min(t) AS start_t, max(t) AS end_t,
+                   arg_min_null(kind, t) AS kind
+            FROM islands GROUP BY traj_id, island
+        )
+        SELECT s.traj_id, s.start_t::INTEGER AS start_t, s.end_t::INTEGER AS end_t,
+               s.kind::VARCHAR AS kind, s.end_t < tr.n_turns AS recovered,
+               CASE WHEN s.end_t < tr.n_turns THEN (s.end_t + 1)::INTEGER END AS recovered_at,
+               CASE WHEN s.end_t < tr.n_turns THEN (s.end_t + 1 - s.start_t)::INTEGER END
+                                                                         AS latency,
+               s.end_t >= tr.n_turns AND coalesce(NOT tr.success::BOOLEAN, false) AS fatal
+        FROM spells s JOIN {trajectories} tr ON s.traj_id = tr.traj_id
+        ORDER BY s.traj_id, s.start_t
+    """
 
 
 def spells_of_frames(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
-    """:func:`error_spells` of a trajectories frame and a turn flags frame, as a frame.
+    """:func:`error_spells_sql` of a trajectories frame and a turn flags frame, as a frame.
 
     Args:
         traj: ``traj_id, n_turns, success`` (and ``run``, which is carried over).
@@ -119,20 +83,34 @@ def spells_of_frames(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
         :data:`SPELL_COLUMNS` (with NaN for ``recovered_at``/``latency`` of an unrecovered
         spell) plus ``run`` when ``traj`` has it.
     """
+    import duckdb
     import numpy as np
     import pandas as pd
 
-    errors = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
-    kinds = errors["error_kind"] if "error_kind" in errors else pd.Series(None, index=errors.index)
-    success = traj["success"].astype(object).where(traj["success"].notna(), None)
-    spells = error_spells(
-        errors["traj_id"].to_numpy(dtype=object), errors["t"].to_numpy(dtype=np.int64),
-        kinds.to_numpy(dtype=object), traj["traj_id"].to_numpy(dtype=object),
-        traj["n_turns"].to_numpy(dtype=np.int64), success.to_numpy(dtype=object),
-    )
-    frame = pd.DataFrame(spells, columns=list(SPELL_COLUMNS))
+    is_error = flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    errors = pd.DataFrame({
+        "traj_id": flags["traj_id"].to_numpy(dtype=object)[is_error],
+        "t": flags["t"].to_numpy(dtype=np.int64)[is_error],
+        "kind": (flags["error_kind"].to_numpy(dtype=object)[is_error] if "error_kind" in flags
+                 else np.full(int(is_error.sum()), None, dtype=object)),
+    })
+    errors["kind"] = errors["kind"].astype("string")
+    outcomes = pd.DataFrame({
+        "traj_id": traj["traj_id"].to_numpy(dtype=object),
+        "n_turns": traj["n_turns"].to_numpy(dtype=np.int64),
+        "success": traj["success"].astype("boolean"),
+    })
+    con = duckdb.connect()
+    try:
+        con.register("_spell_errors", errors)
+        con.register("_spell_traj", outcomes)
+        frame = con.execute(error_spells_sql("_spell_errors", "_spell_traj")).df()
+    finally:
+        con.close()
+    frame = frame[list(SPELL_COLUMNS)]
+    frame["kind"] = frame["kind"].astype(object).where(frame["kind"].notna(), None)
     for column in ("recovered_at", "latency"):
-        frame[column] = frame[column].astype(float).where(frame["recovered"], np.nan)
+        frame[column] = frame[column].astype(float)
     if "run" in traj:
         run_of = dict(zip(traj["traj_id"], traj["run"], strict=True))
         frame.insert(0, "run", frame["traj_id"].map(run_of))
@@ -144,76 +122,23 @@ SPELL_ROWS = "_spell_rows"
 
 
 def stage_spells(con: duckdb.DuckDBPyConnection, errors: str, trajectories: str) -> int:
-    """:func:`error_spells` of the error turns of a relation, into a temporary table.
-
-    Numpy works on integers only: trajectories get codes in ``traj_id`` order, so the spells
-    come out in the order :func:`error_spells` gives them (no Python object per turn, and
-    neither pandas nor pyarrow is needed).
+    """:func:`error_spells_sql` of the error turns of a relation, into a temporary table.
 
     Args:
         con: The store.
-        errors: A relation of error turns: ``traj_id, t, kind`` (``kind`` not NULL).
+        errors: A relation of error turns: ``traj_id, t, kind``.
         trajectories: A relation with ``traj_id, n_turns, success`` for (at least) those
             trajectories.
 
     Returns:
-        The number of spells written to :data:`SPELL_ROWS` (columns :data:`SPELL_COLUMNS`,
-        NULL ``recovered_at`` and ``latency`` for an unrecovered spell, ordered by
-        ``traj_id`` then ``start_t``); the caller drops the table.
+        The number of spells written to :data:`SPELL_ROWS` (columns :data:`SPELL_COLUMNS`);
+        the caller drops the table.
     """
-    import numpy as np
-
     con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _spell_traj AS
-        SELECT (row_number() OVER (ORDER BY traj_id) - 1)::BIGINT AS code, traj_id, n_turns,
-               success
-        FROM {trajectories} WHERE traj_id IN (SELECT traj_id FROM {errors})
-        """
+        f"CREATE OR REPLACE TEMP TABLE {SPELL_ROWS} AS {error_spells_sql(errors, trajectories)}"
     )
-    try:
-        traj = con.execute(
-            "SELECT code, n_turns, success FROM _spell_traj ORDER BY code"
-        ).fetchnumpy()
-        err = con.execute(
-            f"SELECT s.code, e.t, e.kind FROM {errors} e JOIN _spell_traj s USING (traj_id)"
-        ).fetchnumpy()
-        success = traj["success"]
-        outcomes = np.asarray(success, dtype=object)
-        if np.ma.isMaskedArray(success):
-            outcomes[np.ma.getmaskarray(success)] = None
-        spells = error_spells(
-            np.asarray(err["code"], dtype=np.int64), np.asarray(err["t"], dtype=np.int64),
-            np.asarray(err["kind"], dtype=object), np.asarray(traj["code"], dtype=np.int64),
-            np.asarray(traj["n_turns"], dtype=np.int64), outcomes,
-        )
-        rows = {
-            "code": spells["traj_id"].astype(np.int64),
-            "start_t": spells["start_t"].astype(np.int32),
-            "end_t": spells["end_t"].astype(np.int32),
-            "kind": spells["kind"],
-            "recovered": spells["recovered"],
-            "recovered_at": spells["recovered_at"].astype(np.int32),
-            "latency": spells["latency"].astype(np.int32),
-            "fatal": spells["fatal"],
-        }
-        con.register("_spell_arrays", rows)
-        try:
-            con.execute(
-                f"""
-                CREATE OR REPLACE TEMP TABLE {SPELL_ROWS} AS
-                SELECT t.traj_id, s.start_t, s.end_t, s.kind::VARCHAR AS kind, s.recovered,
-                       CASE WHEN s.recovered THEN s.recovered_at END AS recovered_at,
-                       CASE WHEN s.recovered THEN s.latency END AS latency, s.fatal
-                FROM _spell_arrays s JOIN _spell_traj t USING (code)
-                ORDER BY t.traj_id, s.start_t
-                """
-            )
-        finally:
-            con.unregister("_spell_arrays")
-    finally:
-        con.execute("DROP TABLE IF EXISTS _spell_traj")
-    return len(rows["code"])
+    (count,) = con.execute(f"SELECT count(*) FROM {SPELL_ROWS}").fetchone()
+    return int(count)
 
 
 def write_spells_and_turns(con: duckdb.DuckDBPyConnection, scope: str) -> None:
