@@ -5,6 +5,8 @@ Two data sets with known step labels:
 - ``sim``: simulator runs (``recovery simulate``, policies base and rl) labelled from the
   simulator's ground truth as a human labeller would: -1 on a true error (visible or silent),
   0 on a stall (a turn that changes nothing), +1 else. Ternary, like AgentProcessBench.
+  ``--p-error``, ``--p-silent`` and ``--p-progress`` set those policy parameters of both
+  policies, e.g. to give the label mix of a human-labelled set (mostly +1, few -1).
 - ``tau``: the tau-bench airline results in ../shared/data, with tool errors as the labels
   (``--tau-labels error``: a turn whose tool answered ``Error:`` is -1, every other turn +1;
   the error is in the observation, so this is easy) or the outcome (``--tau-labels outcome``:
@@ -40,15 +42,19 @@ TRUTH_LABELS_SQL = (
 )
 
 
-def sim_store(folder: Path, tasks: int, seed: int) -> Path:
-    """Simulator runs (one sample per task and policy, budget 30) with ternary truth labels."""
+def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] | None = None
+              ) -> Path:
+    """Simulator runs (one sample per task and policy, budget 30) with ternary truth labels;
+    ``overrides`` replaces policy parameters (``p_error``, ...) of both policies."""
+    from dataclasses import replace
+
     from recovery.simulate import PRESETS, SimConfig, simulate
     from recovery.store import connect, ingest_trajectories
 
     store = folder / f"sim-{tasks}.duckdb"
     con = connect(store)
-    config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=tasks,
-                       n_samples=1, budgets=[30], seed=seed)
+    policies = {name: replace(PRESETS[name], **(overrides or {})) for name in ("base", "rl")}
+    config = SimConfig(policies=policies, n_tasks=tasks, n_samples=1, budgets=[30], seed=seed)
     for trajectories in simulate(config).values():
         ingest_trajectories(con, trajectories)
     con.execute(TRUTH_LABELS_SQL)
@@ -88,7 +94,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--json", type=Path, default=None, help="write every report here")
+    for name in ("p_error", "p_silent", "p_progress"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
+                            help=f"sim: {name} of both policies (default: the presets')")
     args = parser.parse_args()
+    overrides = {name: getattr(args, name) for name in ("p_error", "p_silent", "p_progress")
+                 if getattr(args, name) is not None}
 
     from prm.cv import CVConfig, cross_validate
     from prm.metrics import paired_auroc_difference
@@ -97,7 +108,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prm-cv-bench-") as tmp:
         folder = Path(tmp)
         if args.data == "sim":
-            store, labels = sim_store(folder, args.tasks, args.seed), "data"
+            store, labels = sim_store(folder, args.tasks, args.seed, overrides), "data"
         else:
             store, labels = tau_store(folder, args.tau_tasks), args.tau_labels
         for backbone in args.backbones.split(","):
