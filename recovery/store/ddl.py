@@ -174,7 +174,8 @@ GROUP BY w.run, w.k, p.t;
 -- samples a task of the run has: SELECT * FROM pass_at_kt_at(10) (NULL = no limit). The same
 -- numbers as the views above where their grid has T, and a row for every run at every T.
 -- pass_kt_task_counts_at(T) gives their per-task counts n and c: sums over trajectories, so
--- counts computed on parts of a store add up to the whole store's.
+-- counts computed on parts of a store add up to the whole store's; pass_kt_values_at(T) gives
+-- both values side by side, and the two macros select from it.
 CREATE OR REPLACE MACRO pass_kt_task_counts_at(t_limit) AS TABLE
 SELECT run, task_id, count(*) AS n,
        count(*) FILTER (WHERE won_at <= coalesce(t_limit, won_at)) AS c
@@ -182,27 +183,24 @@ FROM (SELECT run, task_id, {WON_AT} AS won_at FROM trajectories
       WHERE success IS NOT NULL AND end_reason <> 'crash')
 GROUP BY run, task_id;
 
-CREATE OR REPLACE MACRO pass_at_kt_at(t_limit) AS TABLE
+CREATE OR REPLACE MACRO pass_kt_values_at(t_limit) AS TABLE
 WITH counts AS (SELECT * FROM pass_kt_task_counts_at(t_limit)),
 widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
 SELECT w.run, w.k, t_limit::INTEGER AS t,
-       avg(pass_at_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)     AS value,
+       avg(pass_at_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)     AS pass_at,
+       avg(pass_hat_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)    AS pass_hat,
        count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
        count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
 FROM widths w JOIN counts p USING (run)
-GROUP BY ALL
-ORDER BY w.run, w.k;
+GROUP BY ALL;
+
+CREATE OR REPLACE MACRO pass_at_kt_at(t_limit) AS TABLE
+SELECT run, k, t, pass_at AS value, n_tasks, n_tasks_left_out
+FROM pass_kt_values_at(t_limit) ORDER BY run, k;
 
 CREATE OR REPLACE MACRO pass_hat_kt_at(t_limit) AS TABLE
-WITH counts AS (SELECT * FROM pass_kt_task_counts_at(t_limit)),
-widths AS (SELECT run, unnest(range(1, max(n) + 1)) AS k FROM counts GROUP BY run)
-SELECT w.run, w.k, t_limit::INTEGER AS t,
-       avg(pass_hat_k(p.n, p.c, w.k)) FILTER (WHERE p.n >= w.k)    AS value,
-       count(*) FILTER (WHERE p.n >= w.k)                          AS n_tasks,
-       count(*) FILTER (WHERE p.n < w.k)                           AS n_tasks_left_out
-FROM widths w JOIN counts p USING (run)
-GROUP BY ALL
-ORDER BY w.run, w.k;
+SELECT run, k, t, pass_hat AS value, n_tasks, n_tasks_left_out
+FROM pass_kt_values_at(t_limit) ORDER BY run, k;
 """.replace(
     "{WON_AT}", success_turn_sql("success", "n_turns", "success_turn")
 )
