@@ -51,7 +51,7 @@ def _kinds_query(
     source: str = "turns",
     key: str = "traj_id",
     formats: Collection[str] | None = None,
-    previous: str = "window",
+    hashes_given: bool = False,
 ) -> str:
     """A query giving ``<key>, t, kind`` (``NULL`` = no error) for every turn in ``scope``.
 
@@ -59,11 +59,9 @@ def _kinds_query(
     ``keep`` adds turn columns as ``(expression, alias)`` pairs. ``source`` is the relation of
     turns (the ``turns`` table, or turns staged before they are stored, identified by
     ``key``); ``formats`` are the formats of its trajectories when the caller knows them.
-    ``previous`` says how the ``repeat`` rule finds the previous turn's hash: ``"window"``
-    (``lag`` over the trajectory's turns), ``"join"`` (each trajectory's ``t`` runs 1, 2, ...
-    without gaps: a join on ``t - 1`` finds the same turn without sorting) or ``"columns"``
-    (the source has ``step_hash`` and ``prev_hash``, ``hash(action, observation)`` of the turn
-    and of the one before it).
+    The ``repeat`` rule compares ``hash(action, observation)`` of a turn with the previous
+    turn's: found by ``lag`` over the trajectory's turns, or, with ``hashes_given``, read from
+    the source's ``step_hash`` and ``prev_hash`` columns.
     """
     formats = _formats(con, scope) if formats is None else set(formats)
     all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
@@ -75,15 +73,7 @@ def _kinds_query(
     if needs_format:
         sources += f" JOIN (SELECT {key}, format FROM trajectories) USING ({key})"
     later = []
-    joined = ""
-    if rules.repeat and previous == "join":
-        # Same action and same observation as the previous turn, compared by a 64-bit hash.
-        joined = (
-            f" LEFT JOIN (SELECT {key}, t + 1 AS t, hash(action, observation) AS prev_hash "
-            f"FROM {source} WHERE {scope}) USING ({key}, t)"
-        )
-        later.append("WHEN step_hash = prev_hash THEN 'repeat'")
-    elif rules.repeat and previous == "columns":
+    if rules.repeat and hashes_given:
         later.append("WHEN step_hash = prev_hash THEN 'repeat'")
     elif rules.repeat:
         # Same action and same observation as the previous turn, compared by a 64-bit hash
@@ -99,10 +89,8 @@ def _kinds_query(
         later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")
     hash_column = ""
     if rules.repeat:
-        hash_column = ", step_hash, prev_hash" if previous == "columns" else (
-            ", hash(action, observation) AS step_hash"
-            + (", prev_hash" if previous == "join" else "")
-        )
+        hash_column = (", step_hash, prev_hash" if hashes_given
+                       else ", hash(action, observation) AS step_hash")
     prefilter_sql = "".join(
         f", {sql} AS {name}" for name, sql in compiled.prefilter_columns.items()
     )
@@ -117,13 +105,13 @@ def _kinds_query(
     kept_names = "".join(f", {alias}" for _, alias in keep)
     window = (
         "WINDOW w AS (PARTITION BY traj_id ORDER BY t)"
-        if rules.repeat and previous == "window" else ""
+        if rules.repeat and not hashes_given else ""
     )
     # One pass over the scoped turns computes the content rules; the window of the repeat
     # rule then sorts narrow rows.
     return f"""
         WITH scoped AS (
-            SELECT *{prefilter_sql} FROM {sources}{joined} WHERE {scope}
+            SELECT *{prefilter_sql} FROM {sources} WHERE {scope}
         ),
         content AS (
             SELECT {key}, t, {compiled.kind_sql} AS content_kind{hash_column}{prm_column}{kept}
@@ -255,7 +243,7 @@ def staged_kinds_sql(
     """
     return _kinds_query(
         con, rules or RuleSet(), "TRUE", source=source, key=key, formats=formats,
-        previous="columns", keep=keep,
+        hashes_given=True, keep=keep,
     )
 
 
