@@ -270,6 +270,7 @@ class SchemaProbe:
 def ingest_canonical(
     con: duckdb.DuckDBPyConnection,
     path: Path,
+    probe: SchemaProbe,
     *,
     n_lines: int,
     default_run: str,
@@ -278,7 +279,6 @@ def ingest_canonical(
     longest_line: int,
     mark: bool = False,
     rules: RuleSet | None = None,
-    probe: SchemaProbe | None = None,
 ) -> FastIngest:
     """Store a canonical JSONL file with DuckDB alone, or decline.
 
@@ -289,6 +289,8 @@ def ingest_canonical(
     Args:
         con: The store.
         path: The canonical JSONL file (uncompressed).
+        probe: The file's schema detection, started by the caller (who closes it) before the
+            file was hashed.
         n_lines: Lines in the file; a different record count means blank lines, and then
             line numbers could not be kept, so the path declines.
         default_run: Run label for records without one (the file's stem).
@@ -298,8 +300,6 @@ def ingest_canonical(
             size limit): DuckDB's read buffers hold one.
         mark: Mark errors (explicit marks, labels, rules, repeats) and store the spells.
         rules: The rules for marking; ``None`` = the built-in rules.
-        probe: The file's schema detection, started earlier by the caller (who closes it);
-            ``None`` starts one here.
 
     Returns:
         What was stored.
@@ -307,9 +307,6 @@ def ingest_canonical(
     Raises:
         Declined: when the Python reader must handle the file.
     """
-    own_probe = probe is None
-    if probe is None:
-        probe = SchemaProbe(con, path)
     try:
         with _declining():
             return _ingest(
@@ -318,8 +315,6 @@ def ingest_canonical(
                 longest_line=longest_line, mark=mark, rules=rules,
             )
     finally:
-        if own_probe:
-            probe.close()
         for table in _STAGE_TABLES:
             with suppress(Exception):  # after a failed statement the rollback drops them
                 con.execute(f"DROP TABLE IF EXISTS {table}")

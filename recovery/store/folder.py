@@ -27,6 +27,7 @@ Writing needs a local folder (renames are atomic there, not on object storage).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -61,11 +62,14 @@ def _keys(table: str) -> tuple[str, ...]:
     return _KEYS.get(table, ("run", "sha256", "gen"))
 
 
-def _hive_types(table: str) -> str:
-    return "{" + ", ".join(f"'{k}': {_KEY_TYPES[k]}" for k in _keys(table)) + "}"
 _EMPTY = {"run": "", "sha256": "", "gen": "-1"}
 """Partition values of the empty file each table holds, so that a glob never matches
 nothing (no committed generation has them)."""
+
+
+def _hive_types(table: str) -> str:
+    return "{" + ", ".join(f"'{k}': {_KEY_TYPES[k]}" for k in _keys(table)) + "}"
+
 
 _URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "r2://", "az://", "azure://", "abfss://",
                 "http://", "https://", "hf://")
@@ -94,8 +98,10 @@ def _sql(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _columns() -> dict[str, list[tuple[str, str]]]:
-    """The columns of every table of the DuckDB store, with their types."""
+@functools.cache
+def _columns() -> dict[str, tuple[tuple[str, str], ...]]:
+    """The columns of every table of the DuckDB store, with their types (read once per
+    process from the tables' DDL; do not modify the result)."""
     import duckdb
 
     from recovery.store.ddl import TABLES_DDL
@@ -103,12 +109,12 @@ def _columns() -> dict[str, list[tuple[str, str]]]:
     with duckdb.connect() as con:
         con.execute(TABLES_DDL)
         return {
-            table: [(row[0], row[1]) for row in con.execute(f"DESCRIBE {table}").fetchall()]
+            table: tuple((row[0], row[1]) for row in con.execute(f"DESCRIBE {table}").fetchall())
             for table in ("ingests", *DATA_TABLES, "step_scores")
         }
 
 
-def _select(columns: list[tuple[str, str]]) -> str:
+def _select(columns: Sequence[tuple[str, str]]) -> str:
     """The columns cast to the store's types (a Parquet file keeps them; this says so)."""
     return ", ".join(f"CAST({_quoted(name)} AS {kind}) AS {_quoted(name)}"
                      for name, kind in columns)
@@ -466,7 +472,7 @@ def ingest_into_folder(
         path: The input.
         options: Ingest options.
         ingest: The DuckDB store's ingest of one file (``ingest_file``'s body), called as
-            ``ingest(stage, path, options, known=...)``.
+            ``ingest(stage, path, options, seen_in=con)``.
 
     Raises:
         IngestError: as for a DuckDB store; nothing is written then.
@@ -481,11 +487,7 @@ def ingest_into_folder(
         work.mkdir(parents=True)
         stage = _stage_connection(root, work)
         try:
-            def known(sha: str) -> bool:
-                return bool(con.execute(
-                    "SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall())
-
-            result = ingest(stage, path, options, known=known)
+            result = ingest(stage, path, options, seen_in=con)
             if result.status != "ingested":
                 return result
             clash = stage.execute(

@@ -350,10 +350,10 @@ def _ingest_one(
     path: Path,
     options: IngestOptions,
     *,
-    known: Callable[[str], bool] | None = None,
+    seen_in: duckdb.DuckDBPyConnection | None = None,
 ) -> IngestResult:
-    """:func:`ingest_file` into a DuckDB store; ``known`` says whether a sha256 is already
-    ingested (default: the store's own ``ingests``)."""
+    """:func:`ingest_file` into a DuckDB store; a file whose sha256 is in the ``ingests`` of
+    ``seen_in`` (default: this store) is skipped."""
     if not path.exists():
         raise IngestError(f"{path}: no such file")
     if not (path.is_file() or path.is_dir()):
@@ -368,7 +368,7 @@ def _ingest_one(
         )
     probe = _start_probe(con, path, fmt, options)
     try:
-        return _ingest_file(con, path, fmt, folder, options, probe, known)
+        return _ingest_file(con, path, fmt, folder, options, probe, seen_in or con)
     finally:
         if probe is not None:
             probe.close()
@@ -404,15 +404,14 @@ def _ingest_file(
     folder: bool,
     options: IngestOptions,
     probe: SchemaProbe | None,
-    known: Callable[[str], bool] | None,
+    seen_in: duckdb.DuckDBPyConnection,
 ) -> IngestResult:
     try:
         digest = directory_digest(path) if folder else file_digest(path)
     except OSError as err:
         raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
-    if (known(sha) if known is not None
-            else con.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall()):
+    if seen_in.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
         return IngestResult(file=str(path), format=fmt, status="skipped", sha256=sha)
     read_options = ReadOptions(
         run=options.run,
@@ -450,7 +449,9 @@ def _ingest_file(
             sha256=sha,
         )
 
-    if probe is not None and _fast_path_applies(path, fmt, digest, options):
+    # The probe is started only for a plain canonical file with the fast path on; a line over
+    # the record limit goes to the reader, which names it.
+    if probe is not None and digest.longest_line <= options.max_record_bytes:
         from recovery.store.fast_canonical import Declined
 
         try:
@@ -540,21 +541,6 @@ def runs_of(con: duckdb.DuckDBPyConnection, results: Iterable[IngestResult]) -> 
     return [row[0] for row in rows]
 
 
-def _fast_path_applies(
-    path: Path, fmt: str, digest: FileDigest, options: IngestOptions
-) -> bool:
-    """Canonical, plain, and no line over the record limit (the reader names those)."""
-    from recovery.formats import head_bytes
-    from recovery.store.fast_canonical import eligible
-
-    return (
-        fmt == "canonical"
-        and options.fast
-        and digest.longest_line <= options.max_record_bytes
-        and eligible(path, head_bytes(path, 4))
-    )
-
-
 def _ingest_canonical_fast(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -569,6 +555,7 @@ def _ingest_canonical_fast(
     return ingest_canonical(
         con,
         path,
+        probe,
         n_lines=digest.n_lines,
         default_run=stem(path),
         run_override=options.run,
@@ -576,7 +563,6 @@ def _ingest_canonical_fast(
         longest_line=digest.longest_line,
         mark=options.mark,
         rules=options.rules,
-        probe=probe,
     )
 
 
