@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     import duckdb
 
 
-
 @dataclass(frozen=True, slots=True)
 class QualityThresholds:
     """Shares above which :func:`quality_warnings` warns.

@@ -13,14 +13,9 @@ import pytest
 
 from recovery.store import IngestError, IngestOptions, connect, ingest_file
 from tests.cli_support import run_cli as run
-from tests.cli_support import table_rows
+from tests.cli_support import table_rows as dump
 
-TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
-
-
-def dump(store: Path) -> dict[str, list[tuple]]:
-    return table_rows(store, TABLES)
 
 
 @pytest.fixture

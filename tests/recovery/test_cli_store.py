@@ -9,15 +9,10 @@ import duckdb
 import pytest
 
 from recovery.formats import known_formats
+from tests.cli_support import STORE_TABLES as TABLES
 from tests.cli_support import run_cli as run
-from tests.cli_support import table_rows
+from tests.cli_support import table_rows as snapshot
 from tests.conftest import TAU_AIRLINE
-
-TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
-
-
-def snapshot(store: Path) -> dict[str, list[tuple]]:
-    return table_rows(store, TABLES)
 
 
 def line(task_id: str, sample: int = 0, **extra: object) -> str:

@@ -163,15 +163,22 @@ def _analyze(store: str, out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def test_analyze_gives_the_same_json(tmp_path: Path, sim_files: list[Path]) -> None:
-    duck, folder = both_stores(tmp_path, sim_files)
+def _both_analyses(tmp_path: Path, files: list[Path]) -> tuple[dict, dict]:
+    """``recovery analyze --json`` of a DuckDB store and of a folder store of the same files,
+    without their timings."""
+    duck, folder = both_stores(tmp_path, files)
     duck.close()
     folder.close()
-    a = _analyze(str(tmp_path / "s.duckdb"), tmp_path / "a.json")
-    b = _analyze(str(tmp_path / "runs"), tmp_path / "b.json")
-    for report in (a, b):
+    reports = (_analyze(str(tmp_path / "s.duckdb"), tmp_path / "a.json"),
+               _analyze(str(tmp_path / "runs"), tmp_path / "b.json"))
+    for report in reports:
         report.pop("timings", None)
         report.pop("cpu_timings", None)
+    return reports
+
+
+def test_analyze_gives_the_same_json(tmp_path: Path, sim_files: list[Path]) -> None:
+    a, b = _both_analyses(tmp_path, sim_files)
     assert a == b
 
 
@@ -179,14 +186,7 @@ def test_analyze_gives_the_same_json(tmp_path: Path, sim_files: list[Path]) -> N
 def test_analyze_gives_the_same_json_on_tau_bench(tmp_path: Path) -> None:
     if not TAU_AIRLINE.exists():
         pytest.skip("real data not found")
-    duck, folder = both_stores(tmp_path, [TAU_AIRLINE])
-    duck.close()
-    folder.close()
-    a = _analyze(str(tmp_path / "s.duckdb"), tmp_path / "a.json")
-    b = _analyze(str(tmp_path / "runs"), tmp_path / "b.json")
-    for report in (a, b):
-        report.pop("timings", None)
-        report.pop("cpu_timings", None)
+    a, b = _both_analyses(tmp_path, [TAU_AIRLINE])
     assert a == b
 
 
