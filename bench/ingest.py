@@ -1,7 +1,7 @@
 """Ingest + marking of canonical JSONL versus DuckDB's own ``read_json`` + ``unnest(turns)``.
 
 Run: ``python bench/ingest.py [--shape short|long|both] [--turns 1000000] [--repeat 3]
-[--in-process]``
+[--in-process] [--parts]``
 
 Two shapes of input, each about ``--turns`` turns in one canonical JSONL file:
 
@@ -21,6 +21,10 @@ both in this process, after a warm-up run of each, so that neither pays for impo
 * DuckDB alone: ``CREATE TABLE t AS SELECT * EXCLUDE (turns), unnest(turns, recursive :=
   true) FROM read_json(file)`` into a fresh on-disk database: one row per turn;
 * optionally (``--python-reader``) the pure-Python reader path, for reference.
+
+With ``--parts``, also where the ingest's time goes, statement by statement in this process,
+and what DuckDB's commit costs when a few of the rows just inserted are updated before it
+(which is what storing ``turns.recovery_of`` does).
 
 Prints each round, the medians, their ratio and both peak resident memories, per shape.
 """
@@ -165,6 +169,111 @@ def in_process(source: Path, store: Path, plain: Path) -> tuple[float, float]:
     return ours, time.perf_counter() - start
 
 
+PHASES = (
+    ("CREATE OR REPLACE TEMP TABLE _fast_traj", "trajectories' read and checks"),
+    ("INSERT INTO turns", "turns' read, checks, marking, insert"),
+    ("UPDATE turns SET recovery_of", "turns.recovery_of (update)"),
+    ("COMMIT", "commit"),
+    ("_new_errors", "error spells"),
+    ("_spell_rows", "error spells"),
+    ("INSERT INTO error_spells", "error spells"),
+    ("_fast_counts", "counts and trajectories' insert"),
+    ("INSERT INTO trajectories", "counts and trajectories' insert"),
+)
+
+
+class _TimedConnection:
+    """A DuckDB connection that times every ``execute`` (for ``--parts``)."""
+
+    def __init__(self, con) -> None:
+        self._con = con
+        self.seconds: dict[str, float] = {}
+
+    def execute(self, sql, *args):
+        start = time.perf_counter()
+        result = self._con.execute(sql, *args)
+        text = " ".join(str(sql).split())
+        phase = next((name for key, name in PHASES if key in text[:80]), "other statements")
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def parts(source: Path, work: Path, repeat: int) -> None:
+    """Where the ingest's time goes, in this process, median of ``repeat`` runs; and what an
+    UPDATE of a few just-inserted rows costs DuckDB's commit."""
+    import duckdb
+
+    from recovery.store import connect, file_digest, ingest_file
+
+    rows: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        rows.setdefault(name, []).append(seconds)
+
+    for i in range(repeat + 1):  # the first run warms up
+        store = work / f"parts{i}.duckdb"
+        start = time.perf_counter()
+        file_digest(source)
+        digest = time.perf_counter() - start
+        con = _TimedConnection(connect(store))
+        con.execute("SET enable_progress_bar = false")
+        con.seconds.clear()
+        start = time.perf_counter()
+        ingest_file(con, source)
+        ingested = time.perf_counter() - start
+        start = time.perf_counter()
+        con.close()
+        closed = time.perf_counter() - start
+        if i:
+            add("sha256 and line lengths (alone, before)", digest)
+            for name, seconds in con.seconds.items():
+                add(name, seconds)
+            add("close (checkpoint)", closed)
+            add("total (ingest_file + close)", ingested + closed)
+        store.unlink()
+    print(f"  in process, median of {repeat}:")
+    for name, values in rows.items():
+        print(f"    {name:<42} {statistics.median(values):6.3f} s")
+    # DuckDB alone: the turns of the file inserted in one transaction, committed, closed;
+    # the same with an UPDATE of three of the rows before the commit.
+    insert = (
+        "INSERT INTO t SELECT * EXCLUDE (turns), generate_subscripts(turns, 1) AS t, "
+        "unnest(turns, recursive := true), NULL::INTEGER AS recovery_of FROM read_json(?)"
+    )
+    timings: dict[str, list[float]] = {"insert, commit": [], "insert, update 3 rows, commit": []}
+    for i in range(repeat):
+        for name in timings:
+            path = work / f"update{i}.duckdb"
+            con = duckdb.connect(str(path))
+            con.execute("SET enable_progress_bar = false")
+            con.execute(
+                "CREATE TABLE t AS SELECT * EXCLUDE (turns), 0 AS t, "
+                "unnest(turns, recursive := true), NULL::INTEGER AS recovery_of "
+                "FROM read_json(?) LIMIT 0", [str(source)]
+            )
+            start = time.perf_counter()
+            con.execute("BEGIN TRANSACTION")
+            con.execute(insert, [str(source)])
+            if "update" in name:
+                # (rows inserted in an open transaction have rowids of their own: found
+                # by a query, not written as numbers)
+                con.execute(
+                    "UPDATE t SET recovery_of = 1 "
+                    "WHERE rowid IN (SELECT rowid FROM t ORDER BY rowid LIMIT 3)"
+                )
+                assert con.execute("SELECT count(recovery_of) FROM t").fetchone()[0] == 3
+            con.execute("COMMIT")
+            con.close()
+            timings[name].append(time.perf_counter() - start)
+            path.unlink()
+    plain, updated = (statistics.median(v) for v in timings.values())
+    print(f"  DuckDB alone, median of {repeat}: insert + commit + close {plain:.3f} s; the "
+          f"same with an UPDATE of 3 of the rows {updated:.3f} s ({updated / plain:.2f}x)")
+
+
 def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, float]:
     """Time both sides on one input of ``shape``; print rounds and the summary."""
     source = (args.keep or work) / f"bench-{shape}.jsonl"
@@ -227,6 +336,8 @@ def bench_shape(shape: str, args: argparse.Namespace, work: Path) -> dict[str, f
         in_med, in_duck_med = statistics.median(in_ours), statistics.median(in_duck)
         print(f"[{shape}] in process: recovery {in_med:.2f} s, duckdb {in_duck_med:.2f} s, "
               f"ratio {in_med / in_duck_med:.2f}x")
+    if args.parts:
+        parts(source, work, args.repeat)
     if args.keep is None:
         source.unlink()
     return {"ratio": ours_med / duck_med, "peak_mb": max(peaks)}
@@ -245,6 +356,11 @@ def main() -> None:
         "--in-process", action="store_true",
         help="also time both sides in this process (after a warm-up of each), before the "
         "fresh-process rounds",
+    )
+    parser.add_argument(
+        "--parts", action="store_true",
+        help="also print where the ingest's time goes (in this process, statement by "
+        "statement) and what an UPDATE of a few just-inserted rows costs DuckDB's commit",
     )
     args = parser.parse_args()
     shapes = ("short", "long") if args.shape == "both" else (args.shape,)
