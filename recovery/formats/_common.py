@@ -5,12 +5,14 @@ mini-swe-agent, BALROG, ART).
 - :func:`guard` turns whatever a malformed record makes a builder raise into a
   :class:`~recovery.schema.RecordError` that names file and line, so that a reader never raises;
 - :class:`Results` reads the results file that decides success for harnesses whose
-  trajectories carry no outcome (``--results FILE``).
+  trajectories carry no outcome (``--results FILE``);
+- :func:`duckdb_file_path` gives a file's path in a form DuckDB reads as that one file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,62 @@ UNEXPECTED = (TypeError, ValueError, KeyError, IndexError, AttributeError, Recur
               OverflowError)
 """What a builder may raise on a record of an unexpected shape (RecordError is a ValueError
 too, and is caught first)."""
+
+
+DUCKDB_PATTERN_CHARACTERS = frozenset("*?[]{}\\")
+"""Characters that DuckDB's file readers may read as a pattern (a glob) rather than as part of
+a file's name (DuckDB 2.0 expands ``*``, ``?`` and ``[...]``; the others are kept out too)."""
+
+
+@contextmanager
+def duckdb_file_path(path: Path) -> Iterator[str]:
+    """A path to give DuckDB's file readers (``read_json``, ``read_parquet``...) that names
+    ``path`` and nothing else.
+
+    DuckDB expands globs in every path it reads, so ``x[12].jsonl`` would be read as
+    ``x1.jsonl`` and ``a*.parquet`` as every file that matches it. A plain absolute path (no
+    glob character, no leading ``~``, no ``s3://``-like prefix, valid UTF-8) is given as it
+    is; any other is read through a symbolic link with a plain name in a private temporary
+    folder, removed when the block ends.
+
+    Yields:
+        The path, as text for DuckDB.
+
+    Raises:
+        OSError: when no such link can be made (the temporary folder's own path would need
+            one too, or links cannot be made there).
+    """
+    import os
+    import shutil
+    import tempfile
+
+    # absolute, but not normalised: ``link/../x`` must stay the file the system opens
+    absolute = os.path.join(os.getcwd(), os.fspath(path))
+    if _duckdb_plain(absolute):
+        yield absolute
+        return
+    folder = tempfile.mkdtemp(prefix="recovery-read-")
+    try:
+        suffix = "".join(s for s in Path(absolute).suffixes[-2:] if s[1:].isalnum())
+        link = os.path.join(folder, "input" + suffix)
+        if not _duckdb_plain(link):
+            raise OSError(f"the temporary folder {folder!r} has a name DuckDB would read as a "
+                          "pattern; set TMPDIR to a plain folder")
+        os.symlink(absolute, link)
+        yield link
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _duckdb_plain(path: str) -> bool:
+    """Whether DuckDB reads this absolute path as the one file it names."""
+    if DUCKDB_PATTERN_CHARACTERS.intersection(path):
+        return False
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def type_name(value: Any) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.formats._chat import split_turns, task_id_from_prompt
-from recovery.formats._common import first_key, guard, type_name
+from recovery.formats._common import duckdb_file_path, first_key, guard, type_name
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import stem
 from recovery.formats.jsontext import parse_json
@@ -165,17 +165,24 @@ def row_trajectory(
 
 
 def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The file's rows, a batch at a time, through DuckDB."""
+    """The file's rows, a batch at a time, through DuckDB (which reads this one file, whatever
+    its name: :func:`duckdb_file_path`)."""
     import duckdb
 
-    with duckdb.connect() as con:
-        result = con.execute("SELECT * FROM read_parquet(?)", [str(path)])
-        columns = [d[0] for d in result.description]
-        if "group_index" not in columns:
-            raise RecordError("column 'group_index' is missing: not an ART trajectory file")
-        while batch := result.fetchmany(BATCH_ROWS):
-            for values in batch:
-                yield dict(zip(columns, values, strict=True))
+    with duckdb_file_path(path) as literal, duckdb.connect() as con:
+        try:
+            result = con.execute("SELECT * FROM read_parquet(?)", [literal])
+            columns = [d[0] for d in result.description]
+            if "group_index" not in columns:
+                raise RecordError("column 'group_index' is missing: not an ART trajectory file")
+            while batch := result.fetchmany(BATCH_ROWS):
+                for values in batch:
+                    yield dict(zip(columns, values, strict=True))
+        except duckdb.Error as err:
+            if literal == str(path):
+                raise
+            # DuckDB names the file it opened; the message names the file given
+            raise type(err)(str(err).replace(literal, str(path))) from err
 
 
 def read(path: Path, options: ReadOptions) -> ReadResult:

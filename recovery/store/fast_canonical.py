@@ -185,11 +185,20 @@ class SchemaProbe:
                 reads the file on the other threads.
         """
         import threading
+        from contextlib import ExitStack
+
+        from recovery.formats._common import duckdb_file_path
 
         self.path = path
+        self._files = ExitStack()
         self._cursor = con.cursor()
         self._result: list[tuple[str, Any]] | None = None
         self._error: BaseException | None = None
+        try:
+            self.duckdb_path: str | None = self._files.enter_context(duckdb_file_path(path))
+        except OSError as err:
+            self.duckdb_path = None
+            self._error = err
         self._thread = threading.Thread(
             target=self._run, args=(_DEFAULT_BUFFER, warm), name="schema-probe", daemon=True
         )
@@ -199,9 +208,11 @@ class SchemaProbe:
         if warm is not None:
             with suppress(Exception):  # only a head start: the caller does it again if needed
                 warm()
+        if self.duckdb_path is None:
+            return
         try:
             detected = self._cursor.sql(
-                f"SELECT * FROM read_json({_literal(str(self.path))}, "
+                f"SELECT * FROM read_json({_literal(self.duckdb_path)}, "
                 "format = 'newline_delimited', sample_size = -1, maximum_depth = 4, "
                 f"maximum_object_size = {buffer}) LIMIT 0"
             )
@@ -225,6 +236,8 @@ class SchemaProbe:
             Declined: naming the first key or field that needs the Python reader.
         """
         self._thread.join()
+        if self.duckdb_path is None:
+            raise Declined(f"DuckDB cannot be given the file's name: {self._error}")
         if self._error is not None and _buffer(longest_line) > _DEFAULT_BUFFER:
             self._run(_buffer(longest_line))
         if self._error is not None:
@@ -265,6 +278,7 @@ class SchemaProbe:
         self._thread.join()
         with suppress(Exception):
             self._cursor.close()
+        self._files.close()
 
 
 def ingest_canonical(
@@ -384,7 +398,12 @@ def _ingest(
     mark: bool,
     rules: RuleSet | None,
 ) -> FastIngest:
-    file = _literal(str(path))
+    if probe.duckdb_path is None:
+        raise Declined("DuckDB cannot be given the file's name")
+    # DuckDB reads this name as the one file (a file called x[12].jsonl is no pattern); the
+    # rows name the file as it was given
+    file = _literal(probe.duckdb_path)
+    source_file = _literal(str(path))
     max_size = _buffer(longest_line)
     run_expr = (
         _literal(run_override)
@@ -478,7 +497,7 @@ def _ingest(
                {success_turn_sql("success", "n_turns", "first_done")} AS success_turn,
                {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
                                                                   AS end_reason,
-               'canonical' AS format, prompt, {file} AS source_file,
+               'canonical' AS format, prompt, {source_file} AS source_file,
                line AS source_line, meta
         FROM _fast_traj JOIN _fast_counts USING (traj_id, success) ORDER BY line
         """
