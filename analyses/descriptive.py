@@ -16,7 +16,6 @@ from analyses.hazards import (
     FIRST_INDEX,
     HAZARD_CLOCKS,
     HAZARD_NAMES,
-    end_turns,
     fit_hazards,
 )
 from analyses.strata import task_strata
@@ -52,8 +51,7 @@ def descriptive(
     ts = normalise_ts(ts)
     if mode == "budgeted" and None in ts:
         raise ValueError("budgeted mode needs integer budgets in ts, not None")
-    end, _ = end_turns(traj, None)
-    first_error = _first_error_turn(traj, flags, end)
+    first_error = _first_error_turn(traj, flags)
     success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
     sturn = success_turns(traj)
     budget = traj["budget"].astype("Float64").fillna(-1).to_numpy(dtype=np.float64)
@@ -86,19 +84,25 @@ def descriptive(
     return out
 
 
-def _first_error_turn(traj: pd.DataFrame, flags: pd.DataFrame, end: np.ndarray) -> np.ndarray:
-    """First error turn (up to each trajectory's end) per trajectory row; inf when none."""
+def _first_error_turn(traj: pd.DataFrame, flags: pd.DataFrame) -> np.ndarray:
+    """First turn of the first error spell per trajectory row (the one rule of which marks
+    belong to a spell: :func:`recovery.marking.spells.in_spell`); inf when none."""
     import pandas as pd
+
+    from recovery.marking.spells import in_spell
 
     first = np.full(len(traj), np.inf)
     if not len(flags):
         return first
     frow = pd.Index(traj["traj_id"]).get_indexer(flags["traj_id"])
-    ft = flags["t"].to_numpy(dtype=np.float64)
+    ft = flags["t"].to_numpy(dtype=np.int64)
     ferr = flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)
     keep = (frow >= 0) & ferr
-    keep[keep] &= ft[keep] <= end[frow[keep]]
-    np.minimum.at(first, frow[keep], ft[keep])
+    frow, ft = frow[keep], ft[keep]
+    success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    counted = in_spell(np.ones(len(ft), dtype=bool), ft, success[frow],
+                       success_turns(traj)[frow], traj["n_turns"].to_numpy()[frow])
+    np.minimum.at(first, frow[counted], ft[counted].astype(np.float64))
     return first
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyses.frames import ended_by_budget, success_turns
+from recovery.marking.spells import in_spell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,11 +179,14 @@ def turn_table(traj: pd.DataFrame, flags: pd.DataFrame, cut: int | None = None) 
         ferr = flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)
         keep = (frow >= 0) & ferr
         frow, ft = frow[keep], ft[keep]
-        inside = (ft >= 1) & (ft <= end[frow])
-        is_error[offsets[frow[inside]] + ft[inside] - 1] = True
+        # The one rule of which marks belong to a spell; then the cut at T.
+        success = traj["success"].to_numpy(dtype=bool, na_value=False)
+        counted = in_spell(np.ones(len(ft), dtype=bool), ft, success[frow],
+                           success_turns(traj)[frow], traj["n_turns"].to_numpy()[frow])
+        counted &= ft <= end[frow]
+        is_error[offsets[frow[counted]] + ft[counted] - 1] = True
     is_last = t == end[row]
     ending = np.where(is_last, kind[row], GOES_ON)
-    is_error &= ending != SUCCESS
 
     clean = ~is_error
     first = t == 1

@@ -28,22 +28,28 @@ from tests.conftest import simulated_store
 
 
 def reference_spells(con) -> list[tuple]:
-    """Spells by walking each trajectory's turns one by one (the words of the definition)."""
+    """Spells by walking each trajectory's turns one by one (the words of the definition).
+
+    The episode lasts up to its last counted turn (a success's success turn, else its last
+    turn), and a success turn is never an error turn.
+    """
     rows = con.execute(
-        "SELECT tr.traj_id, tr.n_turns, tr.success, list(u.is_error ORDER BY u.t), "
-        "list(u.error_kind ORDER BY u.t) FROM trajectories tr JOIN turns u USING (traj_id) "
-        "GROUP BY ALL"
+        "SELECT tr.traj_id, tr.n_turns, tr.success, tr.success_turn, "
+        "list(u.is_error ORDER BY u.t), list(u.error_kind ORDER BY u.t) "
+        "FROM trajectories tr JOIN turns u USING (traj_id) GROUP BY ALL"
     ).fetchall()
     out = []
-    for traj_id, n_turns, success, errors, kinds in rows:
+    for traj_id, n_turns, success, success_turn, marks, kinds in rows:
+        last = success_turn if success else n_turns
+        errors = [bool(m) and not (success and t == last) for t, m in enumerate(marks, 1)]
         t = 1
-        while t <= n_turns:
+        while t <= last:
             if errors[t - 1] and (t == 1 or not errors[t - 2]):
                 start = t
-                while t <= n_turns and errors[t - 1]:
+                while t <= last and errors[t - 1]:
                     t += 1
                 end = t - 1
-                recovered = end < n_turns
+                recovered = end < last
                 out.append((traj_id, start, end, kinds[start - 1], recovered,
                             end + 1 if recovered else None,
                             end + 1 - start if recovered else None,
@@ -109,6 +115,85 @@ def test_analyses_spells_equal_the_stores(sim_con) -> None:
     pd.testing.assert_frame_equal(spell_stats(traj, from_store), spell_stats(traj, from_frames))
     pd.testing.assert_frame_equal(latency_distribution(from_store),
                                   latency_distribution(from_frames))
+
+
+# --------------------------------------------------------------------------------------------
+# Spell membership: one rule for the store, the frames, the hazards and the descriptive numbers
+
+
+def odd_spell_records() -> list[dict]:
+    """A success whose own success turn is marked an error (and t = 2 before it), a success at
+    t = 2 (``done``) with errors marked at t = 4-5 after it, and a failure ending in a spell."""
+    err = {"error": "tool_error"}
+    return [
+        {"task_id": "own", "success": True,
+         "turns": [{"action": "a"}, {"action": "b"} | err, {"action": "c"} | err]},
+        {"task_id": "after", "success": True,
+         "turns": [{"action": "a"}, {"action": "b", "done": True}, {"action": "c"},
+                   {"action": "d"} | err, {"action": "e"} | err]},
+        {"task_id": "fail", "success": False,
+         "turns": [{"action": "a"}, {"action": "b"} | err, {"action": "c"} | err]},
+    ]
+
+
+def test_spell_membership_one_rule_for_every_consumer(tmp_path: Path) -> None:
+    from analyses.hazards import turn_table
+    from recovery.marking.spells import in_spell, in_spell_sql
+
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in odd_spell_records()))
+    con = connect(None)
+    ingest_file(con, path)
+    spells = con.execute(
+        "SELECT tr.task_id, s.start_t, s.end_t, s.recovered, s.recovered_at, s.fatal "
+        "FROM error_spells s JOIN trajectories tr USING (traj_id) ORDER BY tr.task_id"
+    ).fetchall()
+    # own: the mark on the success turn starts no spell, and the spell at t = 2 recovers there;
+    # after: nothing after the success turn counts; fail: an open spell that is fatal.
+    assert spells == [("fail", 2, 3, False, None, True), ("own", 2, 2, True, 3, False)]
+    assert store_spells(con) == reference_spells(con)
+    # the marks themselves stay as the data gave them
+    (n_marked,) = con.execute("SELECT count(*) FROM turns WHERE is_error").fetchone()
+    assert n_marked == 6
+    traj, flags = trajectories_frame(con), turn_flags_frame(con)
+    # the frames' spells (the same query over frames)
+    from_frames = spells_of_frames(traj, flags)
+    assert sorted(zip(from_frames["start_t"], from_frames["end_t"], strict=True)) == [
+        (2, 2), (2, 3)]
+    # in_spell (numpy) and its SQL twin give the same membership turn by turn
+    merged = flags.merge(traj, on="traj_id")
+    numpy_rule = in_spell(merged["is_error"].to_numpy(dtype=bool), merged["t"].to_numpy(),
+                          merged["success"].to_numpy(dtype=bool), success_turns(merged),
+                          merged["n_turns"].to_numpy())
+    sql_rule = con.execute(
+        "SELECT u.is_error AND " + in_spell_sql("u.t", "tr.success", "tr.success_turn",
+                                                "tr.n_turns") +
+        " FROM turns u JOIN trajectories tr USING (traj_id) WHERE u.traj_id = ? AND u.t = ?",
+        [merged["traj_id"].iloc[0], int(merged["t"].iloc[0])]).fetchone()
+    assert sql_rule[0] == bool(numpy_rule[0])
+    sql_all = dict(((tid, t), v) for tid, t, v in con.execute(
+        "SELECT u.traj_id, u.t, u.is_error AND " + in_spell_sql(
+            "u.t", "tr.success", "tr.success_turn", "tr.n_turns") +
+        " FROM turns u JOIN trajectories tr USING (traj_id)").fetchall())
+    assert [sql_all[(a, int(b))] for a, b in zip(merged["traj_id"], merged["t"], strict=True)
+            ] == numpy_rule.tolist()
+    task_of = dict(zip(merged["traj_id"], merged["task_id"], strict=True))
+    members = sorted((task_of[a], int(b)) for a, b, m in zip(
+        merged["traj_id"], merged["t"], numpy_rule, strict=True) if m)
+    assert members == [("fail", 2), ("fail", 3), ("own", 2)]
+    # the hazard model's turn table sees exactly those error turns
+    table = turn_table(traj, flags)
+    task_ids = traj["task_id"].to_numpy()[table.row]
+    seen = sorted(zip(task_ids[table.is_error].tolist(),
+                      (np.arange(len(table.row)) - np.searchsorted(table.row, table.row)
+                       + 1)[table.is_error].tolist(), strict=True))
+    assert seen == members
+    # the descriptive e: two of three tasks have a spell (the success-turn mark of "own" is not
+    # one, but its t = 2 spell is; "after" has none)
+    desc = descriptive(traj, flags, [None])
+    assert desc["e"].iloc[0] == pytest.approx(2 / 3)
+    desc2 = descriptive(traj, flags, [1, 2])
+    assert desc2["e"].tolist() == pytest.approx([0.0, 2 / 3])
 
 
 # --------------------------------------------------------------------------------------------

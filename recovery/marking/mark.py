@@ -252,16 +252,18 @@ def mark_new_turns(con: duckdb.DuckDBPyConnection, trajectories: str) -> None:
 
     Args:
         con: The store.
-        trajectories: A relation with ``traj_id, n_turns, success`` of those trajectories,
-            which have no ``error_spells`` rows yet.
+        trajectories: A relation with ``traj_id`` of those trajectories, which are stored
+            in ``trajectories`` and have no ``error_spells`` rows yet.
     """
+    stored = ("(SELECT traj_id, n_turns, success, success_turn FROM trajectories "
+              f"WHERE traj_id IN (SELECT traj_id FROM {trajectories}))")
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _new_errors AS "
         "SELECT traj_id, t, error_kind AS kind FROM turns "
         f"WHERE is_error AND traj_id IN (SELECT traj_id FROM {trajectories})"
     )
     try:
-        if stage_spells(con, "_new_errors", trajectories):
+        if stage_spells(con, "_new_errors", stored):
             con.execute(f"INSERT INTO error_spells BY NAME SELECT * FROM {SPELL_ROWS}")
             con.execute(
                 f"""

@@ -41,7 +41,8 @@ def test_descriptive_identity_and_brute_force(specs, ts):
     for row in out.itertuples():
         sub = [(p, ok) for p, ok, run in specs if run == row.run]
         limit = 99 if pd.isna(row.t) else row.t
-        erred = [("E" in p[:limit]) for p, _ in sub]
+        # a success's own success turn (its last) is never an error turn
+        erred = [("E" in (p[:-1] if ok else p)[:limit]) for p, ok in sub]
         won = [ok and len(p) <= limit for p, ok in sub]
         assert row.n == len(sub)
         assert row.e == pytest.approx(np.mean(erred))
@@ -73,16 +74,16 @@ def test_spell_stats_and_latency_by_hand():
         [
             ("a", "CEECE", False, None, "A"),   # spell 2-3 recovered (latency 2), 5 fatal
             ("b", "EC", True, None, "A"),       # spell 1 recovered at 2 (latency 1)
-            ("c", "CCE", True, None, "A"),      # open at the end, but a success: not fatal
+            ("c", "CCE", True, None, "A"),      # a mark on the success turn: no spell
             ("d", "CC", False, None, "B"),
         ]
     )
     spells = spells_of_frames(traj, flags)
     stats = spell_stats(traj, spells).set_index("run")
-    assert stats.loc["A", "n_spells"] == 4
+    assert stats.loc["A", "n_spells"] == 3
     assert stats.loc["A", "n_recovered"] == 2
     assert stats.loc["A", "n_fatal"] == 1
-    assert stats.loc["A", "fatal_rate"] == pytest.approx(0.25)
+    assert stats.loc["A", "fatal_rate"] == pytest.approx(1 / 3)
     assert stats.loc["A", "mean_latency"] == pytest.approx(1.5)
     assert stats.loc["B", "n_spells"] == 0 and np.isnan(stats.loc["B", "fatal_rate"])
     lat = latency_distribution(spells)

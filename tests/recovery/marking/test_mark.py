@@ -60,8 +60,11 @@ def _only_traj_id(con) -> str:
 
 
 def _reference_spells(is_error: list[bool], success: bool | None) -> list[tuple]:
-    """DESIGN 4 spelled out turn by turn: (start, end, recovered, recovered_at, latency, fatal)."""
+    """The definition spelled out turn by turn: (start, end, recovered, recovered_at, latency,
+    fatal). A success's last turn is its success turn, which is never an error turn."""
     spells = []
+    if success:
+        is_error = [*is_error[:-1], False]
     n = len(is_error)
     t = 1
     while t <= n:
@@ -151,9 +154,23 @@ def test_spells_follow_design_definitions(con):
     assert recovery_of == [(3, 1), (5, 4)]
 
 
-def test_open_spell_in_a_successful_episode_is_unrecovered_but_not_fatal(con):
+def test_a_mark_on_the_success_turn_starts_no_spell(con):
     turns = [_ok(1), _err(2)]
     ingest_trajectories(con, [_traj("a", turns, success=True)])
+    assert _spells(con, _only_traj_id(con)) == []
+    # the mark stays as the data gave it
+    assert con.execute("SELECT is_error FROM turns WHERE t = 2").fetchone() == (True,)
+
+
+def test_a_spell_before_the_success_turn_recovers_there(con):
+    turns = [_ok(1), _err(2), _err(3)]
+    ingest_trajectories(con, [_traj("a", turns, success=True)])
+    assert _spells(con, _only_traj_id(con)) == [(2, 2, True, 3, 1, False)]
+
+
+def test_open_spell_with_an_unknown_outcome_is_unrecovered_but_not_fatal(con):
+    turns = [_ok(1), _err(2)]
+    ingest_trajectories(con, [_traj("a", turns, success=None)])
     assert _spells(con, _only_traj_id(con)) == [(2, 2, False, None, None, False)]
 
 
