@@ -63,6 +63,15 @@ def file_digest(path: str | Path) -> FileDigest:
 
 
 def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str:
-    """Stable trajectory id: the same (run, task, budget, sample) always gives the same id."""
-    key = f"{run}\x1f{task_id}\x1f{'' if budget is None else budget}\x1f{sample}"
-    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
+    """Stable trajectory id: the same (run, task, budget, sample) always gives the same id,
+    and different ones different ids, whatever characters the parts hold.
+
+    The first 16 hex digits of the sha1 of the parts, each written as its length in UTF-8
+    bytes, a colon, and its UTF-8 bytes (budget empty when unknown): ``4:base2:t12:301:0``
+    for run ``base``, task ``t1``, budget 30, sample 0. No part can run into the next, as it
+    could with a separator the parts may hold. The fast path computes the same in SQL
+    (:func:`recovery.store.fast_canonical._traj_id_sql`).
+    """
+    parts = (run, task_id, "" if budget is None else str(budget), str(sample))
+    key = b"".join(b"%d:%b" % (len(part), part) for part in (p.encode("utf-8") for p in parts))
+    return hashlib.sha1(key).hexdigest()[:16]

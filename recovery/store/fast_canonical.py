@@ -378,11 +378,15 @@ _TURN_INVALID = f"""
 
 
 def _traj_id_sql(run: str, task_id: str, budget: str, sample: str) -> str:
-    """The stable trajectory id (:func:`recovery.store.make_traj_id`) in SQL."""
-    return (
-        f"substr(sha1({run} || chr(31) || {task_id} || chr(31) || coalesce({budget}::VARCHAR, '')"
-        f" || chr(31) || {sample}::VARCHAR), 1, 16)"
-    )
+    """The stable trajectory id (:func:`recovery.store.make_traj_id`) in SQL: each part as
+    its length in UTF-8 bytes, a colon and its text, hashed."""
+
+    def part(expr: str) -> str:
+        return f"strlen({expr})::VARCHAR || ':' || {expr}"
+
+    parts = " || ".join(part(p) for p in (
+        f"({run})", f"({task_id})", f"coalesce(({budget})::VARCHAR, '')", f"({sample})::VARCHAR"))
+    return f"substr(sha1({parts}), 1, 16)"
 
 
 def _ingest(
