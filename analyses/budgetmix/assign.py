@@ -19,7 +19,6 @@ The adapters (:mod:`analyses.budgetmix.adapters`) read the budget back with :fun
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analyses.budgetmix.schedule import BudgetSchedule
+from analyses.budgetmix.schedule import MAX_BUDGET, BudgetSchedule, validate_schedule
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 from recovery.jsonsafe import dumps
@@ -108,7 +107,8 @@ def row_budget(values: Mapping[str, Any] | None, key: str = BUDGET_KEY) -> int |
         The budget, or ``None`` when the row has none.
 
     Raises:
-        ValueError: for a budget that is not a positive integer.
+        ValueError: for a budget that is not a positive integer up to ``2**31 - 1`` (a float
+            is read when it holds a whole number, as a Parquet column of doubles does).
     """
     if values is None:
         return None
@@ -118,11 +118,20 @@ def row_budget(values: Mapping[str, Any] | None, key: str = BUDGET_KEY) -> int |
         value = extra.get(key) if isinstance(extra, Mapping) else None
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    if not float(value).is_integer() or value < 1:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    return int(value)
+    rule = f"{key} must be a positive integer (at most {MAX_BUDGET})"
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{rule}, got {'true' if value else 'false'}")
+    if isinstance(value, (float, np.floating)):
+        if not float(value).is_integer():  # 2.5, nan, inf
+            raise ValueError(f"{rule}, got {float(value)!r}")
+    elif not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{rule}, got {type(value).__name__} {str(value)[:40]!r}")
+    number = int(value)
+    if not 1 <= number <= MAX_BUDGET:
+        shown = str(number)
+        shown = shown if len(shown) <= 40 else f"a {len(shown.lstrip('-'))}-digit integer"
+        raise ValueError(f"{rule}, got {shown}")
+    return number
 
 
 def with_budgets(
@@ -206,15 +215,28 @@ def _with_budgets_table(
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON Lines dataset, each parsed strictly (UTF-8, no NaN, bounded depth).
+
+    Raises:
+        InputProblem: naming the file and line of the first row that cannot be read.
+    """
+    from recovery.formats.jsontext import UTF8_BOM, parse_json
+    from recovery.schema import RecordError
+
     rows = []
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         for number, line in enumerate(fh, start=1):
+            if number == 1:
+                line = line.removeprefix(UTF8_BOM)
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputProblem(f"{path}:{number}: not JSON ({err.msg})") from None
+                row = parse_json(line, file=str(path), line=number)
+            except RecordError as err:
+                message = err.message.replace(" or drop the record (--skip-bad)", "")
+                if message.startswith("malformed JSON: "):
+                    message = f"not JSON: {message.removeprefix('malformed JSON: ')}"
+                raise InputProblem(f"{path}:{number}: {message}") from None
             if not isinstance(row, dict):
                 raise InputProblem(f"{path}:{number}: a row must be a JSON object, "
                                    f"got {type(row).__name__}")
@@ -267,7 +289,9 @@ def assign_budgets(
         What was written.
 
     Raises:
-        UsageProblem: for a file type or trainer that cannot be used.
+        UsageProblem: for a file type, trainer or seed that cannot be used, or a schedule
+            whose budgets or weights break a rule
+            (:func:`analyses.budgetmix.schedule.validate_schedule`).
         InputProblem: naming the file (and line) when the dataset cannot be read or changed.
     """
     import pyarrow as pa
@@ -276,6 +300,9 @@ def assign_budgets(
     dataset, out = Path(dataset), Path(out)
     if trainer not in TRAINERS:
         raise UsageProblem(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageProblem(f"--seed must be 0 or more, got {seed}")
+    validate_schedule(schedule.budgets, schedule.weights)  # also a schedule changed since made
     in_kind, out_kind = _suffix(dataset, "dataset"), _suffix(out, "output")
     if not dataset.is_file():
         raise InputProblem(f"dataset {dataset} does not exist")
@@ -331,7 +358,8 @@ def assign(config: AssignConfig) -> AssignResult:
 
     Raises:
         UsageProblem: for an option that cannot be used.
-        InputProblem: for a schedule or dataset that cannot be read.
+        InputProblem: for a schedule or dataset that cannot be read, or a schedule that breaks
+            a rule (naming the file).
     """
     if config.schedule is None or config.dataset is None or config.out is None:
         raise UsageProblem("assign needs --schedule, --dataset and --out")

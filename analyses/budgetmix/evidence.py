@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analyses.budgetmix.schedule import BudgetEvidence, BudgetSchedule, evidence_weights
+from analyses.budgetmix.schedule import (
+    BudgetEvidence,
+    BudgetSchedule,
+    check_budget,
+    evidence_weights,
+)
 from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
@@ -120,12 +125,12 @@ def budget_evidence(
     """
     from analyses.passkt import pass_at_kt
 
-    budgets = sorted({int(b) for b in budgets})
-    if not budgets or budgets[0] < 1:
-        raise ValueError(f"budgets must be positive integers, got {budgets}")
-    reference = int(reference_budget) if reference_budget is not None else budgets[-1]
-    if reference < 1:
-        raise ValueError(f"the reference budget must be positive, got {reference}")
+    # Checked, never rounded: 4.9 is refused rather than read as 4, 2**63 before DuckDB sees it.
+    budgets = sorted({check_budget(b) for b in budgets})
+    if not budgets:
+        raise ValueError("no budgets to describe")
+    reference = (check_budget(reference_budget, "the reference budget")
+                 if reference_budget is not None else budgets[-1])
     traj = _selected_trajectories(con, runs)
     wanted = sorted({*budgets, reference})
     used = _resolve_mode(traj, wanted, mode)

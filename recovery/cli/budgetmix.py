@@ -20,6 +20,7 @@ from recovery.errors import InputProblem, UsageProblem
 
 def _plan_command() -> click.Command:
     from analyses.budgetmix.plan import PlanConfig, plan_schedule, schedule_lines
+    from analyses.budgetmix.schedule import check_budget
     from recovery.jsonsafe import dumps
 
     @click.command(name="plan")
@@ -31,6 +32,11 @@ def _plan_command() -> click.Command:
         docs/budgetmix.md for the formula and the JSON schema. A store without budgets (the
         usual case for real data) is read in truncation mode.
         """
+        # The budgets are options: refuse one out of range (exit 2) before a store is read.
+        for budget in config.budgets or []:
+            check_budget(budget)
+        if config.reference is not None:
+            check_budget(config.reference, "--reference")
         schedule = plan_schedule(config)
         if config.out is None:
             click.echo(dumps(schedule.to_dict(), indent=1))
