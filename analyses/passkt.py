@@ -209,6 +209,56 @@ def pass_hat_kt(
     return _grid(trajectories, ks, ts, mode, "pass_hat", n_boot, ci, seed)
 
 
+@dataclass(frozen=True)
+class TaskCounts:
+    """Per task and T: samples ``n_i`` and successes by T ``c_i(T)``, what every analysis
+    reduces to.
+
+    Attributes:
+        tasks: Task ids (as text), sorted.
+        ts: The budgets of the columns: finite ones increasing, then ``None`` (no limit) if
+            asked for.
+        n: Samples, shape ``(tasks, T)``.
+        c: Successes by T, same shape.
+    """
+
+    tasks: np.ndarray
+    ts: list[int | None]
+    n: np.ndarray
+    c: np.ndarray
+
+
+def task_counts(
+    trajectories: pd.DataFrame, ts: Sequence[int | None], mode: Mode = "truncation"
+) -> TaskCounts:
+    """``n_i`` and ``c_i(T)`` of some trajectories (usually one run's) per task and T.
+
+    The one home of the per-task counts: Pass@(K,T), the surface of differences, the budget
+    curves and the empirical S(T) of the decomposition all start from it.
+
+    Args:
+        trajectories: Trajectories frame (``task_id, success, n_turns, success_turn`` and,
+            in budgeted mode, ``budget``); rows with an unknown outcome are left out.
+        ts: Turn limits (``None`` = no limit; truncation only) or, budgeted, budgets.
+        mode: ``"truncation"`` or ``"budgeted"``.
+
+    Returns:
+        The counts, columns in the order of :attr:`TaskCounts.ts`.
+    """
+    if mode not in ("truncation", "budgeted"):
+        raise ValueError(f"mode must be 'truncation' or 'budgeted', got {mode!r}")
+    finite_ts, with_none = _normalise_ts(ts, mode)
+    known = trajectories["success"].notna().to_numpy()
+    frame = trajectories.loc[known] if not known.all() else trajectories
+    tasks, task = np.unique(frame["task_id"].astype(str).to_numpy(dtype=object),
+                            return_inverse=True)
+    budget = (pd.to_numeric(frame["budget"]).to_numpy(dtype=float, na_value=np.nan)
+              if "budget" in frame else np.full(len(frame), np.nan))
+    n, c = _count_cells(task.reshape(-1), len(tasks), success_turns(frame), budget,
+                        finite_ts, with_none, mode)
+    return TaskCounts(tasks, [*finite_ts, *([None] if with_none else [])], n, c)
+
+
 # --------------------------------------------------------------------------- internals
 
 
@@ -407,10 +457,22 @@ def _counts(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per task of one run and per T: samples ``n`` and successes by T ``c``, (tasks, T)."""
     task, task_codes = pd.factorize(data.task[rows])
-    n_tasks = len(task_codes)
+    return _count_cells(task, len(task_codes), data.won_at[rows], data.budget[rows],
+                        finite_ts, with_none, mode)
+
+
+def _count_cells(
+    task: np.ndarray, n_tasks: int, won_at: np.ndarray, budget: np.ndarray,
+    finite_ts: list[int], with_none: bool, mode: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n_i`` and ``c_i(T)`` per task code and T: the one count of the toolkit.
+
+    Truncation: every sample of the task counts in ``n_i``; ``c_i(T)`` = samples whose success
+    turn is at most T (a cumulative histogram). Budgeted: at T only the samples run with
+    budget T count, in both. The ``None`` column (no limit) comes last when asked for.
+    """
     n_t = len(finite_ts) + int(with_none)
     ts = np.asarray(finite_ts, dtype=float)
-    won_at = data.won_at[rows]
     if mode == "truncation":
         n = np.repeat(np.bincount(task, minlength=n_tasks)[:, None], n_t, axis=1)
         first = np.searchsorted(ts, won_at, side="left")  # first T by which it has won
@@ -420,7 +482,6 @@ def _counts(
         ).reshape(n_tasks, len(ts) + 1)
         c = np.cumsum(hist, axis=1)
         return n, (c if with_none else c[:, : len(ts)])
-    budget = data.budget[rows]
     t_index = np.minimum(np.searchsorted(ts, budget), max(len(ts) - 1, 0))
     at_t = np.isfinite(budget) & (len(ts) > 0)
     at_t[at_t] = ts[t_index[at_t]] == budget[at_t]
