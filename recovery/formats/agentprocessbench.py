@@ -26,12 +26,17 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def step_labels(raw: Any, messages: Any) -> dict[int, float]:
-    """Validate ``step_labels``: keys are indices of assistant messages, values in [-1, 1]."""
+    """Validate ``step_labels``: keys are indices of assistant messages, values in [-1, 1].
+
+    A key is read as the integer it spells (``" 1"``, ``"01"`` and ``"+1"`` are message 1);
+    two keys that name the same message are refused, since which label was meant is unknown.
+    """
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise RecordError(f"field 'step_labels': expected object, got {type(raw).__name__}")
     labels: dict[int, float] = {}
+    keys: dict[int, str] = {}
     n = len(messages) if isinstance(messages, list) else 0
     for key, value in raw.items():
         try:
@@ -40,6 +45,12 @@ def step_labels(raw: Any, messages: Any) -> dict[int, float]:
             raise RecordError(
                 f"field 'step_labels': key {key!r} is not a message index"
             ) from None
+        if index in keys:
+            raise RecordError(
+                f"field 'step_labels': keys {keys[index]!r} and {key!r} name the same message "
+                f"({index}); give each message one label"
+            )
+        keys[index] = key
         if not 0 <= index < n:
             raise RecordError(
                 f"field 'step_labels': index {index} is outside 'messages' (0..{n - 1})"

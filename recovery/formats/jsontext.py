@@ -1,4 +1,5 @@
-"""Strict JSON for every reader: no NaN, no infinities, no lone surrogates, bounded depth."""
+"""Strict JSON for every reader: no NaN, no infinities, no lone surrogates, no key twice in
+one object, bounded depth."""
 
 from __future__ import annotations
 
@@ -58,8 +59,24 @@ def _finite_float(text: str) -> float:
     return value
 
 
-JSON_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
-"""The strict decoder every reader uses: no NaN, no infinities, no overflowing numbers."""
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict; a key given twice is refused (JSON leaves its meaning
+    open, and Python would keep the last value without a word)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return value
+
+
+JSON_DECODER = json.JSONDecoder(
+    parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+)
+"""The strict decoder every reader uses: no NaN, no infinities, no overflowing numbers, no key
+twice in one object."""
 
 
 def parse_json(text: str | bytes, file: str | None = None, line: int | None = None) -> Any:
@@ -67,7 +84,8 @@ def parse_json(text: str | bytes, file: str | None = None, line: int | None = No
 
     Strict: ``NaN``, ``Infinity`` and ``-Infinity`` are refused (they are not JSON, and the
     store could not hold them), lone UTF-16 surrogates (``"\\ud800"``) are refused (they are
-    not Unicode text), and so is nesting deeper than :data:`MAX_JSON_DEPTH`.
+    not Unicode text), a key given twice in one object is refused (which value was meant is
+    unknown), and so is nesting deeper than :data:`MAX_JSON_DEPTH`.
 
     Raises:
         RecordError: naming what is wrong (column for a syntax error).

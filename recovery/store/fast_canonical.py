@@ -354,6 +354,22 @@ def _maybe_too_deep(expr: str, levels_above: int) -> str:
     )
 
 
+def _repeated_key(expr: str) -> str:
+    """True when an object in the JSON value ``expr`` holds a key twice (DuckDB keeps both in
+    a JSON value; the Python reader refuses the record and says which key)."""
+
+    def twice(obj: str) -> str:
+        return f"len(json_keys({obj})) > len(list_distinct(json_keys({obj})))"
+
+    # the nested objects are looked at only when the text has a second opening brace
+    nested = (
+        f"(strlen({expr}::VARCHAR) - strlen(replace({expr}::VARCHAR, '{{', '')) > 1 AND "
+        f"coalesce(list_bool_or(list_transform(json_extract({expr}, '$..*'), "
+        f"lambda o: json_type(o) = 'OBJECT' AND {twice('o')})), false))"
+    )
+    return f"({twice(expr)} OR {nested})"
+
+
 _TRAJECTORY_INVALID = f"""
     task_id IS NULL
     OR json_type(task_id) NOT IN ('VARCHAR', 'BIGINT', 'UBIGINT') OR task_id->>'$' = ''
@@ -363,7 +379,7 @@ _TRAJECTORY_INVALID = f"""
     OR (success IS NULL AND reward IS NULL)
     OR (end_reason IS NOT NULL AND end_reason NOT IN {_END_REASONS})
     OR (meta IS NOT NULL AND (NOT starts_with(meta::VARCHAR, '{{')
-                              OR {_odd_numbers("meta::VARCHAR")}))
+                              OR {_odd_numbers("meta::VARCHAR")} OR {_repeated_key("meta")}))
 """
 
 _TURN_INVALID = f"""
@@ -373,7 +389,8 @@ _TURN_INVALID = f"""
                                      OR starts_with(u.error::VARCHAR, '"')))
     OR (u.label IS NOT NULL AND NOT u.label BETWEEN -1 AND 1)
     OR (u.meta IS NOT NULL AND (NOT starts_with(u.meta::VARCHAR, '{{')
-                                OR {_odd_numbers("u.meta::VARCHAR")}))
+                                OR {_odd_numbers("u.meta::VARCHAR")}
+                                OR {_repeated_key("u.meta")}))
 """
 
 

@@ -327,15 +327,15 @@ def test_the_fast_path_reads_every_canonical_field() -> None:
     assert set(fast_canonical._TURN_FIELDS) == set(CANONICAL_TURN_KEYS)
 
 
-def test_a_repeated_turn_key_is_read_as_python_reads_it(tmp_path: Path) -> None:
-    """JSON with a key twice: Python keeps the last value (DuckDB's read would keep the first,
-    so the fast path leaves such a file to the Python reader)."""
+def test_a_repeated_turn_key_is_refused_by_both_paths(tmp_path: Path) -> None:
+    """JSON with a key twice: which value was meant is unknown (Python would keep the last,
+    DuckDB's read the first), so both paths refuse the record, naming the key."""
     path = tmp_path / "twice.jsonl"
     path.write_text('{"task_id": "a", "success": true, '
                     '"turns": [{"action": "first", "action": "last"}]}\n')
-    fast, slow = ingest_both(path)
+    fast, slow = _outcome(path, fast=True), _outcome(path, fast=False)
     assert fast == slow
-    assert fast[1][0][2] == "last"
+    assert fast[0] == "failed" and "key 'action' appears twice" in fast[1]
 
 
 @pytest.mark.parametrize("depth", [256, 257])
