@@ -119,3 +119,30 @@ def test_shape_of_a_flat_curve_names_its_extremes() -> None:
     assert shape_text(shape) == ("no T from 1 to 3 where the band excludes 0 (largest gain "
                                  "+0.010 at T = 1, largest loss -0.020 at T = 2)")
     assert budgets_to_decompose(shape) == [1, 2]
+
+
+def test_sampled_crossover_agrees_with_the_simulators_truth(tmp_path) -> None:
+    """The crossover preset's sampled runs: every significant range has the true sign, and the
+    crossover read off the sample is near the true one."""
+    from analyses.frames import trajectories_frame
+    from recovery.simulate import load_config, write_runs
+    from recovery.simulate.tasks import draw_tasks
+    from recovery.simulate.truth import success_curve
+    from recovery.store import connect, ingest_file
+
+    config = load_config("crossover")
+    con = connect(None)
+    for path in write_runs(config, tmp_path):
+        ingest_file(con, path)
+    traj = trajectories_frame(con)
+    tasks = draw_tasks(config)
+    diff = budget_difference(traj, "hasty", "careful", t_max=60, n_boot=200)
+    truth = (success_curve(config.policies["careful"], config.tasks, tasks, 60)
+             - success_curve(config.policies["hasty"], config.tasks, tasks, 60))
+    shape = budget_shape(diff)
+    assert [r.sign for r in shape.ranges] == [-1, 1]
+    for r in shape.ranges:
+        assert np.all(np.sign(truth[r.first_t - 1:r.last_t]) == r.sign)
+    true_crossover = int(np.argmax(truth > 0)) + 1
+    assert abs(shape.crossover_t - true_crossover) <= 5
+    assert f"crossover at T = {shape.crossover_t}" in shape_text(shape)
