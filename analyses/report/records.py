@@ -374,6 +374,16 @@ class Comparison:
     pass_at_difference: list[DifferenceCell] = field(default_factory=list)
     headline: str = ""
 
+    def shares_no_task(self) -> bool:
+        """Whether the two runs have no task in common (every cell of the difference surface
+        averages no task), so that there is nothing to compare task by task."""
+        return bool(self.pass_at_difference) and all(
+            cell.n_tasks == 0 for cell in self.pass_at_difference)
+
+    def no_task_note(self) -> str:
+        """What the report says in place of a comparison of runs with no task in common."""
+        return no_comparison_note(self.baseline, self.candidate)
+
     def difference(self, k: int, t: int | None) -> float:
         """The difference surface at (k, t) (NaN when the cell is not in it)."""
         for cell in self.pass_at_difference:
@@ -455,6 +465,20 @@ class Report:
         for quality in out["data_quality"].values():
             quality.pop("run")
         return json_safe(out)
+
+
+def no_comparison_note(baseline: str, candidate: str) -> str:
+    """The note of two runs with no task in common: ``runs a and b share no task: no
+    comparison`` (the labels as they are; whoever shows it escapes them)."""
+    return f"runs {baseline} and {candidate} share no task: no comparison"
+
+
+def headline_lines(report: Report) -> list[str]:
+    """The report's headline, with the line of a comparison of runs that share no task
+    replaced by the note that says so (there is no change to state)."""
+    skipped = {c.headline: c.no_task_note() for c in report.comparisons
+               if c.shares_no_task() and c.headline}
+    return [skipped.get(line, line) for line in report.headline]
 
 
 def _cell_value(cells: list[PassCell], k: int, t: int | None) -> float:

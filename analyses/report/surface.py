@@ -98,11 +98,15 @@ def pass_difference(
 
     Returns:
         One :class:`~analyses.report.records.DifferenceCell` per (k, t), ordered by k then t;
-        ``value`` is NaN where no task has ``k`` samples in both runs.
+        ``value`` is NaN where no task has ``k`` samples in both runs. When the runs share no
+        task at all, every cell is NaN with ``n_tasks`` 0 and a ``UserWarning`` says so
+        (``runs A and B share no task: no comparison``), which the report keeps as a note.
     """
+    import warnings
+
     import pandas as pd
 
-    from analyses.report.records import DifferenceCell
+    from analyses.report.records import DifferenceCell, no_comparison_note
 
     ks = [int(k) for k in ks]
     ts = list(ts)
@@ -110,6 +114,11 @@ def pass_difference(
     in_a = traj["run"] == baseline
     in_b = traj["run"] == candidate
     tasks = np.array(sorted(set(task[in_a]) & set(task[in_b])), dtype=object)
+    if not len(tasks):
+        warnings.warn(no_comparison_note(baseline, candidate), UserWarning, stacklevel=2)
+        return [DifferenceCell(k=k, t=None if t is None or pd.isna(t) else int(t),
+                               value=float("nan"), lo=float("nan"), hi=float("nan"), n_tasks=0)
+                for k in ks for t in ts]
     n_a, c_a = _counts(traj[in_a], tasks, ts, mode)
     n_b, c_b = _counts(traj[in_b], tasks, ts, mode)
     kept = ((np.minimum(n_a, n_b)[:, :, None] >= np.array(ks)[None, None, :])
