@@ -9,6 +9,10 @@ Sections, top to bottom (the ``id`` of each is stable, for links and checks): ``
 beside the candidate-minus-baseline surfaces), ``budget-curves``, ``decomposition``,
 ``hazards``, then one ``run-<name>`` per run.
 
+Every text that comes from the input (run labels, error kinds, notes that quote them) goes
+through :func:`_esc`: control characters written as escapes (:func:`recovery.display.printable`),
+then HTML-escaped, so the page holds no raw control character and no markup of the input.
+
 Example:
     >>> from analyses.report.html import write_html
     >>> write_html(report, "report.html")
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analyses.report.text import MISSING, interval, number, percent, t_label
+from recovery.display import printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,6 +72,11 @@ td.clear { font-weight: 600; }
 """
 
 
+def _esc(text: object) -> str:
+    """Text for the page: control characters escaped, then ``<``, ``>``, ``&`` and quotes."""
+    return html.escape(printable(text))
+
+
 def figure_data_uri(figure: Figure) -> str:
     """A figure as a ``data:image/png;base64,...`` URI (the figure is closed afterwards)."""
     from analyses.report.plots import figure_png
@@ -77,13 +87,13 @@ def figure_data_uri(figure: Figure) -> str:
 
 
 def _img(figure: Figure, alt: str) -> str:
-    return (f'<figure><img alt="{html.escape(alt)}" '
+    return (f'<figure><img alt="{_esc(alt)}" '
             f'src="{figure_data_uri(figure)}"></figure>')
 
 
 def _defs(report: Report, *keys: str) -> str:
     """The definitions of ``keys``, one sentence each, as a list."""
-    items = "".join(f"<li>{html.escape(report.definitions[k])}.</li>" for k in keys
+    items = "".join(f"<li>{_esc(report.definitions[k])}.</li>" for k in keys
                     if k in report.definitions)
     return f'<ul class="defs">{items}</ul>' if items else ""
 
@@ -135,7 +145,7 @@ def _grid_html(cells: list[PassCell], report: Report, drop: bool) -> str:
 
 def _stats_html(run: RunReport) -> str:
     err, rec = run.errors, run.recovery
-    kinds = ", ".join(f"{html.escape(k)}: {v}" for k, v in err.kinds.items()) or "none"
+    kinds = ", ".join(f"{_esc(k)}: {v}" for k, v in err.kinds.items()) or "none"
     items = [
         ("turns", f"{err.n_turns}"),
         ("error turns", f"{err.n_error_turns} ({_pct(err.error_turn_rate)} of turns)"),
@@ -186,13 +196,13 @@ def _comparison_html(comp: Comparison) -> str:
             for name in COMPONENTS
         )
         share = (_num(r.recovery_share, 2) if r.recovery_share_note is None else
-                 f'<span title="{html.escape(r.recovery_share_note)}">&ndash;</span>')
-        note = html.escape(r.recovery_share_note or "")
+                 f'<span title="{_esc(r.recovery_share_note)}">&ndash;</span>')
+        note = _esc(r.recovery_share_note or "")
         rows.append(f"<tr><td>{t_label(r.t)}</td><td>{_num(r.empirical_baseline)}</td>"
                     f"<td>{_num(r.empirical_candidate)}</td>{tds}"
                     f'<td>{share}</td><td class="label">{note}</td></tr>')
-    return (f"<table><tr><th>T</th><th>S(T) {html.escape(comp.baseline)}</th>"
-            f"<th>S(T) {html.escape(comp.candidate)}</th>{head}<th>recovery share</th>"
+    return (f"<table><tr><th>T</th><th>S(T) {_esc(comp.baseline)}</th>"
+            f"<th>S(T) {_esc(comp.candidate)}</th>{head}<th>recovery share</th>"
             f'<th class="label">why no share</th></tr>{"".join(rows)}</table>')
 
 
@@ -242,11 +252,11 @@ def _quality_html(report: Report) -> str:
             "budgets": ", ".join(map(str, q.budgets)) or "unknown",
         }
         for reason, n in q.end_reasons.items():
-            out[f"ended: {html.escape(reason)}"] = str(n)
+            out[f"ended: {_esc(reason)}"] = str(n)
         return out
 
     columns = [(name, rows_of(q)) for name, q in runs]
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
+    head = "".join(f"<th>{_esc(name)}</th>" for name, _ in columns)
     body = "".join(
         f'<tr><td class="label">{label}</td>'
         + "".join(f"<td>{col.get(label, '')}</td>" for _, col in columns) + "</tr>"
@@ -273,9 +283,9 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
 
 def _render(report: Report, title: str) -> str:
     from analyses.report import plots
-    from analyses.report.records import MODE_DESCRIPTIONS
+    from analyses.report.records import MODE_DESCRIPTIONS, headline_lines
 
-    esc = html.escape
+    esc = _esc
     reason = f" ({esc(report.mode_reason)})" if report.mode_reason else ""
     parts = [
         "<!DOCTYPE html>",
@@ -294,7 +304,7 @@ def _render(report: Report, title: str) -> str:
     if report.sources:
         parts.append(f'<p class="meta">Inputs: {esc(", ".join(report.sources))}</p>')
 
-    items = "".join(f"<li>{esc(line)}</li>" for line in report.headline)
+    items = "".join(f"<li>{esc(line)}</li>" for line in headline_lines(report))
     parts.append('<section id="headline"><h2>Headline</h2>'
                  f'<div class="headline"><ul>{items}</ul></div>'
                  + _defs(report, "recovery share", "t_90") + "</section>")
@@ -320,12 +330,16 @@ def _render(report: Report, title: str) -> str:
     parts.append('<section id="difference-surface"><h2>Pass@(K,T) surfaces</h2>')
     figures = [_img(plots.pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
                for name, run in report.runs.items()]
+    compared = [comp for comp in report.comparisons if not comp.shares_no_task()]
     figures += [_img(plots.difference_heatmap(comp, report.ks, report.ts),
                      f"Pass@(K,T) difference {comp.candidate} minus {comp.baseline}")
-                for comp in report.comparisons]
+                for comp in compared]
     parts.append(f'<div class="figures surfaces">{"".join(figures)}</div>')
-    parts.append(_defs(report, "Pass@(K,T)", *(["difference"] if report.comparisons else [])))
+    parts.append(_defs(report, "Pass@(K,T)", *(["difference"] if compared else [])))
     for comp in report.comparisons:
+        if comp.shares_no_task():
+            parts.append(f"<p>{esc(comp.no_task_note())}.</p>")
+            continue
         parts.append(f"<h3>Difference: {esc(comp.candidate)} minus {esc(comp.baseline)} "
                      "(bold: interval excludes 0)</h3>")
         parts.append(_difference_html(comp.pass_at_difference, report))
@@ -345,6 +359,9 @@ def _render(report: Report, title: str) -> str:
                            "residual", "recovery share", "strata"))
         for comp in report.comparisons:
             parts.append(f"<h3>{esc(comp.candidate)} vs {esc(comp.baseline)}</h3>")
+            if comp.shares_no_task():
+                parts.append(f"<p>{esc(comp.no_task_note())}.</p>")
+                continue
             parts.append(f"<p>{esc(comp.headline)}</p>")
             parts.append('<div class="figures">'
                          + _img(plots.decomposition_bars(comp),

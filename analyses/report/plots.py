@@ -5,6 +5,9 @@ Every function takes a :class:`analyses.report.Report` (or one of its parts) and
 :func:`figure_png` turns a figure into PNG bytes for the HTML page, after :func:`fit_titles`
 has wrapped any title wider than its panel. Integer clocks get integer ticks, an empty panel
 says why it is empty, and no drawing makes matplotlib warn (an empty legend is not drawn).
+Every text from the input (run labels in titles and legends) goes through
+:func:`recovery.display.plain_label`: control characters escaped, and a ``$`` never read as
+mathtext (a label such as ``$\\undefinedmacro$`` would crash the drawing).
 
 Example:
     >>> from analyses.report.plots import budget_curves, figure_png
@@ -19,6 +22,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from analyses.report.text import number, t_label
+from recovery.display import plain_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -49,8 +53,10 @@ def figure_png(figure: Figure, dpi: int = 100) -> bytes:
 
 
 def set_title(ax: Axes, text: str, size: float = TITLE_SIZE) -> None:
-    """Set a panel title; :func:`fit_titles` wraps it at words if it is wider than its panel."""
-    ax.set_title(text, fontsize=size)
+    """Set a panel title, shown as the plain text it is (:func:`recovery.display.plain_label`:
+    no mathtext, control characters escaped); :func:`fit_titles` wraps it at words if it is
+    wider than its panel. ``text`` is the raw title (run labels as they are)."""
+    ax.set_title(plain_label(text), fontsize=size)
 
 
 def fit_titles(figure: Figure, overhang: float = 1.1) -> None:
@@ -78,8 +84,20 @@ def fit_titles(figure: Figure, overhang: float = 1.1) -> None:
         chars = len(text)
         while extent > room and chars > 12:
             chars = max(12, min(chars - 1, int(chars * room / extent)))
-            title.set_text("\n".join(textwrap.wrap(text, chars)))
+            title.set_text("\n".join(wrap_label(text, chars)))
             extent = title.get_window_extent(renderer).width
+
+
+def wrap_label(text: str, chars: int) -> list[str]:
+    """:func:`textwrap.wrap` of a :func:`recovery.display.plain_label` text, never splitting
+    an escaped ``\\$`` (a long word is cut anywhere; a ``$`` cut from its backslash would be
+    read as mathtext again): the backslash moves to the next line with its ``$``."""
+    lines = textwrap.wrap(text, chars)
+    for i in range(len(lines) - 1):
+        trailing = len(lines[i]) - len(lines[i].rstrip("\\"))
+        if trailing % 2 and lines[i + 1].startswith("$"):
+            lines[i], lines[i + 1] = lines[i][:-1], "\\" + lines[i + 1]
+    return [line for line in lines if line]
 
 
 def integer_axis(axis: object) -> None:
@@ -231,7 +249,8 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
             if line:
                 drawn = True
                 xs = [where[c.t] for c in line]
-                ax.plot(xs, [c.value for c in line], marker="o", color=color, label=name)
+                ax.plot(xs, [c.value for c in line], marker="o", color=color,
+                        label=plain_label(name))
                 lo = [c.lo for c in line]
                 hi = [c.hi for c in line]
                 if all(math.isfinite(v) for v in lo + hi):
@@ -241,7 +260,7 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
                     drawn = True
                     ax.errorbar([where[None]], [c.value],
                                 yerr=_yerr(c.value, c.lo, c.hi), fmt="D", color=color,
-                                capsize=3, label=None if line else name)
+                                capsize=3, label=None if line else plain_label(name))
             if k == 1:
                 fit = sorted((r for r in run.model_fit if r.t in where
                               and math.isfinite(r.model)), key=lambda r: where[r.t])
@@ -249,12 +268,12 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
                 if line_fit:
                     ax.plot([where[r.t] for r in line_fit], [r.model for r in line_fit],
                             linestyle="--", marker="x", color=color, linewidth=1,
-                            label=f"{name} model S(T)")
+                            label=f"{plain_label(name)} model S(T)")
                 for r in fit:
                     if r.t is None:
                         ax.plot([where[None]], [r.model], marker="x", color=color,
                                 linestyle="none", label=None if line_fit else
-                                f"{name} model S(T)")
+                                f"{plain_label(name)} model S(T)")
         if not drawn:
             ax.text(0.5, 0.5, f"no task has {k} samples", ha="center", va="center",
                     transform=ax.transAxes, color="0.4")
@@ -350,7 +369,7 @@ def _hazard_panel(ax: Axes, counts: Axes, report: Report, name: str, xlabel: str
         drawn = True
         xs = [p.x for p in points]
         ax.step(xs, [p.value for p in points], where="mid", color=f"C{index}",
-                label=run_name, marker=".", markersize=4)
+                label=plain_label(run_name), marker=".", markersize=4)
         # One line per run: a flat segment over each bin, NaN between bins.
         xs_bins: list[float] = []
         ys_bins: list[float] = []
@@ -394,7 +413,8 @@ def latency_figure(report: Report, max_latency: int = 10) -> Figure:
             continue
         drawn = True
         ax.bar(bins + (index - (len(runs) - 1) / 2) * width, share, width=width,
-               color=f"C{index}", label=f"{name} (mean {run.recovery.mean_latency:.2f})")
+               color=f"C{index}",
+               label=f"{plain_label(name)} (mean {run.recovery.mean_latency:.2f})")
     if not drawn:
         ax.text(0.5, 0.5, "no recovered spells", ha="center", va="center",
                 transform=ax.transAxes, color="0.4")
@@ -417,9 +437,9 @@ def model_fit_figure(report: Report) -> Figure:
         rows = sorted((r for r in run.model_fit if r.t in where), key=lambda r: where[r.t])
         xs = [where[r.t] for r in rows]
         ax.plot(xs, [r.empirical for r in rows], marker="o", color=f"C{index}",
-                label=f"{name} empirical")
+                label=f"{plain_label(name)} empirical")
         ax.plot(xs, [r.model for r in rows], linestyle="--", marker="x", color=f"C{index}",
-                label=f"{name} model")
+                label=f"{plain_label(name)} model")
     ax.set_xticks(positions, labels)
     ax.set_ylim(0.0, 1.02)
     ax.set_xlabel("turn budget T")

@@ -3,6 +3,11 @@
 Titles are short and never wrap (a table is at least as wide as its title); what a table's
 numbers mean is said in plain lines under it, which wrap at words on a narrow terminal
 instead of being cut off.
+
+Run labels, task ids, error kinds and every note that may quote them come from input files:
+they are printed through :func:`recovery.display.printable` (control characters escaped, so
+no escape sequence reaches the terminal) and, where rich reads markup, with their ``[`` escaped
+too (:func:`shown`), so a label is always shown as the text it is.
 """
 
 from __future__ import annotations
@@ -10,13 +15,35 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from analyses.decompose import COMPONENTS
-from analyses.report.records import MODE_DESCRIPTIONS, Comparison, PassCell, Report, RunReport
+from analyses.report.records import (
+    MODE_DESCRIPTIONS,
+    Comparison,
+    PassCell,
+    Report,
+    RunReport,
+    headline_lines,
+)
 from analyses.report.text import interval, number, percent, t_header, t_label
+from recovery.display import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from recovery.quality import RunQuality
+
+def shown(text: object) -> str:
+    """``text`` for a place where rich reads markup: control characters and ``[`` escaped.
+
+    Args:
+        text: Text from the input (a run label, a task id, a note quoting them).
+
+    Returns:
+        Markup that rich prints as exactly :func:`recovery.display.printable` of ``text``.
+    """
+    from rich.markup import escape
+
+    return escape(printable(text))
+
 
 COMPONENT_LABELS = {
     "delta": "delta",
@@ -69,10 +96,12 @@ def print_report(report: Report, console: Console | None = None) -> None:
     defs = report.definitions
 
     def say(text: str, style: str = "dim") -> None:
-        console.print(text, style=style, highlight=False, markup=False)
+        """A plain line (no markup); any control character in it is shown escaped."""
+        console.print(printable(text), style=style, highlight=False, markup=False)
 
     def heading(text: str) -> None:
         """A rule with the text in it, or the text above a rule where it would not fit."""
+        text = printable(text)
         if len(text) + 6 <= console.width:
             console.rule(f"[bold]{escape(text)}")
         else:
@@ -96,7 +125,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
     if report.headline:
         console.print()
         console.print("[bold]headline")
-        for line in report.headline:
+        for line in headline_lines(report):
             say(f"- {line}", style="")
 
     if report.data_quality:
@@ -106,7 +135,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
         say("Shares are over all turns of a run; samples per task count the trajectories the "
             "analyses use (known outcome and end reason, no crash).")
         for warning in report.data_warnings:
-            console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+            console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False)
 
     first = True
     for name, run in report.runs.items():
@@ -142,6 +171,9 @@ def print_report(report: Report, console: Console | None = None) -> None:
     for comp in report.comparisons:
         console.print()
         heading(f"{comp.candidate} vs {comp.baseline}")
+        if comp.shares_no_task():
+            say(comp.no_task_note(), style="")
+            continue
         if comp.headline:
             say(comp.headline, style="")
         console.print(_comparison_table(Table, comp, report))
@@ -157,7 +189,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
         console.print()
         console.print("[bold]notes")
         for note in report.notes:
-            console.print(f"- {note}", highlight=False)
+            console.print(f"- {shown(note)}", highlight=False)
 
 
 def _samples_text(run: RunReport, mode: str = "truncation") -> str:
@@ -201,10 +233,10 @@ def _quality_table(table_cls: Any, report: Report) -> Any:
     table.add_column("")
     columns = {name: _quality_rows(q, report) for name, q in report.data_quality.items()}
     for name in columns:
-        table.add_column(name, justify="right")
+        table.add_column(shown(name), justify="right")
     labels = next(iter(columns.values())).keys() if columns else []
     for label in labels:
-        table.add_row(label, *(columns[name].get(label, "") for name in columns))
+        table.add_row(shown(label), *(shown(columns[name].get(label, "")) for name in columns))
     return table
 
 
@@ -251,7 +283,7 @@ def _stats_table(table_cls: Any, run: RunReport) -> Any:
     table = table_cls("errors and recoveries", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    kinds = ", ".join(f"{k} {v}" for k, v in err.kinds.items()) or "none"
+    kinds = ", ".join(f"{shown(k)} {v}" for k, v in err.kinds.items()) or "none"
     rows = [
         ("error turns", f"{err.n_error_turns} ({percent(err.error_turn_rate)} of turns)"),
         ("error kinds (turns)", kinds),
@@ -319,7 +351,7 @@ def _share_notes(comp: Comparison) -> list[str]:
 
 
 def _difference_table(table_cls: Any, comp: Comparison, report: Report) -> Any:
-    table = table_cls(f"Pass@(K,T) difference: {comp.candidate} - {comp.baseline}")
+    table = table_cls(f"Pass@(K,T) difference: {shown(comp.candidate)} - {shown(comp.baseline)}")
     table.add_column("K", justify="right")
     for t in report.ts:
         table.add_column(t_header(t), justify="right", min_width=7)

@@ -4,7 +4,8 @@ Parses the options into :class:`analyses.report.analyze.AnalyzeConfig`, calls
 :func:`analyses.report.analyze.analyze` (ingest, report, JSON and HTML files) and prints the
 tables. Ingest results and progress go to standard error (progress, with the bootstrap's
 resamples counted, only when standard error is a terminal); standard output gets the tables
-only.
+only. Every line quotes file names and run labels with their control characters escaped
+(:func:`recovery.display.printable`), so no escape sequence from an input reaches the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import click
 
 from analyses.report.analyze import AnalyzeConfig
 from recovery.cli.options import command_options
+from recovery.display import printable
+from recovery.errors import InputProblem, UsageProblem
 
 
 @click.command()
@@ -34,12 +37,21 @@ def analyze(config: AnalyzeConfig) -> None:
     log = Console(stderr=True)
 
     def echo(line: str) -> None:
-        log.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
+        log.print(printable(line, keep_newlines=True), markup=False, highlight=False,
+                  crop=False, soft_wrap=True)
 
-    with log.status("analyzing") as status:
-        report = run_analyze(
-            config, echo=echo, progress=lambda step: status.update(f"{step} ...")
-        )
+    def progress(step: str) -> None:
+        from rich.text import Text
+
+        status.update(Text(f"{printable(step)} ..."))
+
+    try:
+        with log.status("analyzing") as status:
+            report = run_analyze(config, echo=echo, progress=progress)
+    except UsageProblem as err:
+        raise UsageProblem(printable(str(err), keep_newlines=True)) from None
+    except InputProblem as err:
+        raise InputProblem(printable(str(err), keep_newlines=True)) from None
     if not config.quiet:
         print_report(report, Console())
     sys.stdout.flush()

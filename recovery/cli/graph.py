@@ -4,7 +4,9 @@
 ``recovery graph --task TASK_ID --store S --out FILE [--run R]`` the state graph of a task.
 The file's suffix picks the form: ``.graphml``, ``.json`` (node-link) or ``.png``, ``.svg``,
 ``.pdf`` (a drawing). A task, run or trajectory that is not in the store is refused with the
-closest ids that are.
+closest ids that are. Ids, runs and file names are quoted with their control characters
+escaped (:func:`recovery.display.printable`), so no escape sequence from the store reaches the
+terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import click
 
 from recovery.cli.options import command_options, opt
+from recovery.display import printable
 
 SUFFIXES = (".graphml", ".json", ".png", ".svg", ".pdf")
 
@@ -57,7 +60,7 @@ def close_matches(wanted: str, candidates: list[str], n: int = 5) -> list[str]:
 
 
 def _listing(values: list[str], n: int = 8) -> str:
-    shown = ", ".join(values[:n])
+    shown = ", ".join(printable(v) for v in values[:n])
     return shown + (f", ... ({len(values)} in all)" if len(values) > n else "")
 
 
@@ -68,18 +71,18 @@ def _unknown_task(con, task: str, runs: list[str]) -> str | None:
     missing = [r for r in runs if r not in known_runs]
     if missing:
         hints = [m for r in missing for m in close_matches(r, known_runs, 3)]
-        return (f"run {', '.join(map(repr, missing))} is not in the store"
-                + (f"; did you mean {', '.join(dict.fromkeys(hints))}?" if hints else "")
+        return (f"run {', '.join(printable(repr(r)) for r in missing)} is not in the store"
+                + (f"; did you mean {_listing(list(dict.fromkeys(hints)))}?" if hints else "")
                 + f" (runs: {_listing(known_runs)})")
     where = f"WHERE run IN ({', '.join('?' for _ in runs)})" if runs else ""
     tasks = [str(t) for (t,) in con.execute(
         f"SELECT DISTINCT task_id FROM trajectories {where} ORDER BY task_id", runs).fetchall()]
     if task in tasks:
         return None
-    scope = f" in runs {', '.join(runs)}" if runs else ""
+    scope = f" in runs {_listing(runs)}" if runs else ""
     hints = close_matches(task, tasks)
-    return (f"task {task!r} is not in the store{scope}"
-            + (f"; did you mean {', '.join(hints)}?" if hints else "")
+    return (f"task {printable(repr(task))} is not in the store{scope}"
+            + (f"; did you mean {_listing(hints)}?" if hints else "")
             + f" (task ids: {_listing(tasks)})")
 
 
@@ -94,10 +97,10 @@ def _unknown_trajectory(con, traj_id: str) -> str:
         tasks = [str(t) for (t,) in con.execute(
             "SELECT DISTINCT task_id FROM trajectories ORDER BY task_id").fetchall()]
         if traj_id in tasks:
-            return (f"{traj_id!r} is a task id, not a trajectory id: use --task {traj_id} for "
-                    "its state graph")
-    return (f"trajectory {traj_id!r} is not in the store"
-            + (f"; did you mean {', '.join(hints)}?" if hints else "")
+            return (f"{printable(repr(traj_id))} is a task id, not a trajectory id: use --task "
+                    f"{printable(traj_id)} for its state graph")
+    return (f"trajectory {printable(repr(traj_id))} is not in the store"
+            + (f"; did you mean {_listing(hints)}?" if hints else "")
             + " (list trajectory ids with: recovery sql \"SELECT traj_id, run, task_id FROM "
             "trajectories LIMIT 10\" --store STORE)")
 
@@ -117,12 +120,12 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         raise click.UsageError("give either a TRAJ_ID or --task TASK_ID (not both)")
     if config.out.suffix.lower() not in SUFFIXES:
         raise click.UsageError(
-            f"--out {config.out}: use one of {', '.join(SUFFIXES)}"
+            f"--out {printable(config.out)}: use one of {', '.join(SUFFIXES)}"
         )
     try:
         con = connect(config.store, read_only=True)
     except FileNotFoundError as err:
-        raise click.UsageError(str(err)) from None
+        raise click.UsageError(printable(err)) from None
     try:
         if config.task is not None:
             problem = _unknown_task(con, config.task, list(config.run))
@@ -131,22 +134,22 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
             graph = state_graph(
                 con, config.task, runs=config.run or None, normalise=config.normalise
             )
-            what = f"state graph of task {config.task}"
+            what = f"state graph of task {printable(config.task)}"
         else:
             try:
                 graph = turn_graph(con, config.traj_id, score_model=config.score_model)
             except KeyError:
                 raise click.ClickException(_unknown_trajectory(con, config.traj_id)) from None
-            what = f"turn graph of trajectory {config.traj_id}"
+            what = f"turn graph of trajectory {printable(config.traj_id)}"
     except KeyError as err:
-        raise click.ClickException(str(err.args[0])) from None
+        raise click.ClickException(printable(err.args[0])) from None
     finally:
         con.close()
     config.out.parent.mkdir(parents=True, exist_ok=True)
     write_graph(graph, str(config.out))
     echo(
         f"{what}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges "
-        f"-> {config.out}"
+        f"-> {printable(config.out)}"
     )
 
 

@@ -1,4 +1,8 @@
-"""``recovery mark --store PATH [--rules FILE]``: re-mark errors and spells in a store."""
+"""``recovery mark --store PATH [--rules FILE]``: re-mark errors and spells in a store.
+
+Error kinds come from the input (an ``error`` string) and from rule files: they are printed with
+their control characters escaped (:func:`recovery.display.printable`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 import click
 
 from recovery.cli.options import command_options, opt
+from recovery.display import printable
 
 
 @dataclass
@@ -37,9 +42,9 @@ def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
     try:
         rules = load_rules(config.rules) if config.rules else None
     except RuleError as err:
-        raise click.UsageError(str(err)) from None
+        raise click.UsageError(printable(err, keep_newlines=True)) from None
     if not Path(config.store).exists():
-        raise click.UsageError(f"store {config.store} does not exist")
+        raise click.UsageError(f"store {printable(config.store)} does not exist")
     con = connect(config.store)
     try:
         traj_ids = None
@@ -76,8 +81,9 @@ def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
     finally:
         con.close()
     echo(f"marked {n_traj} trajectories, {n_turns} turns")
-    width = max((len(k) for k in counts), default=0)
-    for kind, n in counts.items():
+    kinds = {printable(kind): n for kind, n in counts.items()}
+    width = max((len(k) for k in kinds), default=0)
+    for kind, n in kinds.items():
         echo(f"  {kind:<{width}}  {n} turns")
     if not counts:
         echo("  no error turns")

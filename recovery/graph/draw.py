@@ -9,6 +9,10 @@ the actions taken there (labelled with the action); the image is page-sized. A t
 states than fit (``max_states``) is cut down to the states the runs share, for two or more runs
 ("reached by both policies"), or else to the most visited ones; every state left out is
 counted in a grey "+k states" box under the state it branches from.
+
+Every text drawn that comes from the data (actions, error kinds, run labels, task and
+trajectory ids, a title) goes through :func:`recovery.display.plain_label`: control characters
+escaped and a ``$`` never read as matplotlib mathtext, so each is shown as the text it is.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from recovery.display import plain_label
 from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
@@ -135,10 +140,12 @@ TURN_EDGES = {"clean": "#3d6fa8", "error": "#b3261e", "recovery": "#2e7d32"}
 
 
 def turn_label(data: dict[str, Any], chars: int = ACTION_CHARS) -> str:
-    """The text of one turn's box: ``t3``, the action shortened, the error kind if any."""
-    lines = [f"t{data.get('t', '?')}", shorten(data.get("action", ""), chars) or "(empty action)"]
+    """The text of one turn's box: ``t3``, the action shortened, the error kind if any (each
+    line as plain text, :func:`recovery.display.plain_label`)."""
+    lines = [plain_label(f"t{data.get('t', '?')}"),
+             plain_label(shorten(data.get("action", ""), chars)) or "(empty action)"]
     if data.get("is_error"):
-        lines.append(f"error: {data.get('error_kind') or 'unmarked kind'}")
+        lines.append(plain_label(f"error: {data.get('error_kind') or 'unmarked kind'}"))
     elif data.get("recovery_of") is not None:
         lines.append(f"recovers the spell of t{data['recovery_of']}")
     return "\n".join(lines)
@@ -192,7 +199,7 @@ def _turn_figure(graph: nx.DiGraph, title: str | None) -> Figure:
     verdict = "success" if outcome else "failure" if outcome is not None else "unknown outcome"
     default_title = (f"trajectory {graph.graph.get('traj_id')}: run {graph.graph.get('run')}, "
                      f"task {graph.graph.get('task_id')}, {len(nodes)} turns, {verdict}")
-    figure.suptitle(title or default_title, fontsize=10, y=0.97)
+    figure.suptitle(plain_label(title or default_title), fontsize=10, y=0.97)
     handles = [Patch(facecolor=TURN_COLOURS[k], edgecolor=TURN_EDGES[k], label=label)
                for k, label in (("clean", "clean turn"), ("error", "error turn (kind named)"),
                                 ("recovery", "recovery turn (first clean turn after a spell)"))]
@@ -412,7 +419,7 @@ def _state_figure(graph: nx.DiGraph, title: str | None, max_states: int) -> Figu
             ax.annotate(state_label(d), (x, y), xytext=(0, 6), textcoords="offset points",
                         ha="center", va="bottom", fontsize=font, zorder=3)
         elif action_chars >= 6:
-            ax.annotate(shorten(d.get("action", ""), action_chars), (x, y),
+            ax.annotate(plain_label(shorten(d.get("action", ""), action_chars)), (x, y),
                         xytext=(4, -1), textcoords="offset points", ha="left", va="top",
                         fontsize=font, color="0.15", zorder=3)
     ax.set_xlim(-0.5, n_layers + 1.5)
@@ -424,7 +431,7 @@ def _state_figure(graph: nx.DiGraph, title: str | None, max_states: int) -> Figu
     shown = (f"all {selection.n_states} states" if not selection.reason else
              f"{selection.n_shown} of {selection.n_states} states: {selection.reason}; the "
              f"other {selection.n_states - selection.n_shown} are counted in grey boxes")
-    figure.suptitle(f"{heading}\n{shown}", fontsize=9, y=0.985)
+    figure.suptitle(f"{plain_label(heading)}\n{plain_label(shown)}", fontsize=9, y=0.985)
     handles = [
         Line2D([], [], marker="o", linestyle="none", color="0.6", markeredgecolor="0.2",
                label="state: samples that reached it · their success rate"),
