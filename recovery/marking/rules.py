@@ -43,7 +43,7 @@ RULE_KEYS = frozenset(
 PREDICATE_KEYS = ("pattern", "equals", "startswith", "contains", "lt", "gt", "exists")
 BUILTIN_RULE_FILES = (
     "taubench.toml", "inspect.toml", "verl.toml", "atif.toml", "sweagent.toml",
-    "minisweagent.toml", "balrog.toml", "generic.toml",
+    "minisweagent.toml", "generic.toml",
 )
 """Built-in rule sets, in precedence order: format-specific sets first, generic last."""
 
