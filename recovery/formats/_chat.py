@@ -295,6 +295,7 @@ def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[i
             yield line, RecordError("malformed JSON: the array is not closed", file=file, line=line)
             return
         if text[pos] == "]":
+            yield from _after_array(text, pos + 1, line, file)
             return
         if deep is not None and text[pos] in "[{":
             end = _record_end(text, pos)
@@ -332,6 +333,20 @@ def _iter_array(text: str, file: str, max_record_bytes: int) -> Iterator[tuple[i
             yield line, value
         line += text.count("\n", pos, end)
         pos = end
+
+
+def _after_array(text: str, pos: int, line: int, file: str) -> Iterator[tuple[int, RecordError]]:
+    """A RecordError when anything but whitespace follows the array's closing bracket (at
+    ``text[pos]``, on ``line``): a second array, or text, that would otherwise be dropped."""
+    rest = text[pos:]
+    stripped = rest.lstrip(" \t\r\n")
+    if stripped:
+        at = line + rest.count("\n", 0, len(rest) - len(stripped))
+        yield at, RecordError(
+            "content after the end of the JSON array (a file holds one array; join the "
+            "arrays into one, or give one record per line)",
+            file=file, line=at,
+        )
 
 
 def _record_end(text: str, pos: int) -> int | None:

@@ -36,6 +36,22 @@ def json_depth(text: str) -> int:
     return deepest
 
 
+def leading_depth(text: str) -> int:
+    """The deepest nesting of the JSON value that ``text`` starts with, up to where it ends or
+    ``text`` does (the start of a file, cut anywhere: then a lower bound of its depth).
+
+    Brackets inside strings do not count, nor do those of a string that ``text`` cuts short.
+    """
+    body = _JSON_STRING.sub("", text).split('"', 1)[0]
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.finditer(body):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+        if depth <= 0:
+            break
+    return deepest
+
+
 def too_deep(text: str) -> int | None:
     """The depth of ``text`` when it exceeds :data:`MAX_JSON_DEPTH`, else ``None``.
 

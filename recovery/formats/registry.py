@@ -9,6 +9,14 @@ from pathlib import Path
 
 from recovery.formats.base import Reader, ReadOptions, ReadResult, UnknownFormatError
 from recovery.formats.files import GZIP_MAGIC, UTF8_BOM, head_bytes
+from recovery.formats.jsontext import MAX_JSON_DEPTH, leading_depth
+
+HEAD_BYTES = 64 * 1024
+"""What detection reads of a file first."""
+
+FIRST_LINE_BYTES = 16 * 1024 * 1024
+"""How far detection reads to see the whole of a long first line (a verl record holding a long
+response, a canonical record with a long prompt): its keys may lie past the first bytes."""
 
 
 def _registry() -> dict[str, Reader]:
@@ -90,18 +98,73 @@ def detect_format(path: str | Path) -> str:
                 f"{path}: not gzip data (a .gz file starts with the bytes 1f 8b; this one "
                 f"starts with {magic.hex(' ')}); rename it or recompress it"
             )
-    head = head_bytes(path)
+    head = _head(path)
     if not head.lstrip(UTF8_BOM).strip():
         raise UnknownFormatError(
             f"{path}: the file is empty, so its format cannot be detected; pass --format, "
             f"one of: {', '.join(known_formats())}"
         )
+    deep = _first_record_too_deep(head)
+    if deep is not None:
+        raise _too_deep(path, *deep)
     for reader in _registry().values():
-        if reader.sniff(path, head):
+        try:
+            accepted = reader.sniff(path, head)
+        except RecursionError:  # a sniffer's parse of a record nested too deeply
+            raise _too_deep(path, _first_line(head), None) from None
+        if accepted:
             return reader.name
     raise UnknownFormatError(
         f"{path}: could not detect the format; pass --format, one of: "
         f"{', '.join(known_formats())}"
+    )
+
+
+def _head(path: Path) -> bytes:
+    """The first bytes of the (decompressed) file that sniffers look at: the first
+    :data:`HEAD_BYTES`, or, when the first line is longer, as much as holds it (up to
+    :data:`FIRST_LINE_BYTES`)."""
+    size = HEAD_BYTES
+    head = head_bytes(path, size)
+    while len(head) == size and size < FIRST_LINE_BYTES and b"\n" not in head.lstrip():
+        size = min(size * 4, FIRST_LINE_BYTES)
+        head = head_bytes(path, size)
+    return head
+
+
+def _first_line(head: bytes) -> int:
+    """The line on which the file's first record starts."""
+    text = head.removeprefix(UTF8_BOM)
+    start = len(text) - len(text.lstrip())
+    if text[start:start + 1] == b"[":
+        start = len(text) - len(text[start + 1:].lstrip())
+    return text.count(b"\n", 0, start) + 1
+
+
+def _first_record_too_deep(head: bytes) -> tuple[int, int] | None:
+    """``(line, depth)`` of the file's first record (a JSON line, or the first element of a
+    JSON array) when it is nested deeper than :data:`MAX_JSON_DEPTH`, else ``None``.
+
+    The depth counts brackets outside strings, up to where the record ends or ``head`` does
+    (a lower bound then, which is enough to refuse it).
+    """
+    if head.count(b"{") + head.count(b"[") <= MAX_JSON_DEPTH:
+        return None
+    text = head.removeprefix(UTF8_BOM).decode("utf-8", errors="replace")
+    body = text.lstrip()
+    if body[:1] == "[":
+        body = body[1:].lstrip()  # the array's first element
+    elif body[:1] == "{":
+        body = body.split("\n", 1)[0]  # the first JSON line
+    depth = leading_depth(body) if body[:1] in ("{", "[") else 0
+    return (_first_line(head), depth) if depth > MAX_JSON_DEPTH else None
+
+
+def _too_deep(path: Path, line: int, depth: int | None) -> UnknownFormatError:
+    levels = f"{depth} levels deep" if depth is not None else "too deeply"
+    return UnknownFormatError(
+        f"{path}:{line}: the first record is JSON nested {levels}; the limit is "
+        f"{MAX_JSON_DEPTH} levels, so the file's format cannot be detected"
     )
 
 

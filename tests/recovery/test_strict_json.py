@@ -173,6 +173,7 @@ def test_a_batch_goes_on_after_a_file_too_deep_to_detect(store: Path, tmp_path: 
     assert f"error: {deep}:1: " in result.stderr and "the limit is 256" in result.stderr
 
 
+@pytest.mark.filterwarnings("ignore:.*role markers")
 def test_a_verl_first_record_over_64_kib_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "3.jsonl"
     first = {"input": "user: q", "output": "x" * 100 * 1024, "score": 1.0, "step": 3}
@@ -186,3 +187,20 @@ def test_a_canonical_first_record_over_64_kib_is_detected(tmp_path: Path) -> Non
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"prompt": "p" * 100 * 1024} | canonical()) + "\n")
     assert detect_format(path) == "canonical"
+
+
+def test_a_sniffer_that_recurses_too_deep_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    import dataclasses
+
+    from recovery.formats import canonical as canonical_format
+
+    def recurse(path: Path, head: bytes) -> bool:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(canonical_format, "READER",
+                        dataclasses.replace(canonical_format.READER, sniff=recurse))
+    path = tmp_path / "x.jsonl"
+    path.write_text("\n" + json.dumps(canonical()) + "\n")
+    with pytest.raises(UnknownFormatError, match=r"x\.jsonl:2: the first record is JSON nested "
+                                                 r"too deeply; the limit is 256"):
+        detect_format(path)
