@@ -113,15 +113,8 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     finally:
         con.close()
     failed = sum(r.status == "failed" for r in results)
-    if created and total[0] == 0 and failed:
+    if created and total[0] == 0 and failed and _remove_made_store(config.store):
         # Nothing could be stored: leave no empty store behind for a wrong --format or path.
-        if Path(config.store).is_dir():  # a folder store made by this command
-            import shutil
-
-            shutil.rmtree(config.store, ignore_errors=True)
-        for leftover in (Path(config.store), Path(f"{config.store}.wal")):
-            if not leftover.is_dir():
-                leftover.unlink(missing_ok=True)
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:
         echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
@@ -130,6 +123,23 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     if failed:
         echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
     return failed
+
+
+def _remove_made_store(store: str) -> bool:
+    """Remove the store this command made and could store nothing in; whether it is gone.
+
+    A folder store goes only when, under its writer's lock (not waited for), it still holds
+    nothing but its empty layout: another command that is writing to it, or has committed a
+    file to it, keeps it.
+    """
+    from recovery.store.folder import is_folder_store, remove_unused_folder
+
+    if is_folder_store(store):
+        return remove_unused_folder(store)
+    for leftover in (Path(store), Path(f"{store}.wal")):
+        if not leftover.is_dir():
+            leftover.unlink(missing_ok=True)
+    return True
 
 
 @click.command()
