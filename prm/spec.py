@@ -35,6 +35,23 @@ LEGACY_BASELINE_FILE = "baseline.joblib"
 
 TRUST_FLAG = "--trust-remote-code"
 
+KINDS = ("neural", "sklearn")
+"""What a model folder holds: a neural PRM or the TF-IDF baseline."""
+MODES = ("full", "lora", "frozen")
+"""How a neural PRM's backbone was trained (``prm train --mode``, resolved)."""
+HEADS = ("binary", "ternary")
+"""The head's outputs: one logit, or the classes -1 / 0 / +1."""
+POOLS = ("marker", "marker+mean")
+"""What the head reads per turn (:class:`prm.model.StepScorer`)."""
+MIN_LENGTH = 16
+"""The shortest window (:func:`prm.windows.encode_examples`)."""
+MAX_LENGTH = 1 << 20
+"""The longest window a model folder may ask for, whatever its backbone."""
+MAX_STEP_TOKEN_CHARS = 64
+TINY_LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 14, "num_layers": 256,
+               "num_heads": 256, "intermediate_size": 1 << 16}
+"""Upper bounds of the tiny backbone's sizes in a spec (far above what ``tiny`` means)."""
+
 
 @dataclass
 class TinyConfig:
@@ -119,7 +136,8 @@ class PRMSpec:
         Raises:
             InputProblem: the folder or its spec is missing, not valid JSON, or has keys this
                 version does not know (each message names the file).
-            UsageProblem: the spec asks for remote code and ``trust_remote_code`` is off.
+            UsageProblem: a field has a wrong type, range or value (:func:`check_spec`), or
+                the spec asks for remote code and ``trust_remote_code`` is off.
         """
         directory = Path(directory)
         path = directory / SPEC_FILE
@@ -147,12 +165,104 @@ class PRMSpec:
             spec = cls(**{**raw, "tiny": TinyConfig(**tiny)})
         except TypeError as err:
             raise InputProblem(f"{path}: {err}") from None
+        check_spec(spec, path)
         if spec.trust_remote_code and not trust_remote_code:
             raise UsageProblem(
                 f"{path} asks to run the backbone's own Python code (trust_remote_code); it is "
                 f"not loaded unless you pass {TRUST_FLAG}, and only do that for a model you trust"
             )
         return spec
+
+
+def _choice(path: Path, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        listed = ", ".join(map(repr, allowed[:-1])) + f" or {allowed[-1]!r}"
+        raise UsageProblem(f"{path}: {name} is {value!r}; use {listed}")
+
+
+def _flag(path: Path, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise UsageProblem(f"{path}: {name} is {value!r}; it must be true or false")
+
+
+def _whole(path: Path, name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageProblem(f"{path}: {name} is {value!r}; it must be a whole number")
+    if value < low:
+        raise UsageProblem(f"{path}: {name} is {value}; it must be at least {low}")
+    if value > high:
+        raise UsageProblem(f"{path}: {name} is {value}; it must be at most {high}")
+
+
+def check_spec(spec: PRMSpec, path: Path) -> None:
+    """Check every field of a spec read from a model folder: its type, range and value.
+
+    This is the one check every loader runs (:meth:`PRMSpec.load`, and through it
+    :func:`prm.model.load_scorer`, :func:`prm.score.load_predictor`, ``prm eval``, ``prm cv``,
+    resuming, and :func:`prm.checkpoints.checkpoint_problem`), before anything is built.
+    Sizes that depend on the backbone's config and weights are checked next to them
+    (:func:`prm.model.check_weights`).
+
+    Args:
+        spec: The spec as read.
+        path: Its ``prm_config.json``, named in every message.
+
+    Raises:
+        UsageProblem: naming the file and the field.
+    """
+    import math
+
+    from prm.labels import LABEL_SOURCES, RECOVERY_BASES
+
+    _choice(path, "kind", spec.kind, KINDS)
+    if not isinstance(spec.backbone, str) or not spec.backbone.strip():
+        raise UsageProblem(f"{path}: backbone is {spec.backbone!r}; it must name a backbone")
+    if (spec.kind == "sklearn") != (spec.backbone == "sklearn"):
+        raise UsageProblem(
+            f"{path}: backbone is {spec.backbone!r} but kind is {spec.kind!r}; the TF-IDF "
+            f"baseline is kind 'sklearn' with backbone 'sklearn', a neural PRM any other "
+            f"backbone"
+        )
+    if not isinstance(spec.labels, str) or spec.labels not in LABEL_SOURCES:
+        raise UsageProblem(f"{path}: labels is {spec.labels!r}, not a label source; use "
+                           f"{', '.join(LABEL_SOURCES)}")
+    _choice(path, "label_base", spec.label_base, RECOVERY_BASES)
+    _whole(path, "max_length", spec.max_length, MIN_LENGTH, MAX_LENGTH)
+    _whole(path, "max_prompt_tokens", spec.max_prompt_tokens, 0, MAX_LENGTH)
+    _flag(path, "trust_remote_code", spec.trust_remote_code)
+    _flag(path, "novelty", spec.novelty)
+    for f in dataclasses.fields(TinyConfig):
+        value = getattr(spec.tiny, f.name)
+        if f.name == "split_digits":
+            _flag(path, "tiny.split_digits", value)
+        else:
+            _whole(path, f"tiny.{f.name}", value, 1, TINY_LIMITS[f.name])
+    if spec.tiny.hidden_size % spec.tiny.num_heads:
+        raise UsageProblem(f"{path}: tiny.hidden_size {spec.tiny.hidden_size} is not a "
+                           f"multiple of tiny.num_heads {spec.tiny.num_heads}")
+    _choice(path, "mode", spec.mode, MODES)
+    _choice(path, "head", spec.head, HEADS)
+    threshold = spec.error_threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise UsageProblem(f"{path}: error_threshold is {threshold!r}; it must be a number "
+                           f"between 0 and 1")
+    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise UsageProblem(f"{path}: error_threshold is {threshold!r}; it must be between "
+                           f"0 and 1")
+    _choice(path, "pool", spec.pool, POOLS)
+    token = spec.step_token
+    if not isinstance(token, str):
+        raise UsageProblem(f"{path}: step_token is {token!r}; it must be a string")
+    if not token.strip() or len(token) > MAX_STEP_TOKEN_CHARS:
+        raise UsageProblem(f"{path}: step_token {token!r} is empty or longer than "
+                           f"{MAX_STEP_TOKEN_CHARS} characters")
+    if spec.kind == "neural" and spec.mode == "frozen":
+        from prm.backbones import backbone_folder_problem
+
+        problem = backbone_folder_problem(spec.backbone)
+        if problem is not None:
+            raise UsageProblem(f"{path}: backbone {spec.backbone!r} of this frozen model "
+                               f"{problem}")
 
 
 def read_json(path: str | Path) -> Any:
