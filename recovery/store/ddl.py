@@ -1,7 +1,10 @@
 """The store's tables and views: their DDL, creating them, and checking an opened store.
 
-A read-only open (:func:`recovery.store.connect`) refuses a file that is not a store, or a
-store of an older schema, with a message (:func:`check_schema`).
+Every open (:func:`recovery.store.connect`) first reads the schema version
+(:func:`store_version`) and refuses, before touching the file, a DuckDB database that is not a
+store (it has tables but no ``store_info``) or a store newer than this toolkit. A write open
+then creates or upgrades the schema in one transaction (:func:`ensure_schema`); a read-only
+open refuses an older store with a message (:func:`check_schema`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
     import duckdb
 
 SCHEMA_VERSION = 2
+"""The schema version this toolkit writes (``store_info.schema_version``). 1: the tables and
+views of the first release; 2: ``trajectories.end_reason``, added and filled on upgrade."""
 
 TABLES_DDL = """
 CREATE TABLE IF NOT EXISTS ingests (
@@ -205,31 +210,136 @@ FROM pass_kt_values_at(t_limit) ORDER BY run, k;
     "{WON_AT}", success_turn_sql("success", "n_turns", "success_turn")
 )
 
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+
+STORE_TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores", "store_info")
+"""The tables of a store (:data:`TABLES_DDL`)."""
+
+
+def _listing(names: list[str], most: int = 6) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def store_version(con: duckdb.DuckDBPyConnection, path: str | Path) -> int | None:
+    """The schema version of the database behind ``con``, checked before anything touches it.
+
+    Args:
+        con: A connection to the DuckDB file (or in-memory database) to check.
+        path: The file, for messages.
+
+    Returns:
+        The version its ``store_info`` records, or ``None`` for a database with no table at
+        all (a new store).
+
+    Raises:
+        InputProblem: for a database that has tables but is not a store of this toolkit (no
+            ``store_info``), a version this toolkit does not know (newer than
+            :data:`SCHEMA_VERSION`, or not a number), one line naming the file.
+    """
+    import duckdb
+
+    names = [
+        name if schema == "main" else f"{schema}.{name}"
+        for schema, name in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() "
+            "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
+            "UNION ALL SELECT schema_name, view_name FROM duckdb_views() "
+            "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
+            "ORDER BY 1, 2"
+        ).fetchall()
+    ]
+    if not names:
+        return None
+    if "store_info" not in names:
+        raise InputProblem(
+            f"{path} is a DuckDB database but not a store of this toolkit: it has no "
+            f"store_info table (it has {_listing(names)}); give --store a new file"
+        )
+    try:
+        found = [
+            row[0]
+            for row in con.execute(
+                "SELECT value FROM store_info WHERE key = 'schema_version'"
+            ).fetchall()
+        ]
+    except duckdb.Error:
+        raise InputProblem(
+            f"{path} is a DuckDB database but not a store of this toolkit: its store_info "
+            "table has no key and value columns; give --store a new file"
+        ) from None
+    if len(found) != 1 or not str(found[0]).strip().isdigit() or int(found[0]) < 1:
+        shown = "none" if not found else ", ".join(repr(v) for v in found)
+        raise InputProblem(
+            f"store {path} has schema version {shown}, which this toolkit cannot read (it "
+            f"reads and writes versions up to {SCHEMA_VERSION})"
+        )
+    version = int(found[0])
+    if version > SCHEMA_VERSION:
+        raise InputProblem(
+            f"store {path} has schema version {version}; this toolkit reads and writes "
+            f"versions up to {SCHEMA_VERSION}: open it with the newer toolkit that wrote it"
+        )
+    return version
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None) -> None:
     """Create the tables and views when missing, and upgrade an older store (idempotent).
 
-    Schema 1 had no ``trajectories.end_reason``: it is added and filled by the one rule
+    The database is checked first (:func:`store_version`): a foreign database or a newer
+    store is refused before anything is written. Everything else runs in one transaction, so
+    a failure leaves the store as it was. Upgrades by version: schema 1 had no
+    ``trajectories.end_reason``; it is added and filled by the one rule
     (:func:`recovery.schema.end_reason`) from the stored outcome and budget.
+
+    Args:
+        con: The store's connection (no transaction open).
+        path: The store, for messages (``None``: an in-memory store).
+
+    Raises:
+        InputProblem: for a foreign database, a newer or unreadable version, or an upgrade
+            that failed (the store is then unchanged).
     """
-    con.execute(TABLES_DDL)
-    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
-    if "end_reason" not in columns:
-        con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
-        con.execute(
-            "UPDATE trajectories SET end_reason = "
-            + end_reason_sql("success", "n_turns", "budget")
+    import duckdb
+
+    label = path if path is not None else ":memory:"
+    version = store_version(con, label)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(TABLES_DDL)
+        columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
+        if "end_reason" not in columns:
+            con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
+            con.execute(
+                "UPDATE trajectories SET end_reason = "
+                + end_reason_sql("success", "n_turns", "budget")
+            )
+        con.execute(VIEWS_DDL)
+        if version != SCHEMA_VERSION:
+            con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
+            con.execute(
+                "INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+            )
+    except duckdb.Error as err:
+        con.execute("ROLLBACK")
+        what = (
+            f"upgraded from schema version {version} to {SCHEMA_VERSION}"
+            if version is not None
+            else f"given the tables of schema version {SCHEMA_VERSION}"
         )
-    con.execute(VIEWS_DDL)
-    con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
-    con.execute("INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        raise InputProblem(f"store {label} could not be {what}: {err}; it is unchanged") from None
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
-    """Refuse a file this version cannot read: not a store, or a store of an older schema.
+    """Refuse a file this version cannot read: not a store, a newer store, or an older one.
 
     Raises:
         InputProblem: naming the store and what to do.
     """
+    version = store_version(con, path)
     tables = {
         row[0]
         for row in con.execute(
@@ -243,9 +353,9 @@ def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
             "(create one with `recovery ingest FILES --store PATH`)"
         )
     columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
-    if "end_reason" not in columns:
+    if (version is not None and version < SCHEMA_VERSION) or "end_reason" not in columns:
         raise InputProblem(
-            f"store {path} was written by an older version of this toolkit (no "
-            "trajectories.end_reason); open it once for writing to upgrade it, e.g. with "
-            "`recovery mark --store PATH`"
+            f"store {path} was written by an older version of this toolkit (schema version "
+            f"{version}, this one writes {SCHEMA_VERSION}); open it once for writing to "
+            "upgrade it, e.g. with `recovery mark --store PATH`"
         )
