@@ -34,7 +34,7 @@ from analyses.report.records import (
     ReportOptions,
     RunReport,
 )
-from analyses.report.text import definitions, number, share_text, signed_interval, t_header
+from analyses.report.text import definitions, number, signed_interval, t_header
 
 if TYPE_CHECKING:
     import duckdb
@@ -208,6 +208,20 @@ def report_from_frames(
             return None
         return lambda done, total: progress(f"{name}: {done}/{total} bootstrap resamples")
 
+    shared = {c: _shared_tasks(traj, baseline, c) for c in run_names if c != baseline}
+    for candidate, n_shared in shared.items():
+        if not n_shared:
+            from analyses.report.records import no_comparison_note
+
+            notes.append(no_comparison_note(baseline, candidate))
+    curves, budget_diffs = _budget_dependence(
+        traj, baseline, [c for c, n in shared.items() if n], mode, n_boot, options, step)
+    if options.ts is None and budget_diffs:
+        # the decomposition is read where the curve says most: its ranges' extremes
+        from analyses.budget import budget_shape, budgets_to_decompose
+
+        picks = {t for d in budget_diffs.values() for t in budgets_to_decompose(budget_shape(d))}
+        ts = [*sorted({t for t in ts if t is not None} | picks), None]
     grid_args = {"ks": ks, "ts": ts, "mode": mode, "n_boot": n_boot, "ci": options.ci,
                  "seed": options.seed}
     pass_at = step("Pass@(K,T) grid", lambda: pass_at_kt(traj, **grid_args))
@@ -241,7 +255,7 @@ def report_from_frames(
 
     comparisons = []
     for candidate in run_names:
-        if candidate == baseline:
+        if candidate == baseline or not shared[candidate]:
             continue
         name = f"decompose {candidate} vs {baseline}"
         frame = step(
@@ -253,6 +267,11 @@ def report_from_frames(
             ),
         )
         comparison = _comparison(baseline, candidate, frame, n_boot)
+        if candidate in budget_diffs:
+            from analyses.budget import budget_shape
+
+            comparison.budget = budget_diffs[candidate]
+            comparison.budget_shape = budget_shape(comparison.budget)
         surface = f"difference surface {candidate} vs {baseline}"
         comparison.pass_at_difference = step(
             surface,
@@ -273,7 +292,7 @@ def report_from_frames(
         cpu_timings=cpu_timings, mode_reason=mode_reason,
         data_quality={name: quality[name] for name in sorted(quality) if name in runs},
         definitions=definitions(options.strata, options.strata_by),
-        min_at_risk=options.min_at_risk,
+        min_at_risk=options.min_at_risk, budget_curves=curves,
     )
     from recovery.quality import quality_warnings
 
@@ -284,6 +303,33 @@ def report_from_frames(
     report.headline = [c.headline for c in comparisons] + [
         run_headline(run, report) for run in runs.values()]
     return report
+
+
+def _shared_tasks(traj: pd.DataFrame, baseline: str, candidate: str) -> int:
+    """How many tasks two runs both have."""
+    task = traj["task_id"]
+    return len(set(task[traj["run"] == baseline]) & set(task[traj["run"] == candidate]))
+
+
+def _budget_dependence(
+    traj: pd.DataFrame, baseline: str, candidates: list[str], mode: str, n_boot: int,
+    options: ReportOptions, step: Callable[[str, Callable[[], Any]], Any],
+) -> tuple[list[Any], dict[str, Any]]:
+    """S(T) of every run and each candidate's difference at every T (truncation mode)."""
+    if mode != "truncation":
+        return [], {}
+    from analyses import budget as bud
+
+    t_max = int(traj["n_turns"].max())
+    curves = step("S(T) at every T", lambda: bud.success_curves(traj, t_max))
+    diffs = {}
+    for candidate in candidates:
+        diffs[candidate] = step(
+            f"budget curve {candidate} vs {baseline} ({n_boot} bootstrap resamples)",
+            lambda candidate=candidate: bud.budget_difference(
+                traj, baseline, candidate, t_max=t_max, n_boot=n_boot, ci=options.ci,
+                seed=options.seed))
+    return curves, diffs
 
 
 def _tasks_below_k(run: RunReport) -> dict[int, int]:
@@ -341,34 +387,81 @@ def _short_t(report: Report, comparison: Comparison) -> int | None:
     return min(finite, key=lambda t: (abs(t - top / 4), t))
 
 
-def _change_text(row: ComparisonRow, where: str = "") -> str:
-    """``"+0.227 at no limit [+0.200, +0.258], 74% recovery"``; the signed parts instead of a
-    share where the share is not defined."""
+def _interval_excludes_zero(row: ComparisonRow, name: str) -> bool:
+    lo, hi = row.lo.get(name, math.nan), row.hi.get(name, math.nan)
+    return math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or hi < 0)
+
+
+def _change_text(row: ComparisonRow) -> str:
+    """The measured change first, then what the model makes of it, as signed components.
+
+    ``"+0.125 [+0.080, +0.170] (model +0.113: single step +0.157 [+0.110, +0.200], recovery
+    -0.044 [-0.080, -0.010])"``; when the residual's interval excludes 0 it is named too
+    (``"; residual +0.133 [+0.090, +0.180]: the model does not account for it"``). A share
+    is never written here: ``-39% recovery`` reads as "recovery fell 39%".
+    """
     band = signed_interval(row.lo["delta"], row.hi["delta"])
-    text = " ".join(x for x in (number(row.delta, signed=True), where, band) if x)
-    if math.isfinite(row.recovery_share):
-        return f"{text}, {share_text(row.recovery_share)} recovery"
+    text = " ".join(x for x in (number(row.delta, signed=True), band) if x)
     parts = []
     for name, label in (("single_step", "single step"), ("recovery", "recovery")):
-        value = getattr(row, name)
         part_band = signed_interval(row.lo[name], row.hi[name])
-        parts.append(" ".join(x for x in (label, number(value, signed=True), part_band) if x))
-    return f"{text}, no clear change: {', '.join(parts)}"
+        parts.append(" ".join(x for x in (label, number(getattr(row, name), signed=True),
+                                          part_band) if x))
+    text += f" (model {number(row.model_delta, signed=True)}: {', '.join(parts)})"
+    if _interval_excludes_zero(row, "residual"):
+        residual_band = signed_interval(row.lo["residual"], row.hi["residual"])
+        verdict = ("the model does not account for it"
+                   if abs(row.residual) >= abs(row.model_delta) else "the model misses part of it")
+        text += f"; residual {number(row.residual, signed=True)} {residual_band}: {verdict}"
+    return text
+
+
+def _headline_budgets(report: Report, comparison: Comparison) -> list[int | None]:
+    """Where a headline reads the decomposition: the budget curve's picks (no limit in place
+    of a pick at the largest turn count, which is the same), then no limit."""
+    from analyses.budget import budgets_to_decompose
+
+    rows = {r.t for r in comparison.by_t}
+    picks: list[int | None] = []
+    if comparison.budget_shape is not None:
+        top = comparison.budget_shape.t_max
+        picks = [None if t >= top else t for t in budgets_to_decompose(comparison.budget_shape)]
+    else:
+        short = _short_t(report, comparison)
+        picks = [] if short is None else [short]
+    finite = sorted(t for t in rows if t is not None)
+    # a grid asked for with --t may lack a pick: read it at the grid's nearest budget
+    near = [min(finite, key=lambda f, t=t: (abs(f - t), f)) for t in picks
+            if t is not None and finite]
+    ordered = [*near, report.reference_t]
+    return [t for i, t in enumerate(ordered) if t in rows and t not in ordered[:i]]
 
 
 def comparison_headline(comparison: Comparison, report: Report) -> str:
-    """``"rl vs base: +0.227 at no limit [+0.200, +0.258], 74% recovery; at T = 10: ..."``."""
+    """The comparison's shape over T, then the decomposition where it matters.
+
+    ``"rl vs base: better at T >= 7 (+0.230 at T = 40), no T where it is worse; at T = 12:
+    +0.080 [...] (model ...); at no limit: +0.227 [...] (model ...)"``, the first part over
+    every T from 1 to the largest turn count with a band simultaneous over T.
+    """
+    from analyses.budget import MIN_SHARED_TASKS, shape_text
+
+    label = f"{comparison.candidate} vs {comparison.baseline}: "
     rows = {r.t: r for r in comparison.by_t}
-    ref = rows.get(report.reference_t)
-    if ref is None:
-        return f"{comparison.candidate} vs {comparison.baseline}: no comparison"
-    where = "at no limit" if ref.t is None else f"at T = {ref.t}"
-    parts = [_change_text(ref, where)]
-    short = _short_t(report, comparison)
-    if short is not None:
-        row = rows[short]
-        parts.append(f"at T = {short}: " + _change_text(row))
-    return f"{comparison.candidate} vs {comparison.baseline}: " + "; ".join(parts)
+    if report.reference_t not in rows:
+        return label + "no comparison"
+    parts = []
+    shape = comparison.budget_shape
+    if shape is not None:
+        label += f"S(T) at every T ({shape.ci:.0%} band simultaneous over T): "
+        parts.append(shape_text(shape))
+        if shape.n_tasks < MIN_SHARED_TASKS:
+            parts[-1] += (f" (only {shape.n_tasks} shared task{'s' * (shape.n_tasks != 1)}: "
+                          "the band says little)")
+    for t in _headline_budgets(report, comparison):
+        where = "at no limit" if t is None else f"at T = {t}"
+        parts.append(f"{where}: {_change_text(rows[t])}")
+    return label + "; ".join(parts)
 
 
 def run_headline(run: RunReport, report: Report) -> str:

@@ -348,9 +348,18 @@ def _render(report: Report, title: str) -> str:
     parts.append("</section>")
 
     parts.append('<section id="budget-curves"><h2>Budget curves</h2>')
-    parts.append('<div class="figures">'
-                 + _img(plots.budget_curves(report), "Pass@(K,T) against T per run and K")
-                 + "</div>" + _defs(report, "S(T)", "empirical", "model") + "</section>")
+    figures = [_img(plots.budget_curves(report), "Pass@(K,T) against T per run and K")]
+    figures += [_img(plots.budget_difference_figure(comp),
+                     f"change of S(T) at every T, {comp.candidate} vs {comp.baseline}")
+                for comp in report.comparisons
+                if comp.budget is not None and not comp.shares_no_task()]
+    parts.append('<div class="figures">' + "".join(figures) + "</div>")
+    if any(comp.budget is not None for comp in report.comparisons):
+        parts.append("<p>S(T) is drawn at every T (steps); the change of S(T) has a band that "
+                     "holds over every T at once (max-|t| bootstrap over the shared tasks), so "
+                     "a range where it leaves 0 is a claim about the whole range. K &gt; 1 is "
+                     "read on the T grid.</p>")
+    parts.append(_defs(report, "S(T)", "empirical", "model") + "</section>")
 
     if report.comparisons:
         parts.append('<section id="decomposition"><h2>Gain decomposition: single-step '

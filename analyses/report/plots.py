@@ -124,6 +124,24 @@ def _t_positions(ts: list[int | None]) -> tuple[list[float], list[str]]:
     return positions, labels
 
 
+def _t_ticks(ts: list[int | None], positions: list[float]) -> tuple[list[float], list[str]]:
+    """Tick positions and labels of a T axis that never collide: a few integer ticks over
+    the finite range (matplotlib's integer locator), then "no limit" at its own place."""
+    from matplotlib.ticker import MaxNLocator
+
+    finite = [t for t in ts if t is not None]
+    ticks: list[float] = []
+    if finite:
+        top = max(finite)
+        ticks = [float(v) for v in MaxNLocator(nbins=6, integer=True, min_n_ticks=2)
+                 .tick_values(1, top) if 1 <= v <= top]
+    labels = [str(int(v)) for v in ticks]
+    if None in ts:
+        ticks.append(positions[ts.index(None)])
+        labels.append(t_label(None))
+    return ticks, labels
+
+
 def _heatmap(
     ax: Axes, values: object, ks: list[int], ts: list[int | None], *, vmin: float,
     vmax: float, cmap: str, signed: bool = False, marks: object = None,
@@ -234,7 +252,7 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
     nrows = max(math.ceil(len(ks) / ncols), 1)
     figure = new_figure(4.0 * ncols + 0.6, 3.2 * nrows + 0.3)
     axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
-    positions, labels = _t_positions(report.ts)
+    positions, _ = _t_positions(report.ts)
     where = dict(zip(report.ts, positions, strict=True))
     finite = [t for t in report.ts if t is not None]
     for ax in axes[len(ks):]:
@@ -246,7 +264,17 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
             cells = sorted((c for c in run.pass_at_kt if c.k == k and c.t in where
                             and math.isfinite(c.value)), key=lambda c: where[c.t])
             line = [c for c in cells if c.t is not None]
-            if line:
+            dense = next((c for c in report.budget_curves if c.run == name), None)
+            if k == 1 and dense is not None and dense.ts:
+                # S(T) at every T, as the step function it is; the grid's T keep their
+                # intervals as error bars
+                drawn = True
+                ax.step(dense.ts, dense.value, where="post", color=color, linewidth=1.4,
+                        label=plain_label(name))
+                for c in line:
+                    ax.errorbar([where[c.t]], [c.value], yerr=_yerr(c.value, c.lo, c.hi),
+                                fmt="o", markersize=3, color=color, capsize=2)
+            elif line:
                 drawn = True
                 xs = [where[c.t] for c in line]
                 ax.plot(xs, [c.value for c in line], marker="o", color=color,
@@ -277,7 +305,7 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
         if not drawn:
             ax.text(0.5, 0.5, f"no task has {k} samples", ha="center", va="center",
                     transform=ax.transAxes, color="0.4")
-        ax.set_xticks(positions, labels)
+        ax.set_xticks(*_t_ticks(report.ts, positions))
         if finite and None in report.ts:
             ax.axvline((max(finite) + where[None]) / 2, color="0.8", linestyle=":",
                        linewidth=1)
@@ -288,6 +316,43 @@ def budget_curves(report: Report, ks: list[int] | None = None) -> Figure:
         ax.grid(alpha=0.3)
         _legend(ax, loc="upper left", fontsize=7)
     figure.suptitle(f"Budget curves ({report.mode} mode)", fontsize=TITLE_SIZE + 1)
+    return figure
+
+
+def budget_difference_figure(comparison: Comparison) -> Figure:
+    """The candidate's S(T) minus the baseline's at every T, with its simultaneous band.
+
+    The band holds over every T at once, so a range where it leaves 0 is a claim about that
+    whole range; the ranges are shaded by their sign and the crossover is marked.
+    """
+    figure = new_figure(7.0, 3.2)
+    ax = figure.subplots()
+    diff, shape = comparison.budget, comparison.budget_shape
+    if diff is None or shape is None or not diff.n_tasks:
+        ax.text(0.5, 0.5, "no budget curve (budgeted mode, or no shared task)", ha="center",
+                va="center", transform=ax.transAxes, color="0.4")
+        ax.set_axis_off()
+        return figure
+    ax.axhline(0.0, color="0.5", linewidth=0.8)
+    ax.step(diff.ts, diff.value, where="post", color="C0", linewidth=1.4,
+            label=plain_label(f"{comparison.candidate} - {comparison.baseline}"))
+    if all(math.isfinite(v) for v in diff.lo + diff.hi):
+        ax.fill_between(diff.ts, diff.lo, diff.hi, step="post", color="C0", alpha=0.2,
+                        linewidth=0, label=f"{diff.ci:.0%} band, simultaneous over T")
+    for r in shape.ranges:
+        ax.axvspan(r.first_t - 0.5, r.last_t + 0.5, color="C2" if r.sign > 0 else "C3",
+                   alpha=0.08, linewidth=0)
+    if shape.crossover_t is not None:
+        ax.axvline(shape.crossover_t, color="0.3", linestyle="--", linewidth=1,
+                   label=f"crossover T = {shape.crossover_t}")
+    integer_axis(ax.xaxis)
+    ax.set_xlim(0.5, max(diff.ts) + 0.5)
+    ax.set_xlabel("turn budget T")
+    ax.set_ylabel("change of S(T)")
+    set_title(ax, f"{comparison.candidate} vs {comparison.baseline}: change of S(T) at every T")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
+    figure.tight_layout()
     return figure
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
+    from analyses.budget import BudgetCurve, BudgetDifference, BudgetShape
     from recovery.quality import RunQuality
 
 
@@ -364,8 +365,12 @@ class Comparison:
         candidate: Run B.
         by_t: One row per T.
         pass_at_difference: The difference surface, ordered by K then T.
-        headline: One sentence: the change at the reference T and at a short budget, with
-            the recovery share where it is defined.
+        headline: One sentence: the shape of the change over every T (where its band
+            excludes 0, with which sign, the crossover), then the decomposition at those
+            budgets and at the reference T.
+        budget: S_B(T) - S_A(T) at every T from 1 to the largest turn count, with a band
+            simultaneous over T (truncation mode; ``None`` in budgeted mode).
+        budget_shape: What that curve says (:func:`analyses.budget.budget_shape`).
     """
 
     baseline: str
@@ -373,6 +378,8 @@ class Comparison:
     by_t: list[ComparisonRow]
     pass_at_difference: list[DifferenceCell] = field(default_factory=list)
     headline: str = ""
+    budget: BudgetDifference | None = None
+    budget_shape: BudgetShape | None = None
 
     def shares_no_task(self) -> bool:
         """Whether the two runs have no task in common (every cell of the difference surface
@@ -416,6 +423,8 @@ class Report:
         data_warnings: Extreme data-quality shares, with their numbers.
         definitions: Name -> one-sentence definition of each quantity the report shows.
         min_at_risk: Turns at risk a hazard bin holds at least.
+        budget_curves: Each run's S(T) = Pass@(1,T) at every T from 1 to the largest turn
+            count (truncation mode; empty in budgeted mode, where the budgets are the T).
         sources: Input files of this analysis (empty when the whole store was analysed).
         timings: Wall-clock seconds per step (not part of :meth:`to_dict`).
         cpu_timings: CPU seconds of the process per step, all threads (not part of
@@ -442,6 +451,7 @@ class Report:
     data_warnings: list[str] = field(default_factory=list)
     definitions: dict[str, str] = field(default_factory=dict)
     min_at_risk: int = 30
+    budget_curves: list[BudgetCurve] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict, repr=False)
     cpu_timings: dict[str, float] = field(default_factory=dict, repr=False)
 

@@ -151,7 +151,7 @@ def test_two_runs_with_store_json_and_html(sim_runs: list[Path], tmp_path: Path)
 
     html = page.read_text()
     assert html.startswith("<!DOCTYPE html>")
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 9
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 10
     assert not re.search(r'(src|href)="(?!data:)', html)
 
     again = run(*args, "--json", tmp_path / "again.json", "--quiet")

@@ -66,7 +66,8 @@ def test_k_without_one_draws_every_plot_and_leaks_no_warning(four, tmp_path):
     assert any("K = 1 is added" in n for n in data["notes"])
     assert any("have fewer than K=8 samples" in w for w in data["data_warnings"])
     html = page.read_text()
-    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', html)) == 9
+    # 9 figures and the change of S(T) at every T
+    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', html)) == 10
 
 
 def test_json_and_terminal_carry_the_new_sections(four, tmp_path):

@@ -97,7 +97,7 @@ def test_terminal_says_why_a_share_is_missing_and_shows_the_components(unclear):
     text = _text(unclear)
     assert re.search(r"No recovery share at T = 5, 10, 20, no limit: the model's change is "
                      r"not clearly\s+non-zero", text)
-    assert "no clear change: single step" in text
+    assert "(model " in text and "single step" in text
     table = text[text.index("change of S(T)"):text.index("delta: the empirical")]
     assert "single" in table and "recovery" in table
     assert re.search(r"[+-]\.\d\d,[+-]\.\d\d", table)      # the components' intervals
@@ -108,16 +108,31 @@ def test_terminal_says_why_a_share_is_missing_and_shows_the_components(unclear):
 
 
 def test_headline_per_comparison_then_per_run(clear):
+    from analyses.budget import budget_shape, budgets_to_decompose, shape_text
+
     comp = clear.comparisons[0]
     rows = {r.t: r for r in comp.by_t}
-    no_limit, short = rows[None], rows[10]      # the grid's T nearest a quarter of 40
-    assert no_limit.change_is_clear() and short.change_is_clear()
-    assert comp.headline == (
-        f"B vs A: {no_limit.delta:+.3f} at no limit [{no_limit.lo['delta']:+.3f}, "
-        f"{no_limit.hi['delta']:+.3f}], {100 * no_limit.recovery_share:.0f}% recovery; "
-        f"at T = 10: {short.delta:+.3f} [{short.lo['delta']:+.3f}, {short.hi['delta']:+.3f}], "
-        f"{100 * short.recovery_share:.0f}% recovery"
-    )
+    no_limit = rows[None]
+    assert no_limit.change_is_clear()
+    shape = budget_shape(comp.budget)
+    assert shape == comp.budget_shape and shape.ranges and shape.ranges[-1].sign == 1
+    picks = budgets_to_decompose(shape)
+    # the grid was asked for (--t 5,10,20,40): each pick is read at the nearest grid T
+    near = sorted({min((5, 10, 20, 40), key=lambda f, t=t: (abs(f - t), f)) for t in picks
+                   if t < shape.t_max})
+
+    def change(row) -> str:
+        return (f"{row.delta:+.3f} [{row.lo['delta']:+.3f}, {row.hi['delta']:+.3f}] "
+                f"(model {row.model_delta:+.3f}: single step {row.single_step:+.3f} "
+                f"[{row.lo['single_step']:+.3f}, {row.hi['single_step']:+.3f}], recovery "
+                f"{row.recovery:+.3f} [{row.lo['recovery']:+.3f}, {row.hi['recovery']:+.3f}])")
+
+    parts = [shape_text(shape)] + [f"at T = {t}: {change(rows[t])}" for t in near]
+    parts.append(f"at no limit: {change(no_limit)}")
+    assert comp.headline.split("; residual")[0] == (
+        "B vs A: S(T) at every T (95% band simultaneous over T): " + "; ".join(parts)
+    ).split("; residual")[0]
+    assert "% recovery" not in comp.headline   # components, never a share that reads as a fall
     assert clear.headline[0] == comp.headline
     assert clear.headline[1].startswith("A: Pass@(1, no limit) ")
     assert clear.headline[1].endswith(f"reaches 90% of it at T = {clear.runs['A'].t_90}")

@@ -349,8 +349,8 @@ def test_html_is_self_contained_and_its_images_decode(report):
     page = render_html(report)
     images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', page)
     # Curves, hazards, latency; per run Pass@ and pass^ heatmaps; per comparison the difference
-    # surface and the decomposition bars.
-    assert len(images) == 3 + 2 * len(report.runs) + 2 * len(report.comparisons)
+    # surface, the decomposition bars and the change of S(T) at every T.
+    assert len(images) == 3 + 2 * len(report.runs) + 3 * len(report.comparisons)
     for src in images:
         assert src.startswith("data:image/png;base64,")
         with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as im:
