@@ -202,8 +202,10 @@ class TfidfStepBaseline:
                 f"{BASELINE_ARRAYS_FILE})"
             )
         record = read_json(path)
+        _check_params(record, path)
         try:
             with np.load(arrays_path, allow_pickle=False) as data:
+                _check_array_sizes(data, record, arrays_path)
                 arrays = {k: data[k] for k in data.files}
             params = record["params"]
             model = cls(max_features=int(params["max_features"]),
@@ -229,6 +231,63 @@ class TfidfStepBaseline:
         model.classifier_ = classifier
         model.n_features_ = classifier.n_features_in_
         return model
+
+
+MAX_NGRAM = 8
+"""The longest word n-gram a saved baseline may ask for (``prm train`` uses 2)."""
+
+
+def _check_params(record: Any, path: Path) -> None:
+    """Refuse parameters of a saved baseline that would break or stall scoring.
+
+    Raises:
+        InputProblem: the file is not a baseline record.
+        UsageProblem: a parameter has a wrong type or range (naming the file and it).
+    """
+    import math
+
+    from recovery.errors import UsageProblem
+
+    if not isinstance(record, dict) or not isinstance(record.get("params"), dict):
+        raise InputProblem(f"{path}: not a baseline record (no params object)")
+    params = record["params"]
+
+    def whole(name: str, low: int, high: int) -> None:
+        value = params.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise UsageProblem(f"{path}: params.{name} is {value!r}; it must be a whole number "
+                               f"from {low} to {high}")
+
+    whole("max_features", 1, 10**7)
+    whole("max_iter", 1, 10**6)
+    C = params.get("C")
+    if isinstance(C, bool) or not isinstance(C, (int, float)) or not (math.isfinite(C) and C > 0):
+        raise UsageProblem(f"{path}: params.C is {C!r}; it must be a positive number")
+    ngrams = params.get("ngram_range")
+    if not (isinstance(ngrams, list) and len(ngrams) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in ngrams)
+            and 1 <= ngrams[0] <= ngrams[1] <= MAX_NGRAM):
+        raise UsageProblem(f"{path}: params.ngram_range is {ngrams!r}; it must be two whole "
+                           f"numbers [low, high] with 1 <= low <= high <= {MAX_NGRAM}")
+
+
+def _check_array_sizes(data: Any, record: dict[str, Any], path: Path) -> None:
+    """Refuse arrays larger than the vocabularies allow, from the zip directory alone (an
+    ``.npz`` is compressed: a small file can hold gigabytes of zeros)."""
+    vocabularies = record.get("vocabularies")
+    classes = record.get("classes")
+    if not isinstance(vocabularies, dict) or not isinstance(classes, list) or not all(
+            isinstance(vocabularies.get(f), list) for f in FIELDS):
+        raise InputProblem(f"{path.with_name(BASELINE_FILE)}: not a baseline record "
+                           f"(vocabularies and classes)")
+    total = sum(len(vocabularies[f]) for f in FIELDS)
+    limit = 8 * (total + 1) * max(1, len(classes)) + 4096
+    for info in data.zip.infolist():
+        if info.file_size > limit:
+            raise InputProblem(
+                f"{path}: {info.filename} holds {info.file_size} bytes, more than the "
+                f"{limit} that the vocabularies of {BASELINE_FILE} allow; not read"
+            )
 
 
 def save_baseline_model(

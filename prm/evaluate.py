@@ -174,7 +174,8 @@ def evaluate_model(
 
     Raises:
         InputProblem: a missing or damaged model folder (the message names the file).
-        UsageProblem: the folder asks for remote code without ``trust_remote_code``.
+        UsageProblem: a field of the folder's spec or config cannot be used (named), or the
+            folder asks for remote code without ``trust_remote_code``.
     """
     import numpy as np
     import pandas as pd

@@ -312,7 +312,7 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def check_backbone_shapes(
     config: Any, shapes: dict[str, tuple[int, ...]], *, config_path: Path, weights_path: Path,
-    trust_remote_code: bool = False, strict: bool = True,
+    trust_remote_code: bool = False, strict: bool = True, shown_prefix: str = "",
 ) -> None:
     """Check a backbone's config against the tensor shapes of its weights, building nothing.
 
@@ -330,6 +330,7 @@ def check_backbone_shapes(
         strict: Every tensor of the module must be in the weights and nothing else (a PRM's
             own backbone); otherwise tensors the weights lack are left out of the comparison
             and a base-model prefix (``model.``) is allowed (a transformers model folder).
+        shown_prefix: Put before tensor names in messages (``backbone.``: as the file has them).
 
     Raises:
         UsageProblem: naming the config file and the field that disagrees with the weights.
@@ -367,17 +368,17 @@ def check_backbone_shapes(
         got = shapes.get(key)
         if got is None:
             if strict:
-                raise UsageProblem(f"{config_path}: describes a tensor {key} that "
+                raise UsageProblem(f"{config_path}: describes a tensor {shown_prefix}{key} that "
                                    f"{weights_path} does not have")
             continue
         if got != shape:
             named = [n for n, v in sizes.items() if v in shape and v not in got] or list(sizes)
             raise UsageProblem(
                 f"{config_path}: {', '.join(f'{n} {sizes[n]}' for n in named)} does not match "
-                f"{weights_path} ({key} is {_shape(got)} there, the config makes it "
+                f"{weights_path} ({shown_prefix}{key} is {_shape(got)} there, the config makes it "
                 f"{_shape(shape)})"
             )
-    extra = sorted(set(shapes) - set(expected)) if strict else []
+    extra = sorted(shown_prefix + k for k in set(shapes) - set(expected)) if strict else []
     if extra:
         raise UsageProblem(f"{weights_path}: has tensors {config_path} does not describe "
                            f"({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})")
@@ -484,6 +485,7 @@ def load_scorer(directory: str | Path, device: str = "cpu", *,
             config, {k.removeprefix("backbone."): v for k, v in shapes.items()
                      if k.startswith("backbone.")},
             config_path=config_path, weights_path=weights_path, trust_remote_code=trust,
+            shown_prefix="backbone.",
         )
     check_weights(directory, spec, config, shapes, config_path=config_path)
     tokenizer = load_tokenizer(directory)

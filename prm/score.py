@@ -93,6 +93,10 @@ def load_predictor(model_dir: str | Path, *, device: str = "auto",
                    trust_remote_code: bool = False) -> Predictor:
     """Load a model folder written by ``prm train``, checking every file it needs.
 
+    Nothing is built before the folder passes its checks: the spec's fields
+    (:func:`prm.spec.check_spec`) and, for a neural model, the config's sizes against the
+    weights' header (:func:`prm.model.load_scorer`).
+
     Args:
         model_dir: The folder.
         device: ``auto``, ``cuda`` or ``cpu``.
@@ -101,7 +105,9 @@ def load_predictor(model_dir: str | Path, *, device: str = "auto",
     Raises:
         InputProblem: a missing or damaged model folder (the message names the file); an old
             pickled baseline (never opened).
-        UsageProblem: the folder asks for remote code without ``trust_remote_code``.
+        UsageProblem: a field of the spec or config cannot be used (the message names the
+            file and the field); the folder asks for remote code without
+            ``trust_remote_code``.
     """
     from prm.spec import PRMSpec
 

@@ -324,3 +324,67 @@ def test_a_truncated_gguf_is_named(truncated_gguf, store, tmp_path):
         _no_traceback(result)
         assert result.exit_code == 1, result.output
         assert str(truncated_gguf) in result.output and "truncated" in result.output
+
+
+# --- the TF-IDF baseline ------------------------------------------------------------------
+
+def _baseline_folder(tmp_path: Path) -> Path:
+    import numpy as np
+    import pandas as pd
+
+    from prm.baseline import TfidfStepBaseline, save_baseline_model
+
+    rng = np.random.default_rng(0)
+    bad = rng.random(60) < 0.4
+    X = pd.DataFrame({
+        "action": [f"call tool{rng.integers(9)}" for _ in range(60)],
+        "observation": ["Error: not found" if b else "found" for b in bad],
+        "prev_action": [""] * 60, "prev_observation": [""] * 60,
+    })
+    folder = tmp_path / "baseline"
+    save_baseline_model(folder, TfidfStepBaseline(max_features=50).fit(X, np.where(bad, 0., 1.)),
+                        labels="error")
+    (folder / "split.json").write_text(json.dumps({"seed": 0, "fractions": [0.8, 0.1, 0.1],
+                                                   "tasks": {}}))
+    return folder
+
+
+@pytest.mark.parametrize("param, value", [
+    ("ngram_range", [3, 1]), ("ngram_range", [1, 10**6]), ("ngram_range", "12"),
+    ("C", -1.0), ("max_iter", "many"), ("max_features", -5),
+])
+def test_bad_baseline_parameters_are_named(store, tmp_path, param, value):
+    folder = _baseline_folder(tmp_path)
+    record = json.loads((folder / "baseline.json").read_text())
+    record["params"][param] = value
+    (folder / "baseline.json").write_text(json.dumps(record))
+    _refused_by_score_and_eval(store, folder, "baseline.json", param)
+
+
+def test_baseline_arrays_larger_than_the_vocabularies_are_not_read(store, tmp_path,
+                                                                  monkeypatch):
+    """An .npz whose coefficients would take 800 MB is refused from its zip directory."""
+    import zipfile
+
+    import numpy as np
+
+    folder = _baseline_folder(tmp_path)
+    with np.load(folder / "baseline.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    big = np.lib.format.header_data_from_array_1_0(np.zeros((1, 10**8)))
+    with zipfile.ZipFile(folder / "baseline.npz", "w", zipfile.ZIP_DEFLATED) as archive:
+        for key, array in arrays.items():
+            if key == "coef":
+                with archive.open("coef.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array_header_1_0(fh, big)
+                    chunk = bytes(8 * 10**6)
+                    for _ in range(100):
+                        fh.write(chunk)
+            else:
+                with archive.open(f"{key}.npy", "w") as fh:
+                    np.lib.format.write_array(fh, array)
+    assert (folder / "baseline.npz").stat().st_size < 10**7  # compressed: small on disk
+    real_read = np.lib.format.read_array
+    monkeypatch.setattr(np.lib.format, "read_array", lambda fh, *a, **k: pytest.fail(
+        "read an array") if "coef" in getattr(fh, "name", "") else real_read(fh, *a, **k))
+    _refused_by_score_and_eval(store, folder, "baseline.npz", "coef", exit_code=1)
