@@ -56,16 +56,20 @@ from analyses.budgetmix.rewards import (
     shaped_rewards_frame,
 )
 from analyses.budgetmix.schedule import (
+    MAX_BUDGET,
+    MAX_BUDGETS,
     SCHEDULE_FORMAT,
     SCHEDULE_VERSION,
     STRATEGIES,
     BudgetEvidence,
     BudgetSchedule,
     budget_range,
+    check_budget,
     evidence_weights,
     mixture_schedule,
     parse_budget_range,
     uniform_schedule,
+    validate_schedule,
 )
 from analyses.budgetmix.scorer import StepScorer, TurnScorer
 from analyses.budgetmix.shaping import (
@@ -80,6 +84,8 @@ __all__ = [
     "DEFAULT_INITIAL_POTENTIAL",
     "EVIDENCE_KINDS",
     "EVIDENCE_MODES",
+    "MAX_BUDGET",
+    "MAX_BUDGETS",
     "REWARD_COLUMNS",
     "REWARD_LAYOUTS",
     "SCHEDULE_FORMAT",
@@ -99,6 +105,7 @@ __all__ = [
     "assign_budgets",
     "budget_evidence",
     "budget_range",
+    "check_budget",
     "default_budgets",
     "discounted_returns",
     "evidence_weights",
@@ -114,5 +121,6 @@ __all__ = [
     "shape_rewards",
     "shaped_rewards_frame",
     "uniform_schedule",
+    "validate_schedule",
     "with_budgets",
 ]

@@ -9,6 +9,7 @@ from analyses.budgetmix.evidence import EVIDENCE_KINDS, EVIDENCE_MODES, adaptive
 from analyses.budgetmix.schedule import (
     STRATEGIES,
     BudgetSchedule,
+    check_budget,
     mixture_schedule,
     parse_budget_range,
     uniform_schedule,
@@ -60,7 +61,10 @@ def _plan_budgets(config: PlanConfig) -> list[int] | None:
             return parse_budget_range(config.budget_range)
         except ValueError as err:
             raise UsageProblem(f"--range: {err}") from None
-    return list(config.budgets) if config.budgets else None
+    budgets = [check_budget(b, "--budgets") for b in config.budgets] if config.budgets else None
+    if config.reference is not None:
+        check_budget(config.reference, "--reference")
+    return budgets
 
 
 def plan_schedule(config: PlanConfig) -> BudgetSchedule:

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from recovery.config import opt
+from recovery.display import printable
 from recovery.errors import InputProblem, UsageProblem
 
 __all__ = ["CommaList", "command_options", "opt"]
@@ -88,9 +89,9 @@ def command_options(config_cls: type) -> Callable[[Callable[..., Any]], Callable
             try:
                 return fn(config_cls(**values))
             except UsageProblem as err:
-                raise click.UsageError(str(err)) from None
+                raise click.UsageError(printable(str(err), keep_newlines=True)) from None
             except InputProblem as err:
-                raise click.ClickException(str(err)) from None
+                raise click.ClickException(printable(str(err), keep_newlines=True)) from None
 
         wrapper.__name__ = fn.__name__
         wrapper.__doc__ = fn.__doc__

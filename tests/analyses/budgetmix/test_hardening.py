@@ -312,3 +312,14 @@ def test_adaptive_budgets_are_checked_not_rounded(tmp_path, con):
     with pytest.raises(UsageProblem, match="the reference budget 2147483648 is larger"):
         adaptive_schedule(con, [4, 8], reference_budget=MAX_BUDGET + 1)
     assert adaptive_schedule(con, [4, 8]).budgets == [4, 8]
+
+
+def test_plan_schedule_from_python_checks_budgets_before_the_store() -> None:
+    from analyses.budgetmix import PlanConfig, plan_schedule
+
+    for bad in ([2**63], [True], [4.9]):
+        with pytest.raises(UsageProblem, match="--budgets"):
+            plan_schedule(PlanConfig(strategy="adaptive", store="missing.duckdb", budgets=bad))
+    with pytest.raises(UsageProblem, match="--reference"):
+        plan_schedule(PlanConfig(strategy="adaptive", store="missing.duckdb", budgets=[4, 8],
+                                 reference=0))
