@@ -44,3 +44,19 @@ def test_plain_label_is_never_mathtext_and_shows_the_text():
         shown, is_math = Text()._preprocess_math(label)
         assert not is_math, label
         assert shown == printable(text)
+
+
+def test_every_commands_error_message_is_shown_escaped(tmp_path) -> None:
+    """An error message that quotes a file name holding a window-title sequence shows it
+    escaped (the shared option layer of every command)."""
+    from tests.cli_support import run_cli
+
+    evil = tmp_path / "s\x1b]0;owned\x07.json"
+    evil.write_text("not json")
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": "x"}\n')
+    result = run_cli("budgetmix", "assign", "--schedule", evil, "--dataset", data,
+                     "--out", tmp_path / "out.jsonl")
+    assert result.exit_code != 0
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "\\x1b]0;owned\\x07" in result.output
