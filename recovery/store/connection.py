@@ -77,6 +77,50 @@ def _open_file(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
             raise InputProblem(f"cannot open store {path}: {message}") from None
 
 
+FILE_HEADER_BYTES = 3 * 4096
+"""DuckDB's file header and its two database headers, before the first block."""
+
+
+def _check_length(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Refuse a DuckDB file cut short: shorter than the last block its tables' data is in.
+
+    DuckDB opens such a file (its catalog is near the start) and fails only when a query
+    reaches a missing block, in the middle of an analysis; this reads the tables' block list
+    (``pragma_storage_info``, metadata only) and compares it with the file's length.
+
+    Raises:
+        InputProblem: naming the file, the bytes it has and the bytes its data needs.
+    """
+    from recovery.store.ddl import STORE_TABLES
+
+    present = {
+        row[0]
+        for row in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND NOT temporary"
+        ).fetchall()
+    }
+    last = -1
+    for table in (t for t in STORE_TABLES if t in present):
+        (top,) = con.execute(
+            "SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
+            "FROM pragma_storage_info(?) WHERE persistent",
+            [table],
+        ).fetchone()
+        if top is not None:
+            last = max(last, top)
+    if last < 0:
+        return
+    (block_size,) = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+    needed = FILE_HEADER_BYTES + (last + 1) * block_size
+    size = path.stat().st_size
+    if size < needed:
+        raise InputProblem(
+            f"{path} is not a DuckDB store: it is damaged or cut short (the file has {size} "
+            f"bytes, its tables' data reaches byte {needed})"
+        )
+
+
 def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open the store (in memory when ``path`` is None) and make sure its tables exist.
 
@@ -119,6 +163,8 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
             raise FileNotFoundError(f"store {path} does not exist")
         con = _open_file(path, read_only)
     try:
+        if isinstance(label, Path):
+            _check_length(con, label)
         if read_only:
             check_schema(con, label)
         else:

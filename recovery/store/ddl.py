@@ -262,7 +262,7 @@ def store_version(con: duckdb.DuckDBPyConnection, path: str | Path) -> int | Non
                 "SELECT value FROM store_info WHERE key = 'schema_version'"
             ).fetchall()
         ]
-    except duckdb.Error:
+    except (duckdb.BinderException, duckdb.CatalogException):
         raise InputProblem(
             f"{path} is a DuckDB database but not a store of this toolkit: its store_info "
             "table has no key and value columns; give --store a new file"
