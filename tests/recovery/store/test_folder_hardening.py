@@ -424,3 +424,26 @@ def test_a_store_without_write_permission(tmp_path: Path, sim: list[Path]) -> No
     finally:
         for dirpath, mode in modes.items():
             os.chmod(dirpath, mode)
+
+
+def test_prm_scores_and_mark_refuse_a_linked_store(tmp_path: Path, sim: list[Path]) -> None:
+    from recovery.store import replace_step_scores
+    from recovery.store.folder import mark_folder
+
+    root = folder_store(tmp_path / "runs", sim[:1])
+    con = connect(root)
+    con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, 0.5 AS score FROM turns WHERE t = 1")
+    victim = tmp_path / "victim"
+    (victim / "keep").mkdir(parents=True)
+    link = root / "trajectories" / "run=base" / f"sha256={FAKE_SHA}"
+    link.symlink_to(victim, target_is_directory=True)
+    for write in (lambda: replace_step_scores(con, "s", "m1"), lambda: mark_folder(con)):
+        with pytest.raises(InputProblem, match="symbolic link"):
+            write()
+    assert (victim / "keep").is_dir()
+    link.unlink()
+    replace_step_scores(con, "s", "m1")
+    assert con.execute("SELECT count(*) FROM step_scores").fetchone()[0] > 0
+    assert connect(root, read_only=True).execute(
+        "SELECT count(*) FROM step_scores").fetchone() == con.execute(
+        "SELECT count(*) FROM step_scores").fetchone()
