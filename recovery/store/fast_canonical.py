@@ -357,17 +357,16 @@ def _maybe_too_deep(expr: str, levels_above: int) -> str:
 def _repeated_key(expr: str) -> str:
     """True when an object in the JSON value ``expr`` holds a key twice (DuckDB keeps both in
     a JSON value; the Python reader refuses the record and says which key)."""
-
-    def twice(obj: str) -> str:
-        return f"len(json_keys({obj})) > len(list_distinct(json_keys({obj})))"
-
-    # the nested objects are looked at only when the text has a second opening brace
-    nested = (
-        f"(strlen({expr}::VARCHAR) - strlen(replace({expr}::VARCHAR, '{{', '')) > 1 AND "
-        f"coalesce(list_bool_or(list_transform(json_extract({expr}, '$..*'), "
-        f"lambda o: json_type(o) = 'OBJECT' AND {twice('o')})), false))"
+    twice = "len(k) > len(list_distinct(k))"
+    # json_keys lists the keys of the object itself, and with '$..*' those of every value
+    # below it (a value that is not an object has none); the values below are looked at only
+    # when the text has a second opening brace
+    return (
+        f"(len(json_keys({expr})) > len(list_distinct(json_keys({expr})))"
+        f" OR (strlen({expr}::VARCHAR) - strlen(replace({expr}::VARCHAR, '{{', '')) > 1 AND "
+        f"coalesce(list_bool_or(list_transform(json_keys({expr}, '$..*'), lambda k: {twice})), "
+        "false)))"
     )
-    return f"({twice(expr)} OR {nested})"
 
 
 _TRAJECTORY_INVALID = f"""
