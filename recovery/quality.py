@@ -95,6 +95,11 @@ class RunQuality:
         error_kinds: Error kind -> turns, most frequent first.
         tasks_below_k: K -> tasks with fewer than K samples (filled by a report, which knows
             its K grid; empty otherwise).
+        empty_action_kinds: Error kind -> empty-action turns marked with it: what the
+            environment said of them (e.g. ``invalid_action`` from its "no valid action"
+            notice), so a warning can tell an agent that gave no action from a log that lost it.
+        repeated_observation_kinds: Error kind -> turns whose observation repeated the previous
+            one and that are marked with it.
     """
 
     run: str
@@ -125,6 +130,8 @@ class RunQuality:
     error_turn_share: float = math.nan
     error_kinds: dict[str, int] = field(default_factory=dict)
     tasks_below_k: dict[int, int] = field(default_factory=dict)
+    empty_action_kinds: dict[str, int] = field(default_factory=dict)
+    repeated_observation_kinds: dict[str, int] = field(default_factory=dict)
 
 
 def _share(part: int | None, whole: int) -> float | None:
@@ -185,37 +192,46 @@ def run_quality(
         params,
     ).fetchall():
         samples.setdefault(run, {})[int(n_samples)] = int(n_tasks)
-    turn_stats = {
-        row[0]: row[1:]
-        for row in con.execute(
-            f"""
-            WITH narrow AS (
-                -- The window sorts narrow rows: a 64-bit hash stands for the observation
-                -- (the repeat rule of marking compares the same way), so memory does not grow
-                -- with the length of the texts.
-                SELECT tr.run, u.traj_id, u.t, u.is_error,
-                       u.action IS NULL OR trim(u.action) = '' AS empty_action,
-                       hash(coalesce(u.observation, '')) AS observation_hash
-                FROM turns u JOIN trajectories tr USING (traj_id)
-                WHERE {tr_where}
-            ),
-            u AS (
-                SELECT run, empty_action, is_error, observation_hash,
-                       lag(observation_hash) OVER w AS previous, lag(t) OVER w AS previous_t
-                FROM narrow
-                WINDOW w AS (PARTITION BY traj_id ORDER BY t)
-            )
-            SELECT run,
-                   count(*) FILTER (WHERE empty_action),
-                   count(*) FILTER (WHERE previous_t IS NOT NULL),
-                   count(*) FILTER (WHERE previous_t IS NOT NULL
-                                    AND observation_hash = previous),
-                   count(*) FILTER (WHERE is_error)
-            FROM u GROUP BY run
-            """,
-            params,
-        ).fetchall()
-    }
+    turn_stats: dict[str, list[int]] = {}
+    empty_kinds: dict[str, dict[str, int]] = {}
+    repeated_kinds: dict[str, dict[str, int]] = {}
+    for run, kind, *counts in con.execute(
+        f"""
+        WITH narrow AS (
+            -- The window sorts narrow rows: a 64-bit hash stands for the observation (the
+            -- repeat rule of marking compares the same way), so memory does not grow with the
+            -- length of the texts.
+            SELECT tr.run, u.traj_id, u.t, u.is_error,
+                   CASE WHEN u.is_error THEN coalesce(u.error_kind, 'unknown') END AS kind,
+                   u.action IS NULL OR trim(u.action) = '' AS empty_action,
+                   hash(coalesce(u.observation, '')) AS observation_hash
+            FROM turns u JOIN trajectories tr USING (traj_id)
+            WHERE {tr_where}
+        ),
+        u AS (
+            SELECT run, empty_action, is_error, kind,
+                   lag(t) OVER w IS NOT NULL AS has_previous,
+                   coalesce(observation_hash = lag(observation_hash) OVER w, false) AS repeated
+            FROM narrow
+            WINDOW w AS (PARTITION BY traj_id ORDER BY t)
+        )
+        SELECT run, kind,
+               count(*) FILTER (WHERE empty_action),
+               count(*) FILTER (WHERE has_previous),
+               count(*) FILTER (WHERE repeated),
+               count(*) FILTER (WHERE is_error)
+        FROM u GROUP BY run, kind
+        """,
+        params,
+    ).fetchall():
+        totals = turn_stats.setdefault(run, [0, 0, 0, 0])
+        for i, n in enumerate(counts):
+            totals[i] += int(n)
+        if kind is not None:  # the error turns among the empty actions and repeats
+            if counts[0]:
+                empty_kinds.setdefault(run, {})[str(kind)] = int(counts[0])
+            if counts[2]:
+                repeated_kinds.setdefault(run, {})[str(kind)] = int(counts[2])
     kinds: dict[str, dict[str, int]] = {}
     for run, kind, n in con.execute(
         f"""
@@ -264,8 +280,14 @@ def run_quality(
             n_error_turns=int(n_errors),
             error_turn_share=int(n_errors) / n_turns if n_turns else math.nan,
             error_kinds=kinds.get(run, {}),
+            empty_action_kinds=_most_first(empty_kinds.get(run, {})),
+            repeated_observation_kinds=_most_first(repeated_kinds.get(run, {})),
         )
     return out
+
+
+def _most_first(counts: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def ordered_reasons(counts: dict[str, int]) -> dict[str, int]:
@@ -277,6 +299,47 @@ def ordered_reasons(counts: dict[str, int]) -> dict[str, int]:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def _marked_majority(kinds: dict[str, int], total: int | None) -> tuple[str, int] | None:
+    """The most common error kind among some turns, when the marked ones are most of them."""
+    marked = sum(kinds.values())
+    if not total or marked * 2 < total or not kinds:
+        return None
+    return next(iter(kinds.items()))
+
+
+def _empty_actions_warning(name: str, q: RunQuality) -> str:
+    """Say what the data shows: empty actions the environment answered with an error notice
+    are the agent's failure, not the log's."""
+    counts = f"{q.n_empty_actions} of {q.n_turns} turns"
+    # `repeat` compares actions, which is what is in doubt here: only marks that come from
+    # what the environment answered count as its word
+    answered = {k: n for k, n in q.empty_action_kinds.items() if k != "repeat"}
+    top = _marked_majority(answered, q.n_empty_actions)
+    if top is not None:
+        marked = sum(answered.values())
+        return (f"{name}: the agent gave no valid action on {_pct(q.empty_action_share)} of "
+                f"turns ({counts}; {marked} of them marked as errors by what the environment "
+                f"answered, most {top[0]}): the environment answered, the agent failed")
+    return (f"{name}: {_pct(q.empty_action_share)} of actions are empty ({counts}) and the "
+            "environment's answers mark few of them as errors; the log may have lost the "
+            "actions, and error marks that compare actions (repeat) and everything built on "
+            "them would then describe the logging, not the agent")
+
+
+def _repeated_observations_warning(name: str, q: RunQuality) -> str:
+    """Repeated observations that are marked errors are an agent stuck on an error, not an
+    environment that stopped answering."""
+    share = _pct(q.repeated_observation_share)
+    top = _marked_majority(q.repeated_observation_kinds, q.n_repeated_observations)
+    if top is not None:
+        return (f"{name}: {share} of turns got the same observation as the turn before "
+                f"({q.n_repeated_observations} turns), most of them error turns ({top[0]}): "
+                "the agent repeated a failing step and the environment gave the same answer")
+    return (f"{name}: {share} of turns got the same observation as the turn before "
+            f"({q.n_repeated_observations} turns) and few of them are marked as errors; the "
+            "environment may not be answering the actions")
 
 
 def quality_warnings(
@@ -296,18 +359,10 @@ def quality_warnings(
     out: list[str] = []
     name = f"run {q.run}"
     if q.empty_action_share is not None and q.empty_action_share > th.empty_actions:
-        out.append(
-            f"{name}: {_pct(q.empty_action_share)} of actions are empty ({q.n_empty_actions} of "
-            f"{q.n_turns} turns); error marks that compare actions (repeat) and everything "
-            "built on them describe the logging, not the agent"
-        )
+        out.append(_empty_actions_warning(name, q))
     if (q.repeated_observation_share is not None
             and q.repeated_observation_share > th.repeated_observations):
-        out.append(
-            f"{name}: {_pct(q.repeated_observation_share)} of turns got the same observation as "
-            f"the turn before ({q.n_repeated_observations} turns); the environment may not be "
-            "answering the actions"
-        )
+        out.append(_repeated_observations_warning(name, q))
     if q.n_turns and q.error_turn_share > th.error_turns:
         top = next(iter(q.error_kinds.items()), None)
         kind = (f"; most are {top[0]} ({_pct(top[1] / q.n_turns)} of turns)" if top else "")

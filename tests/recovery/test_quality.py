@@ -94,6 +94,25 @@ def test_warnings_name_the_share_and_the_counts(store):
         quality_warnings(bad))
 
 
+def test_empty_actions_the_environment_answered_blame_the_agent(con):
+    notice = "Your previous output did not contain a valid action. Defaulted to action: wait"
+    turns = [Turn("", notice), Turn("", notice), Turn("", notice), Turn("go", "hall")]
+    ingest_trajectories(con, [Trajectory(run="game", task_id="a", success=False, turns=turns),
+                              Trajectory(run="lost", task_id="a", success=False,
+                                         turns=[Turn("", "hall"), Turn("", "garden")])])
+    quality = run_quality(con)
+    game = quality["game"]
+    assert game.empty_action_kinds == {"invalid_action": 3}
+    text = "\n".join(quality_warnings(game))
+    assert ("the agent gave no valid action on 75.0% of turns (3 of 4 turns; 3 of them marked "
+            "as errors by what the environment answered, most invalid_action)") in text
+    assert "logging" not in text and "not be answering" not in text
+    # the environment's notice repeats: an agent stuck, not an environment that is silent
+    assert "most of them error turns (invalid_action)" in text
+    lost = "\n".join(quality_warnings(quality["lost"]))
+    assert "100.0% of actions are empty (2 of 2 turns)" in lost and "logging" in lost
+
+
 def test_summary_lines_pool_the_runs_and_add_warnings(store):
     lines = summary_lines(run_quality(store))
     assert lines[0].startswith("data quality: 2 runs; 2.0 turns per trajectory (1-3)")
