@@ -447,3 +447,15 @@ def test_prm_scores_and_mark_refuse_a_linked_store(tmp_path: Path, sim: list[Pat
     assert connect(root, read_only=True).execute(
         "SELECT count(*) FROM step_scores").fetchone() == con.execute(
         "SELECT count(*) FROM step_scores").fetchone()
+
+
+def test_key_value_folders_above_the_store_are_not_read_as_partitions(
+    tmp_path: Path, sim: list[Path]
+) -> None:
+    # DuckDB's Hive partitioning parses every key=value folder of a path, the store's own
+    # folders above it included: the partition values come from the manifest instead
+    root = folder_store(tmp_path / "run=evil" / "gen=7" / "traj_id=x", sim[:1])
+    con = connect(root, read_only=True)
+    assert con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
+    assert totals(con) == expected_totals(sim[:1])
+    assert con.execute("SELECT count(*) FROM turns WHERE traj_id = 'x'").fetchone() == (0,)
