@@ -228,6 +228,8 @@ def sql(config: SqlConfig) -> None:
     """
     from recovery.query import open_query
 
+    if config.out is not None:
+        _check_out(config.out, config.store)
     with open_query(config.store, config.query, read_dirs=config.read,
                     timeout=config.timeout, max_rows=config.max_rows) as result:
         if config.out is not None:
@@ -245,6 +247,19 @@ def sql(config: SqlConfig) -> None:
                    err=True)
     elif config.format == "table":
         click.echo(f"({n} row{'' if n == 1 else 's'})", err=True)
+
+
+def _check_out(out: Path, store: Path) -> None:
+    """Refuse an ``--out`` that would replace the store or write inside it.
+
+    Raises:
+        UsageProblem: naming the option.
+    """
+    from recovery.errors import UsageProblem
+
+    target, home = Path(out).resolve(), Path(store).resolve()
+    if target in (home, Path(f"{home}.wal")) or home in target.parents:
+        raise UsageProblem(f"--out {out} is the store or inside it; give another file")
 
 
 def _write_file(config: SqlConfig, columns: list[str], batches: Iterator[list[tuple]]) -> int:

@@ -237,3 +237,11 @@ def test_a_piped_table_is_never_cut(store: Path) -> None:
     result = run("sql", f"SELECT '{wide}' AS a, 'tail' AS b", "--store", store)
     assert result.exit_code == 0
     assert any(wide in line and line.endswith("tail") for line in result.stdout.splitlines())
+
+
+def test_out_never_replaces_the_store(store: Path) -> None:
+    before = store.read_bytes()
+    for out in (store, Path(f"{store}.wal")):
+        result = run("sql", "SELECT 1 AS a", "--store", store, "--format", "csv", "--out", out)
+        assert result.exit_code == 2 and "--out" in result.stderr
+    assert store.read_bytes() == before and not Path(f"{store}.wal").exists()
