@@ -98,6 +98,16 @@ def task_strata(
     )
 
 
+MIN_TASKS_PER_STRATUM = 10
+"""Fewest tasks a stratum of difficulty should hold: fewer make its hazards noise."""
+
+
+def supported_strata(n_tasks: int, asked: int) -> int:
+    """The strata ``n_tasks`` support: at most ``asked``, at least 1, and no more than one per
+    :data:`MIN_TASKS_PER_STRATUM` tasks (3 tasks get 1 stratum, 34 get 3)."""
+    return max(1, min(int(asked), int(n_tasks) // MIN_TASKS_PER_STRATUM))
+
+
 def check_strata_by(by: str) -> None:
     if by not in STRATA_KEYS:
         raise ValueError(f"strata_by must be one of {', '.join(STRATA_KEYS)}, got {by!r}")

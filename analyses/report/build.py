@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analyses.budget import MIN_SHARED_TASKS
 from analyses.decompose import COMPONENTS
 from analyses.report.defaults import (
     choose_ks,
@@ -239,11 +240,23 @@ def report_from_frames(
     kinds = step("error kinds", lambda: _error_kinds(traj, flags))
     sizes = samples_per_task(traj, mode)
 
+    from analyses.strata import MIN_TASKS_PER_STRATUM, supported_strata
+
+    def strata_of(what: str, n_tasks: int) -> int:
+        k = supported_strata(n_tasks, options.strata)
+        if k < options.strata:
+            notes.append(f"{what}: {n_tasks} task{'s' * (n_tasks != 1)} support {k} "
+                         f"difficulty strat{'a' if k != 1 else 'um'} of at least "
+                         f"{MIN_TASKS_PER_STRATUM} tasks, not the {options.strata} asked for")
+        return k
+
     runs: dict[str, RunReport] = {}
     for run in run_names:
+        run_strata = strata_of(f"model fit of {run}",
+                               int(traj.loc[traj["run"] == run, "task_id"].nunique()))
         fit = step(
             f"model fit {run}",
-            lambda run=run: dec.model_fit(traj, flags, run, ts, options.strata, mode=mode,
+            lambda run=run, k=run_strata: dec.model_fit(traj, flags, run, ts, k, mode=mode,
                                           min_at_risk=options.min_at_risk,
                                           strata_by=options.strata_by),
         )
@@ -258,10 +271,17 @@ def report_from_frames(
         if candidate == baseline or not shared[candidate]:
             continue
         name = f"decompose {candidate} vs {baseline}"
+        pair_strata = strata_of(f"{candidate} vs {baseline}",
+                                int(traj.loc[traj["run"].isin([baseline, candidate]),
+                                             "task_id"].nunique()))
+        if shared[candidate] < MIN_SHARED_TASKS:
+            notes.append(f"{candidate} vs {baseline}: only {shared[candidate]} shared "
+                         f"task{'s' * (shared[candidate] != 1)} (fewer than {MIN_SHARED_TASKS}):"
+                         " every interval of this comparison says little")
         frame = step(
             f"{name} ({n_boot} bootstrap resamples)",
-            lambda candidate=candidate, name=name: dec.decompose(
-                traj, flags, baseline, candidate, ts, options.strata, n_boot, options.seed,
+            lambda candidate=candidate, name=name, k=pair_strata: dec.decompose(
+                traj, flags, baseline, candidate, ts, k, n_boot, options.seed,
                 mode=mode, min_at_risk=options.min_at_risk, ci=options.ci,
                 strata_by=options.strata_by, progress=counted(name),
             ),

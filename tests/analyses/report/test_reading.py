@@ -419,3 +419,18 @@ def test_json_safe_report_with_quality_round_trips(clear):
     text = json.dumps(data, allow_nan=False)
     assert '"samples_per_task": {"4": 60}' in text
     assert np.isfinite(data["comparisons"][0]["by_t"][-1]["recovery_share"])
+
+
+def test_few_shared_tasks_get_fewer_strata_and_a_warning():
+    """A 3-task candidate against a 30-task baseline: strata the tasks support, said aloud."""
+    traj, flags = two_runs(BASE, BETTER_RECOVERY, n_tasks=30, n_samples=3, budget=20, seed=2)
+    keep = (traj["run"] == "A") | traj["task_id"].isin(["task0000", "task0001", "task0002"])
+    traj = traj[keep].reset_index(drop=True)
+    flags = flags[flags["traj_id"].isin(traj["traj_id"])]
+    report = report_from_frames(traj, flags, ReportOptions(n_boot=20, strata=5))
+    notes = "\n".join(report.notes)
+    assert "B vs A: only 3 shared tasks (fewer than 10)" in notes
+    assert "B vs A: 30 tasks support 3 difficulty strata of at least 10 tasks, not the 5" in notes
+    assert "model fit of B: 3 tasks support 1 difficulty stratum" in notes
+    assert "model fit of A: 30 tasks support 3 difficulty strata" in notes
+    assert "(only 3 shared tasks: the band says little)" in report.comparisons[0].headline
