@@ -250,6 +250,13 @@ def store_version(con: duckdb.DuckDBPyConnection, path: str | Path) -> int | Non
     ]
     if not names:
         return None
+    if "store_info" not in names and {"trajectories", "turns"} <= set(names):
+        # The first stores (version 1) had no store_info; their own tables say what they are.
+        columns = {row[0] for row in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database()"
+            " AND schema_name = 'main' AND table_name = 'trajectories'").fetchall()}
+        if {"traj_id", "run", "task_id", "sample", "success", "n_turns"} <= columns:
+            return 1
     if "store_info" not in names:
         raise InputProblem(
             f"{path} is a DuckDB database but not a store of this toolkit: it has no "

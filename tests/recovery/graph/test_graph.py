@@ -316,6 +316,7 @@ def test_cli_graph(marked_con, tmp_path):
     for table in ("trajectories", "turns", "error_spells", "step_scores"):
         con.execute(f"CREATE TABLE disk.{table} AS SELECT * FROM {table}")
     con.execute("DETACH disk")
+    connect_store(store).close()  # tables copied by hand: a first open makes it a store
     runner = CliRunner()
     out = tmp_path / "g.graphml"
     result = runner.invoke(main, ["graph", traj_id, "--store", str(store), "--out", str(out)])

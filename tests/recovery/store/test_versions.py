@@ -157,6 +157,20 @@ def test_an_older_store_is_upgraded_in_one_transaction(store: Path,
     con.close()
 
 
+def test_a_first_version_store_without_store_info_is_upgraded(store: Path) -> None:
+    """The first stores had no store_info: their trajectories and turns say what they are."""
+    make_version_1(store)
+    con = duckdb.connect(str(store))
+    con.execute("DROP TABLE store_info")
+    con.close()
+    rows = table_rows(store, ("trajectories", "turns"))
+    con = connect(store)
+    assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
+    con.close()
+    assert {t: r for t, r in table_rows(store, ("trajectories", "turns")).items()
+            if t == "turns"} == {"turns": rows["turns"]}
+
+
 def test_the_docs_give_the_schema_version_the_code_writes() -> None:
     text = (REPO / "docs" / "store.md").read_text(encoding="utf-8")
     found = re.findall(r"`schema_version` = `(\d+)`", text)
