@@ -141,7 +141,9 @@ def open_sandboxed(
             raise InputProblem(f"--read {folder}: no such folder")
         folders.append(str(resolved) + "/")
     if store.is_dir():
-        folders.append(str(store.resolve()) + "/")
+        from recovery.store.folder import readable_folders
+
+        folders.extend(readable_folders(store))
     con = connect(store, read_only=True)
     try:
         # before external access is turned off: DuckDB allows its temp folder whatever the

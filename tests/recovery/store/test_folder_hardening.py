@@ -176,8 +176,6 @@ def test_glob_characters_in_the_store_name(
     assert totals(connect(tmp_path / sibling, read_only=True)) == expected_totals(sim)
 
 
-@pytest.mark.xfail(reason="recovery/query.py must also allow the store's escaped path "
-                   "(recovery.store.folder.readable_folders) in its sandbox")
 def test_recovery_sql_reads_a_store_with_glob_characters(tmp_path: Path, sim: list[Path]) -> None:
     folder_store(tmp_path / "st1", sim)
     root = folder_store(tmp_path / "st[1]", sim[:1])
