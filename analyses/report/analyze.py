@@ -202,10 +202,15 @@ def analyze(
         ingest_cpu = time.process_time() - cpu_started
         if config.files and not runs:
             raise UsageProblem("the input files hold no trajectories")
+        import duckdb
+
         try:
             report = build_report(con, runs or None, options, progress=progress)
         except ValueError as err:
             raise UsageProblem(str(err)) from None
+        except duckdb.Error as err:  # damage that only shows when the data is read
+            raise InputProblem(f"store {config.store or ':memory:'} cannot be read: "
+                               f"{str(err).splitlines()[0]}") from None
     finally:
         con.close()
     report.timings = {"ingest": ingest_seconds, **report.timings}
