@@ -21,11 +21,16 @@ episodes. A directory is one input: ``recovery analyze runs/balrog-gpt4o/``.
   full progression: ``failure``; an episode with no summary yet: unknown.
 - Trajectories name the folder as their source (``source_line`` = the episode's position in
   it) and ``meta.episode_file`` names the CSV; bad records name the file and line inside.
+- Only what lies inside the folder is read: an episode file (CSV or summary) must be a regular
+  file (``lstat``: not a symbolic link, even one that points inside, not a named pipe or a
+  device) whose resolved path is inside the folder's; any other is refused with its own name
+  (and never opened, so a named pipe cannot block). Linked folders are not entered.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import re
@@ -35,8 +40,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recovery.formats._common import expect_dict, guard, load_document, type_name
+from recovery.formats._common import expect_dict, guard, type_name
 from recovery.formats.base import Reader, ReadOptions, ReadResult
+from recovery.formats.files import entry_problem, excerpt, open_entry, read_entry_document
+from recovery.formats.jsontext import parse_json
 from recovery.schema import (
     RecordError,
     Trajectory,
@@ -59,7 +66,9 @@ _FALSE = frozenset({"false", "0", ""})
 
 
 def _episode_files(folder: Path, ext: str) -> Iterator[Path]:
-    """Files ``..._run_NN.<ext>`` below ``folder``, at most :data:`MAX_DEPTH` folders deep."""
+    """Entries named ``..._run_NN.<ext>`` below ``folder``, at most :data:`MAX_DEPTH` folders
+    deep: whatever they are (links and named pipes too: the reader refuses those by name).
+    Linked folders are not entered."""
     for root, dirs, files in os.walk(folder):
         depth = len(Path(root).relative_to(folder).parts)
         if depth >= MAX_DEPTH:
@@ -76,12 +85,14 @@ def sniff(path: Path, head: bytes) -> bool:
     if not path.is_dir():
         return False
     for candidate in _episode_files(path, "csv"):
+        if entry_problem(path, candidate) is not None:
+            continue  # a link or a named pipe: not opened (the reader refuses it by name)
         try:
-            with open(candidate, encoding="utf-8-sig", errors="replace") as fh:
-                first = fh.readline(4096)
-        except OSError:
+            with open_entry(path, candidate) as fh:
+                first = fh.readline(4096).decode("utf-8", errors="replace")
+        except (RecordError, OSError):
             continue
-        return first.strip().startswith("Step,Action")
+        return first.removeprefix("\ufeff").strip().startswith("Step,Action")
     return False
 
 
@@ -96,22 +107,34 @@ def _field_limit(limit: int) -> Iterator[None]:
         csv.field_size_limit(previous)
 
 
-def read_steps(path: Path, max_record_bytes: int) -> list[tuple[int, dict[str, str]]]:
+def read_steps(
+    path: Path, max_record_bytes: int, folder: Path | None = None
+) -> list[tuple[int, dict[str, str]]]:
     """The rows of an episode CSV with the line each ends on.
 
+    Args:
+        path: The CSV.
+        max_record_bytes: The longest field read.
+        folder: The folder input it belongs to (default: the CSV's own folder); the CSV must
+            be a regular file inside it (see :func:`recovery.formats.files.open_entry`).
+
     Raises:
-        RecordError: naming the CSV and the line (missing columns, bad bytes, bad quoting).
+        RecordError: naming the CSV and the line (a refused entry, missing columns, bad
+            bytes, bad quoting).
     """
     file = str(path)
     rows: list[tuple[int, dict[str, str]]] = []
+    raw = open_entry(path.parent if folder is None else folder, path)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as fh, _field_limit(max_record_bytes):
+        with io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as fh, \
+                _field_limit(max_record_bytes):
             reader = csv.DictReader(fh, escapechar=ESCAPECHAR)
             columns = reader.fieldnames or []
             for column in REQUIRED_COLUMNS:
                 if column not in columns:
                     raise RecordError(
-                        f"column '{column}' is missing (the header has: {', '.join(columns)})",
+                        f"column '{column}' is missing (the header has: "
+                        f"{excerpt(', '.join(columns))})",
                         file=file, line=1,
                     )
             for row in reader:
@@ -123,10 +146,12 @@ def read_steps(path: Path, max_record_bytes: int) -> list[tuple[int, dict[str, s
         raise RecordError(f"not valid UTF-8 text (byte {err.start + 1})", file=file,
                           line=1) from None
     except csv.Error as err:
-        raise RecordError(f"malformed CSV: {err}", file=file,
+        raise RecordError(f"malformed CSV: {excerpt(err)}", file=file,
                           line=getattr(reader, "line_num", 1) or 1) from None
     except OSError as err:
         raise RecordError(f"cannot read the file: {err}", file=file, line=1) from None
+    finally:
+        raw.close()
     return rows
 
 
@@ -136,9 +161,10 @@ def _cell_float(value: str | None, column: str) -> float | None:
     try:
         number = float(value)
     except ValueError:
-        raise RecordError(f"column '{column}': expected a number, got {value!r}") from None
+        raise RecordError(
+            f"column '{column}': expected a number, got '{excerpt(value)}'") from None
     if not math.isfinite(number):
-        raise RecordError(f"column '{column}': expected a finite number, got {value!r}")
+        raise RecordError(f"column '{column}': expected a finite number, got '{excerpt(value)}'")
     return number
 
 
@@ -148,7 +174,7 @@ def _cell_bool(value: str | None, column: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise RecordError(f"column '{column}': expected True or False, got {value!r}")
+    raise RecordError(f"column '{column}': expected True or False, got '{excerpt(value)}'")
 
 
 def steps_to_turns(rows: list[tuple[int, dict[str, str]]], file: str) -> list[Turn]:
@@ -177,11 +203,13 @@ def steps_to_turns(rows: list[tuple[int, dict[str, str]]], file: str) -> list[Tu
     return turns
 
 
-def _summary(path: Path, options: ReadOptions) -> dict[str, Any] | None:
-    if not path.is_file():
+def _summary(folder: Path, path: Path, options: ReadOptions) -> dict[str, Any] | None:
+    """The episode's JSON summary; ``None`` when there is none (the episode had not ended)."""
+    if not os.path.lexists(path):
         return None
     try:
-        return expect_dict(load_document(path, options), "episode")
+        text = read_entry_document(folder, path, options.max_record_bytes)
+        return expect_dict(parse_json(text, str(path)), "episode")
     except RecordError as err:
         raise err.located(str(path), 1) from None
 
@@ -193,8 +221,9 @@ def episode_trajectory(
     match = _EPISODE.match(csv_path.name)
     assert match is not None  # the caller only passes episode files
     json_path = csv_path.with_suffix(".json")
-    turns = steps_to_turns(read_steps(csv_path, options.max_record_bytes), str(csv_path))
-    summary = _summary(json_path, options)
+    turns = steps_to_turns(read_steps(csv_path, options.max_record_bytes, folder),
+                           str(csv_path))
+    summary = _summary(folder, json_path, options)
     relative = csv_path.relative_to(folder)
     success = reward = reason = None
     meta: dict[str, Any] = {"episode_file": relative.as_posix()}
@@ -260,8 +289,10 @@ def episodes(folder: Path) -> list[Path]:
 
 
 def orphan_summaries(folder: Path) -> list[Path]:
-    """Episode summaries (``..._run_NN.json``) without their steps file."""
-    found = (p for p in _episode_files(folder, "json") if not p.with_suffix(".csv").is_file())
+    """Episode summaries (``..._run_NN.json``) without their steps file (an entry of any kind
+    named as the steps file counts as one: it is reported by its own name)."""
+    found = (p for p in _episode_files(folder, "json")
+             if not os.path.lexists(p.with_suffix(".csv")))
     return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
 
 
@@ -275,8 +306,11 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
         yield guard(str(csv_path), 1,
                     lambda p=csv_path, n=position: episode_trajectory(path, p, n, options))
     for json_path in orphan_summaries(path):
-        yield RecordError(f"the steps file {json_path.with_suffix('.csv').name} is missing",
-                          file=str(json_path), line=1)
+        problem = entry_problem(path, json_path)
+        message = f"the steps file {json_path.with_suffix('.csv').name} is missing"
+        if problem is not None and not problem.startswith("cannot read"):
+            message = f"{problem}; {message}"
+        yield RecordError(message, file=str(json_path), line=1)
 
 
 READER = Reader(

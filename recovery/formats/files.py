@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,13 @@ READ_ERRORS = (OSError, EOFError, zlib.error)
 """What reading a damaged file raises (a truncated or corrupt gzip stream among them)."""
 
 UTF8_BOM = b"\xef\xbb\xbf"
+
+EXCERPT_CHARS = 80
+"""How much of a text read from an input a message quotes, at most."""
+FOLDER_RULE = "a folder input is read only from the regular files inside it"
+"""What a folder reader says when it refuses an entry (a link, a named pipe, a device...)."""
+_BLANK_BYTES = b" \t\r\n\x0b\x0c"
+_PEEK_BYTES = 1 << 16
 
 
 def open_binary(path: Path) -> IO[bytes]:
@@ -64,6 +73,142 @@ def head_bytes(path: Path, n: int = 65536) -> bytes:
     return b"".join(chunks)
 
 
+def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
+    """A bounded, printable piece of a text read from an input, for a message.
+
+    At most ``limit`` characters of ``text`` (``...`` marks a cut), control characters
+    escaped, so a message never carries a whole field or a terminal escape.
+    """
+    from recovery.display import printable
+
+    value = text if isinstance(text, str) else str(text)
+    cut = value[:limit]
+    return printable(cut) + ("..." if len(value) > limit else "")
+
+
+def special_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for messages (a link, a named pipe...)."""
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def entry_problem(root: Path, path: Path) -> str | None:
+    """Why ``path`` may not be read as part of the folder input ``root``, or ``None``.
+
+    An entry may be read when it is a regular file itself (``lstat``: not a symbolic link,
+    not a named pipe, device or socket) and its resolved path lies inside ``root``'s. Nothing
+    is opened, so a named pipe cannot block.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as err:
+        return f"cannot read the file: {err.strerror or err}"
+    if not stat.S_ISREG(mode):
+        return f"is {special_kind(mode)}"
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return "lies outside the folder"
+    return None
+
+
+def open_entry(root: Path, path: Path) -> IO[bytes]:
+    """Open a file of the folder input ``root`` for reading bytes, refusing what
+    :func:`entry_problem` refuses.
+
+    The file is opened without following a link and without blocking (``O_NOFOLLOW``,
+    ``O_NONBLOCK``) and checked again once open, so that an entry swapped after the check is
+    refused too.
+
+    Raises:
+        RecordError: naming ``path`` (line 1): a refused entry, or one that cannot be opened.
+    """
+    file = str(path)
+    problem = entry_problem(root, path)
+    if problem is not None:
+        raise RecordError(_refusal(problem), file=file, line=1)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise RecordError(f"cannot read the file: {err.strerror or err}", file=file,
+                          line=1) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise RecordError(_refusal(f"is {special_kind(mode)}"), file=file, line=1)
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _refusal(problem: str) -> str:
+    if problem.startswith("cannot read"):
+        return problem
+    return f"{problem}; {FOLDER_RULE}"
+
+
+def read_entry_document(root: Path, path: Path, max_record_bytes: int) -> str:
+    """A file of the folder input ``root`` (see :func:`open_entry`) as text, bounded.
+
+    Raises:
+        RecordError: naming ``path``: refused, unreadable, over the limit, or not UTF-8.
+    """
+    file = str(path)
+    with open_entry(root, path) as fh:
+        try:
+            data = fh.read(max_record_bytes + 1)
+        except READ_ERRORS as err:
+            raise RecordError(f"cannot read the file: {err}", file=file, line=1) from None
+    if len(data) > max_record_bytes:
+        raise RecordError(
+            f"the document is larger than the limit of {max_record_bytes} bytes (raise it "
+            "with --max-record-mb)", file=file, line=1)
+    data = data.removeprefix(UTF8_BOM)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise RecordError("not valid UTF-8 text", file=file, line=line) from None
+
+
+def _skip_blank_lines(fh: IO[bytes]) -> tuple[int, BaseException | None]:
+    """Consume the whole lines of ASCII white space at ``fh``'s position.
+
+    Returns how many lines were consumed, and the error that stopped reading (a truncated
+    gzip stream), if one did. A run of blank lines is dropped a buffer at a time (``peek``),
+    not line by line, so a file of millions of newlines (a gzip of a few hundred KB) costs
+    what decompressing it does. A line that is not blank, or blank but longer than the
+    buffer, is left for ``readline``.
+    """
+    peek = getattr(fh, "peek", None)
+    skipped = 0
+    if peek is None:
+        return skipped, None
+    try:
+        while True:
+            window = peek(_PEEK_BYTES)[:_PEEK_BYTES]
+            run = len(window) - len(window.lstrip(_BLANK_BYTES))
+            end = window.rfind(b"\n", 0, run) + 1
+            if end == 0:
+                return skipped, None
+            fh.read(end)
+            skipped += window.count(b"\n", 0, end)
+            if run < len(window):
+                return skipped, None
+    except READ_ERRORS as err:
+        return skipped, err
+
+
 def _oversized(path: Path, line: int, max_record_bytes: int) -> RecordError:
     return RecordError(
         f"record is larger than the limit of {max_record_bytes} bytes "
@@ -85,11 +230,20 @@ def iter_lines(path: Path, max_record_bytes: int) -> Iterator[tuple[int, str | R
     with open_binary(path) as fh:
         lineno = 0
         while True:
-            try:
-                raw = fh.readline(max_record_bytes + 1)
-            except READ_ERRORS as err:
+            failed: BaseException | None = None
+            if lineno:  # line 1 may start with a BOM: readline reads it
+                skipped, failed = _skip_blank_lines(fh)
+                lineno += skipped
+            raw = b""
+            if failed is None:
+                try:
+                    raw = fh.readline(max_record_bytes + 1)
+                except READ_ERRORS as err:
+                    failed = err
+            if failed is not None:
                 yield lineno + 1, RecordError(
-                    f"cannot read the file past line {lineno}: {err}", file=file, line=lineno + 1
+                    f"cannot read the file past line {lineno}: {failed}", file=file,
+                    line=lineno + 1,
                 )
                 return
             if not raw:
