@@ -15,7 +15,10 @@ One file is one trajectory: ``schema_version`` (``ATIF-v1.x``), ``session_id``, 
   prompt.
 - ``continued_trajectory_ref`` (a file next to this one) is followed: the continuation's steps
   are appended, less those marked ``is_copied_context`` (context copied in after
-  summarisation). A file named ``X.cont-N.json`` beside an ``X.json`` is such a continuation,
+  summarisation). The reference must be a bare file name (no folder, no ``..``, not absolute,
+  at most :data:`MAX_REF_CHARS` characters) naming a regular file in the same folder (not a
+  link, not a named pipe); anything else is refused with one message, the same whether or not
+  something exists at the named place. A file named ``X.cont-N.json`` beside an ``X.json`` is such a continuation,
   read with its head: given on its own it yields nothing (and a warning says so).
 - Token counts and cost stay in meta: per turn (``metrics``, without the token-id and logprob
   arrays), and per trajectory (``final_metrics``, and ``step_metrics``, the sum over the
@@ -31,6 +34,7 @@ One file is one trajectory: ``schema_version`` (``ATIF-v1.x``), ``session_id``, 
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from pathlib import Path
@@ -47,13 +51,13 @@ from recovery.formats._common import (
     expect_dict,
     expect_list,
     first_key,
-    load_document,
     optional_dict,
     read_one_document,
     type_name,
 )
 from recovery.formats.base import Reader, ReadOptions, ReadResult
-from recovery.formats.files import first_json_char
+from recovery.formats.files import entry_problem, excerpt, first_json_char, read_entry_document
+from recovery.formats.jsontext import parse_json
 from recovery.schema import (
     RecordError,
     Trajectory,
@@ -66,6 +70,8 @@ from recovery.schema import (
 _SCHEMA = re.compile(rb'"schema_version"\s*:\s*"ATIF-v\d')
 _CONTINUATION = re.compile(r"^(?P<head>.+)\.cont-\d+\.json$")
 MAX_CONTINUATIONS = 1000
+MAX_REF_CHARS = 255
+"""The longest continuation file name followed (a file name's limit on common file systems)."""
 DROPPED_METRICS = ("prompt_token_ids", "completion_token_ids", "logprobs")
 """Per-step metric arrays not kept in a turn's meta (their lengths are the token counts)."""
 COUNTED_METRICS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd")
@@ -183,6 +189,43 @@ def split_steps(steps: list[Any]) -> tuple[str, list[Turn]]:
     return "\n".join(prompt_lines), turns
 
 
+def _is_bare_name(ref: str) -> bool:
+    """Whether ``ref`` is a file name with no folder part: no separator, not ``.`` or ``..``,
+    not absolute, no NUL, at most :data:`MAX_REF_CHARS` characters."""
+    separators = {"/", "\\", os.sep, os.altsep or "/"}
+    return (
+        0 < len(ref) <= MAX_REF_CHARS
+        and len(ref.encode("utf-8", "surrogatepass")) <= MAX_REF_CHARS
+        and ref not in (".", "..")
+        and "\x00" not in ref
+        and not any(sep in ref for sep in separators)
+        and not os.path.isabs(ref)
+    )
+
+
+def continuation_path(path: Path, ref: Any) -> Path:
+    """The file a ``continued_trajectory_ref`` names beside ``path``.
+
+    Raises:
+        RecordError: when ``ref`` is not a bare file name of a regular file in ``path``'s
+            folder. The message is the same whatever lies at the named place (nothing, a
+            file outside the folder, a link, a named pipe), and quotes at most a bounded
+            piece of the name.
+    """
+    if not isinstance(ref, str) or not ref:
+        raise RecordError(
+            f"field 'continued_trajectory_ref': expected a file name, got {type_name(ref)}"
+        )
+    target = path.parent / ref
+    if not _is_bare_name(ref) or entry_problem(path.parent, target) is not None:
+        raise RecordError(
+            f"field 'continued_trajectory_ref': no such file '{excerpt(ref)}' beside the "
+            "trajectory (a continuation is a regular file in the same folder, named without "
+            "a folder)"
+        )
+    return target
+
+
 def _chain(
     path: Path, first: dict[str, Any], options: ReadOptions
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -192,24 +235,18 @@ def _chain(
     current = first
     while current.get("continued_trajectory_ref") is not None:
         ref = current["continued_trajectory_ref"]
-        if not isinstance(ref, str) or not ref:
-            raise RecordError(
-                f"field 'continued_trajectory_ref': expected a file name, got {type_name(ref)}"
-            )
-        target = (path.parent / ref).resolve()
-        if target in seen:
-            raise RecordError(f"field 'continued_trajectory_ref': {ref!r} loops back")
+        target = continuation_path(path, ref)
+        if target.resolve() in seen:
+            raise RecordError(f"field 'continued_trajectory_ref': '{excerpt(ref)}' loops back")
         if len(documents) > MAX_CONTINUATIONS:
             raise RecordError("field 'continued_trajectory_ref': more than "
                               f"{MAX_CONTINUATIONS} continuations")
-        if not target.is_file():
-            raise RecordError(f"field 'continued_trajectory_ref': no such file {ref!r} beside "
-                              "the trajectory")
-        seen.add(target)
+        seen.add(target.resolve())
         try:
-            current = expect_dict(load_document(target, options), "continuation")
+            text = read_entry_document(path.parent, target, options.max_record_bytes)
+            current = expect_dict(parse_json(text, str(target)), "continuation")
         except RecordError as err:
-            raise RecordError(f"continuation {ref}: {err.message}") from None
+            raise RecordError(f"continuation {excerpt(ref)}: {err.message}") from None
         documents.append((ref, current))
     return documents
 
@@ -217,10 +254,16 @@ def _chain(
 def _harbor_result(path: Path, options: ReadOptions) -> dict[str, Any] | None:
     """Harbor's trial ``result.json`` (``<trial>/agent/trajectory.json`` -> ``<trial>/``)."""
     candidate = path.resolve().parent.parent / "result.json"
-    if path.resolve().parent.name != "agent" or not candidate.is_file():
+    if path.resolve().parent.name != "agent" or not os.path.lexists(candidate):
+        return None
+    problem = entry_problem(candidate.parent, candidate)
+    if problem is not None:
+        warnings.warn(f"{candidate}: {problem}; not read as the trial's result (it is read only "
+                      "when it is a regular file)", stacklevel=2)
         return None
     try:
-        value = load_document(candidate, options)
+        text = read_entry_document(candidate.parent, candidate, options.max_record_bytes)
+        value = parse_json(text, str(candidate))
     except RecordError:
         return None
     if isinstance(value, dict) and ("verifier_result" in value or "task_name" in value):

@@ -110,8 +110,8 @@ def entry_problem(root: Path, path: Path) -> str | None:
     """
     try:
         mode = os.lstat(path).st_mode
-    except OSError as err:
-        return f"cannot read the file: {err.strerror or err}"
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the name
+        return f"cannot read the file: {getattr(err, 'strerror', None) or err}"
     if not stat.S_ISREG(mode):
         return f"is {special_kind(mode)}"
     try:

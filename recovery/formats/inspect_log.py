@@ -9,9 +9,12 @@ unknown outcome.
 
 ``.eval`` files are zip archives; since Inspect 0.3.2xx their entries are compressed with zstd
 (zip method 93), which Python's ``zipfile`` cannot open before 3.14, so those entries are read
-from the archive directly and decompressed with ``zstandard``. A log still being written has no
+from the archive directly and decompressed with ``zstandard``. An archive whose entries overlap
+(several entries pointing at the same compressed bytes: a zip bomb) is refused before any
+sample is read. A log still being written has no
 ``header.json`` yet; its eval spec is then read from ``_journal/start.json``. Long message texts
-that Inspect moved to the sample's ``attachments`` (``attachment://<hash>``) are put back.
+that Inspect moved to the sample's ``attachments`` (``attachment://<hash>``) are put back. An
+``epoch`` past the store's integer range fails its sample, naming it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from typing import IO, Any
 
 from recovery.formats._chat import split_turns
 from recovery.formats.base import Reader, ReadOptions, ReadResult
-from recovery.formats.files import READ_ERRORS, first_json_char, read_document, stem
+from recovery.formats.files import READ_ERRORS, excerpt, first_json_char, read_document, stem
 from recovery.formats.jsontext import parse_json
-from recovery.schema import RecordError, Trajectory, coerce_task_id
+from recovery.schema import MAX_STORED_INT, RecordError, Trajectory, coerce_task_id
 
 ZIP_METHOD_ZSTD = 93
 ATTACHMENT_PROTOCOL = "attachment://"
@@ -75,6 +78,30 @@ def _read_entry(
     return data
 
 
+def check_no_overlap(archive: zipfile.ZipFile) -> None:
+    """Refuse an archive whose entries share bytes.
+
+    Each entry takes at least its local header (:data:`_LOCAL_HEADER`, 30 bytes) and its
+    compressed data from its offset on, and the entries lie before the central directory. A
+    crafted archive lists many entries at the same offset, so that a few KB inflate once per
+    entry (the "overlapping files" zip bomb); ``zipfile`` checks that only for the methods it
+    decompresses itself, not for the zstd entries read here directly.
+
+    Raises:
+        RecordError: naming two entries that overlap.
+    """
+    infos = sorted(archive.infolist(), key=lambda i: i.header_offset)
+    ends = [(i.header_offset + _LOCAL_HEADER.size + i.compress_size, i) for i in infos]
+    for (end, info), following in zip(ends, [*infos[1:], None], strict=True):
+        limit = archive.start_dir if following is None else following.header_offset
+        if end > limit:
+            other = "the central directory" if following is None else following.filename
+            raise RecordError(
+                f"not a readable Inspect .eval archive: its entries overlap ({excerpt(info.filename)} "
+                f"runs into {excerpt(other)}), as in a zip bomb; refused"
+            )
+
+
 def _load_entry(
     archive: zipfile.ZipFile, fh: IO[bytes], info: zipfile.ZipInfo, limit: int
 ) -> Any:
@@ -99,6 +126,7 @@ def _eval_entries(
     fh = open(path, "rb")  # noqa: SIM115 - closed by the generator below or on error
     try:
         archive = zipfile.ZipFile(fh)
+        check_no_overlap(archive)
         names = set(archive.namelist())
         entry = next((name for name in HEADER_ENTRIES if name in names), None)
         if entry is None:
@@ -240,6 +268,8 @@ def sample_trajectory(
     task = eval_spec.get("task")
     sample_id = coerce_task_id(sample.get("id", line), "id")
     epoch = sample.get("epoch")
+    if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > MAX_STORED_INT:
+        raise RecordError(f"field 'epoch': {epoch} is out of range (at most {MAX_STORED_INT})")
     scores = sample.get("scores")
     meta: dict[str, Any] = {
         "inspect_task": task,
@@ -266,7 +296,8 @@ def sample_trajectory(
         task_id=f"{task}/{sample_id}" if task else sample_id,
         turns=turns,
         success=score_success(scores, options),
-        sample=(epoch - 1) if isinstance(epoch, int) and epoch >= 1 else None,
+        sample=(epoch - 1) if isinstance(epoch, int) and not isinstance(epoch, bool)
+        and epoch >= 1 else None,
         reward=reward,
         prompt=prompt,
         end_reason=end_reason,
