@@ -13,7 +13,9 @@ message whose ``extra`` holds ``exit_status`` and ``submission``.
   API response, which repeats the message) is not kept.
 - ``task_id`` = the file's name without ``.traj.json``; ``run`` = ``--run``, else the run folder
   (``<run>/<instance>/<instance>.traj.json``), else the file's folder; ``budget`` =
-  ``info.config.agent.step_limit`` when positive.
+  ``info.config.agent.step_limit``: a whole number (``0`` = no limit, as mini-swe-agent reads
+  it; absent or null = unknown); anything else (``true``, ``"250"``, ``-5``, ``2.5``) fails
+  the file naming the field.
 - Success comes from ``--results`` (a SWE-bench report), else it is unknown.
 - ``info.exit_status`` gives the end reason: see :func:`exit_reason`.
 """
@@ -31,12 +33,12 @@ from recovery.formats._common import (
     expect_list,
     layout_run,
     optional_dict,
-    positive_limit,
     read_one_document,
     type_name,
 )
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_json_char
+from recovery.formats.sweagent import turn_limit
 from recovery.schema import RecordError, Trajectory
 
 SUFFIX = ".traj.json"
@@ -118,7 +120,7 @@ def trajectory(path: Path, raw: Any, options: ReadOptions, results: Results | No
         task_id=task_id,
         turns=turns,
         success=success,
-        budget=positive_limit(step_limit, "info.config.agent.step_limit"),
+        budget=turn_limit(step_limit, "info.config.agent.step_limit"),
         prompt=prompt,
         end_reason=listed or exit_reason(status),
         meta=meta,

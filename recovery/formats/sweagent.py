@@ -21,6 +21,10 @@ holds ``attempts[]`` of such objects and the chosen attempt's fields at the top.
   the limit ended the run; the patch was still submitted): see :data:`EXIT_REASONS`.
 - ``history``, ``attempts`` and ``replay_config`` are not kept (they repeat the trajectory and
   the config); the model's name and call limit are taken from ``replay_config``.
+- ``budget`` = ``agent.model.per_instance_call_limit`` of ``replay_config``: a whole number
+  (``0`` = no limit, as SWE-agent reads it; absent or null = unknown); anything else
+  (``true``, ``"75"``, ``-5``, ``2.5``) fails the file naming the field (see
+  :func:`turn_limit`).
 """
 
 from __future__ import annotations
@@ -38,13 +42,12 @@ from recovery.formats._common import (
     layout_run,
     optional_dict,
     optional_text,
-    positive_limit,
     read_one_document,
     type_name,
 )
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_json_char
-from recovery.schema import RecordError, Trajectory, Turn
+from recovery.schema import RecordError, Trajectory, Turn, coerce_optional_int
 
 SUFFIX = ".traj"
 _START = re.compile(
@@ -91,6 +94,29 @@ def task_of(path: Path) -> str:
     for suffix in (".json", SUFFIX):
         name = name.removesuffix(suffix)
     return name or path.name
+
+
+def turn_limit(value: Any, where: str) -> int | None:
+    """A harness's turn or call limit as a budget: a whole number, ``0`` meaning no limit.
+
+    Returns ``None`` for no limit (``0``) or no value (absent, null); an integral float
+    (``250.0``) counts as the whole number it is.
+
+    Raises:
+        RecordError: naming ``where`` for anything else (a boolean, a string such as
+            ``"250"``, a negative or fractional number, a list...), or a number past the
+            store's integer range.
+    """
+    if value is None:
+        return None
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < 0:
+        shown = json.dumps(value)[:40] if isinstance(value, (bool, int, float, str)) else (
+            type_name(value))
+        raise RecordError(
+            f"field '{where}': expected a whole number (0 = no limit), got {shown}"
+        )
+    return coerce_optional_int(value, where) or None
 
 
 def exit_reason(status: Any) -> str | None:
@@ -177,7 +203,7 @@ def trajectory(path: Path, raw: Any, options: ReadOptions, results: Results | No
         task_id=task_id,
         turns=turns,
         success=success,
-        budget=positive_limit(model.get("per_instance_call_limit"), "per_instance_call_limit"),
+        budget=turn_limit(model.get("per_instance_call_limit"), "per_instance_call_limit"),
         prompt=_prompt(data.get("history")),
         end_reason=listed or exit_reason(status),
         meta=meta,
