@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyses.dp import success_curve
-from analyses.frames import is_in, success_turns
+from analyses.frames import is_in
 from analyses.hazards import N_COUNTS, event_counts, rates_from_counts, turn_table
+from analyses.passkt import task_counts
 from analyses.strata import check_strata_by, key_counts, strata_weights
 
 if TYPE_CHECKING:
@@ -105,14 +106,15 @@ def _engine(
         table, run_of_row * folds * n_tasks + unit_of_row, n_runs * folds * n_tasks, length
     ).reshape(n_runs, folds, n_tasks, N_COUNTS, length)
 
-    sturn = success_turns(traj)
     n_t = len(ts)
     by_t = np.zeros((n_runs, n_tasks, n_t))
     n_traj = np.zeros((n_runs, n_tasks))
-    np.add.at(n_traj, (run_of_row, task_of_row), 1.0)
-    for j, t in enumerate(ts):
-        ok = success if t is None else success & (sturn <= t)
-        np.add.at(by_t[:, :, j], (run_of_row[ok], task_of_row[ok]), 1.0)
+    for x in range(n_runs):  # n_i and c_i(T): the one count (analyses.passkt)
+        per_task = task_counts(traj[run_of_row == x], ts)
+        rows = np.searchsorted(task_ids, per_task.tasks)
+        columns = [per_task.ts.index(t) for t in ts]
+        n_traj[x, rows] = per_task.n[:, 0] if columns else 0.0
+        by_t[x, rows[:, None], np.arange(n_t)[None, :]] = per_task.c[:, columns]
 
     rng = np.random.default_rng(seed)
     copies = np.ones((1, n_tasks), dtype=np.int64)

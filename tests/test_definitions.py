@@ -284,3 +284,50 @@ def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
         np.inf if s is False else float(n) for s, n in zip(frame["success"], frame["n_turns"],
                                                             strict=True)
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Task counts and the mode: one home each
+
+
+def test_task_counts_are_the_one_count_of_every_consumer() -> None:
+    """Unequal samples per task: Pass@(1,T), the difference surface, the budget curves and the
+    decomposition's empirical S(T) all come from analyses.passkt.task_counts."""
+    from analyses.budget import budget_difference, success_curves
+    from analyses.passkt import task_counts
+    from analyses.report.surface import pass_difference
+
+    traj, flags = unequal()
+    ts = [1, 2, 3, 4]
+    s = {}
+    for run in ("A", "B"):
+        counts = task_counts(traj[traj["run"] == run], ts)
+        assert counts.n[:, 0].tolist() == [1, 2, 3]          # t1, t2, t3 have 1, 2, 3 samples
+        s[run] = (counts.c / counts.n).mean(axis=0)
+        grid = pass_at_kt(traj[traj["run"] == run], ks=[1], ts=ts, n_boot=0)
+        assert grid["value"].tolist() == pytest.approx(s[run].tolist())
+        curve = next(c for c in success_curves(traj, t_max=4) if c.run == run)
+        assert curve.value == pytest.approx(s[run].tolist())
+    cells = pass_difference(traj, "A", "B", [1], ts, n_boot=0)
+    assert [c.value for c in cells] == pytest.approx((s["B"] - s["A"]).tolist())
+    assert budget_difference(traj, "A", "B", t_max=4, n_boot=0).value == pytest.approx(
+        (s["B"] - s["A"]).tolist())
+    out = decompose(traj, flags, "A", "B", ts, strata=1, n_boot=0)
+    assert out["delta"].tolist() == pytest.approx((s["B"] - s["A"]).tolist())
+
+
+@pytest.mark.parametrize("budgets", [[10, 20, 40], [40]])
+def test_analyze_and_budgetmix_plan_read_a_store_in_one_mode(budgets: list[int]) -> None:
+    """Several budgets per run: budgeted in both; one budget: truncation in both."""
+    from analyses.budgetmix.evidence import budget_evidence
+    from analyses.report import ReportOptions
+    from analyses.report.build import build_report
+    from recovery.simulate import load_config
+
+    config = load_config("budget-aware")
+    config.n_tasks, config.n_samples, config.budgets = 20, 2, budgets
+    con = simulated_store(config)
+    report = build_report(con, None, ReportOptions(n_boot=0, strata=1, mode="auto"))
+    _, info = budget_evidence(con, budgets, mode="auto")
+    assert report.mode == info["mode"] == ("budgeted" if len(budgets) > 1 else "truncation")
+    con.close()

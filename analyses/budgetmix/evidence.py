@@ -78,7 +78,10 @@ def _resolve_mode(traj: pd.DataFrame, wanted: Sequence[int], mode: str) -> str:
             )
         return mode
     if mode == "auto":
-        return "budgeted" if set(wanted) <= present else "truncation"
+        # the one rule: `recovery analyze` reads the same store in the same mode
+        from analyses.passkt import resolve_mode
+
+        return resolve_mode(traj, "auto", list(wanted))[0]
     return mode
 
 

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.frames import success_turns
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -29,27 +27,29 @@ _CHUNK_CELLS = 4_000_000
 def _counts(
     traj: pd.DataFrame, tasks: np.ndarray, ts: Sequence[int | None], mode: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per task (in ``tasks`` order) and T: samples ``n`` and successes by T ``c``."""
-    import pandas as pd
+    """Per task (in ``tasks`` order) and T: samples ``n`` and successes by T ``c``, from the one
+    count of the toolkit (:func:`analyses.passkt.task_counts`)."""
+    from analyses.passkt import task_counts
 
-    code = pd.Index(tasks).get_indexer(traj["task_id"].astype(str))
-    keep = code >= 0
-    code = code[keep]
-    won_at = success_turns(traj)[keep]
-    budget = pd.to_numeric(traj["budget"]).to_numpy(dtype=float, na_value=np.nan)[keep] if (
-        "budget" in traj) else np.full(len(code), np.nan)
+    per_task = task_counts(traj, ts, mode)  # type: ignore[arg-type]
     n = np.zeros((len(tasks), len(ts)))
     c = np.zeros((len(tasks), len(ts)))
-    for j, t in enumerate(ts):
-        if mode == "budgeted":
-            rows = budget == t
-            won = rows & (won_at <= t)
-        else:
-            rows = np.ones(len(code), dtype=bool)
-            won = np.isfinite(won_at) if t is None else won_at <= t
-        n[:, j] = np.bincount(code[rows], minlength=len(tasks))
-        c[:, j] = np.bincount(code[won], minlength=len(tasks))
+    if not len(per_task.tasks):
+        return n, c
+    rows = np.searchsorted(tasks, per_task.tasks)
+    found = (rows < len(tasks)) & (tasks[np.minimum(rows, len(tasks) - 1)] == per_task.tasks)
+    columns = [per_task.ts.index(_limit(t)) for t in ts]
+    n[rows[found]] = per_task.n[found][:, columns]
+    c[rows[found]] = per_task.c[found][:, columns]
     return n, c
+
+
+def _limit(t: object) -> int | None:
+    """A T as :func:`analyses.passkt.task_counts` labels it: ``None`` for no limit (also NaN
+    and ``pd.NA``), else an int."""
+    import pandas as pd
+
+    return None if t is None or bool(pd.isna(t)) else int(t)  # type: ignore[arg-type]
 
 
 def _values(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
