@@ -95,3 +95,26 @@ def last_token_indices(
     pos_clipped = np.minimum(pos, real.size - 1)
     covered = (pos < real.size) & (spans[real[pos_clipped], 0] < ends) & (ends > 0)
     return np.where(covered, real[pos_clipped], -1)
+
+
+def generation_segments(model_mask: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+    """Which assistant generation each completion token belongs to, from a model-token mask.
+
+    A multi-turn completion alternates the model's generations and the tool results spliced
+    in between (TRL's ``tool_mask``: 1 on tokens the model wrote, 0 on tool-result tokens;
+    multiply by the padding mask first so padding reads 0). Each maximal run of 1s is one
+    generation; the ``k``-th run (0-based) gets ``k``.
+
+    Args:
+        model_mask: ``(n_sequences, n_tokens)`` 0/1 mask.
+
+    Returns:
+        ``(n_sequences, n_tokens)`` int array: the generation index on model tokens, -1 on
+        the others.
+    """
+    mask = np.asarray(model_mask).astype(bool)
+    if mask.ndim != 2:
+        raise ValueError("model_mask must be two-dimensional (sequences x tokens)")
+    starts = mask & ~np.pad(mask, ((0, 0), (1, 0)))[:, :-1]  # a 1 after a 0 (or at the start)
+    index = np.cumsum(starts, axis=1) - 1
+    return np.where(mask, index, -1)

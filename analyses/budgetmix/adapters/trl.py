@@ -23,7 +23,9 @@ sum (an episode without a turn gets ``R - lambda phi(s_1)``). With ``gamma = 1``
 ``R - lambda phi(s_1)`` for every episode: GRPO's group-normalised advantage is then unchanged
 by the shaping (a constant shift), as ``docs/budgetmix.md`` explains; the per-turn rewards
 are kept on each environment (``budgetmix_episode``), where a reward function reads them
-through TRL's ``environments`` argument.
+through TRL's ``environments`` argument, and
+:class:`~analyses.budgetmix.adapters.trl_credit.TurnCreditGRPOTrainer` turns them into one
+advantage per turn, on that turn's tokens.
 
 Example:
     >>> from analyses.budgetmix.adapters.trl import budgeted_environment

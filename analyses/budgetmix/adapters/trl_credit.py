@@ -1,0 +1,253 @@
+"""TRL: per-turn PRM credit inside ``GRPOTrainer``: each turn's tokens get that turn's advantage.
+
+With ``gamma = 1`` the PRM-shaped episode reward is ``R - lambda phi(s_1)`` whatever the PRM
+says about the turns in between, and GRPO's group-normalised advantage (one number per
+sequence) cannot see the shaping. Credit per turn needs the advantage to vary along the
+sequence. trl 1.13's ``GRPOTrainer._compute_loss`` takes an ``advantages`` tensor of shape
+``(B,)`` or ``(B, T)`` (it unsqueezes only a 1-d one; ``T`` = completion tokens), and
+``_prepare_inputs`` shuffles and splits every tensor of the generation batch along the first
+dimension, so a subclass that overrides ``_generate_and_score_completions`` and replaces
+``advantages`` by a ``(B, T)`` tensor is enough: no other method changes.
+
+The per-turn advantage (:func:`turn_advantages`) uses the PRM as the value function: with
+``phi(s_t)`` the potential of the shaping (``initial_potential`` before the first turn, then
+the previous turn's PRM score, 0 after the last turn) and the TD error
+``delta_t = R [t = n] + gamma phi(s_t+1) - phi(s_t)`` (the shaped reward with ``lambda = 1``),
+
+    A_t = sum_k (gamma * gae_lambda)^k delta_{t+k}
+
+(GAE with the PRM as critic). ``gamma = gae_lambda = 1`` gives ``A_t = R - phi(s_t)``: the
+outcome against the PRM's estimate before turn ``t``; ``gae_lambda = 0`` gives the one-step
+``phi(s_t+1) - phi(s_t)`` (``R - phi(s_n)`` on the last turn). The advantages are then
+normalised over the turns of each GRPO group (``normalise="group"``: minus the mean, over the
+standard deviation + 1e-4, as GRPO does per sequence), over the batch, or not at all.
+
+Tokens to turns (:func:`~analyses.budgetmix.alignment.generation_segments`): TRL's
+``tool_mask`` marks the model's tokens; the ``k``-th generation issued the ``k``-th tool call,
+which is the ``k``-th turn while the budget lasts. Generations after the last accepted turn
+(refused calls, the final answer) get the last turn's advantage; an episode without a turn is
+one step with ``A = R - phi(s_1)``. The mapping assumes one tool call per generation (TRL
+allows several; then later turns shift onto earlier generations).
+
+The outcome ``R`` is the wrapped environment's ``get_reward`` (the episode's ``outcome``), and
+the scores are the ones :func:`~analyses.budgetmix.adapters.trl.budgeted_environment` computed
+with its ``scorer``: build the environment with a scorer. A PRM that judges a turn having seen
+the rest of the episode (the hindsight setting) is what makes this credit meaningful after an
+episode; a blind PRM (scores from the history so far) is the one search and early stopping need.
+
+Example:
+    >>> from analyses.budgetmix.adapters.trl_credit import TurnCreditConfig, TurnCreditGRPOTrainer
+    >>> env_cls = budgeted_environment(MyToolEnv, scorer=my_prm)
+    >>> trainer = TurnCreditGRPOTrainer(model, args=GRPOConfig(...), train_dataset=rows,
+    ...                                 environment_factory=env_cls,
+    ...                                 turn_credit=TurnCreditConfig(gae_lambda=1.0))
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analyses.budgetmix.adapters.trl import BudgetedEpisode
+from analyses.budgetmix.alignment import generation_segments
+from analyses.budgetmix.shaping import (
+    DEFAULT_INITIAL_POTENTIAL,
+    discounted_returns,
+    shape_rewards,
+)
+
+CLASS_NAME = "TurnCreditGRPOTrainer"
+"""The trainer's name in this module."""
+
+NORMALISE = ("group", "batch", "none")
+"""How turn advantages are normalised."""
+
+EPSILON = 1e-4
+"""Added to the standard deviation before dividing (GRPO's value)."""
+
+
+@dataclass
+class TurnCreditConfig:
+    """How per-turn advantages are built from the outcome and the PRM's scores.
+
+    Attributes:
+        gamma: Discount between turns.
+        gae_lambda: GAE's lambda: 1 = outcome minus the PRM's value before the turn, 0 = the
+            one-step change of the PRM's value.
+        initial_potential: ``phi(s_1)``, the value before the first turn.
+        normalise: ``group`` (over each GRPO group's turns), ``batch`` or ``none``.
+    """
+
+    gamma: float = field(default=1.0, metadata={"help": "Discount between turns."})
+    gae_lambda: float = field(default=1.0, metadata={
+        "help": "GAE lambda: 1 = R - phi(s_t); 0 = phi(s_t+1) - phi(s_t)."})
+    initial_potential: float = field(default=DEFAULT_INITIAL_POTENTIAL, metadata={
+        "help": "The PRM value before the first turn."})
+    normalise: str = field(default="group", metadata={
+        "help": "Normalise turn advantages over each group, the batch, or not (none)."})
+
+    def __post_init__(self) -> None:
+        if self.normalise not in NORMALISE:
+            raise ValueError(f"normalise must be one of {', '.join(NORMALISE)}, "
+                             f"not {self.normalise!r}")
+        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
+            raise ValueError("gamma and gae_lambda must lie in [0, 1]")
+
+
+def turn_advantages(scores: Sequence[float] | np.ndarray, outcome: float,
+                    config: TurnCreditConfig) -> np.ndarray:
+    """GAE advantages of one episode's turns with the PRM as the value (see the module).
+
+    Args:
+        scores: PRM score of each turn (the last one is never used: the outcome judges it).
+        outcome: The episode's outcome ``R``.
+        config: Discount, GAE lambda and the initial value.
+
+    Returns:
+        One advantage per turn; one value (``R - phi(s_1)``) for an episode without a turn.
+    """
+    p = np.asarray(scores, dtype=float)
+    if p.size == 0:
+        return np.array([outcome - config.initial_potential])
+    first = np.arange(p.size) == 0
+    deltas = shape_rewards(p, first, first[::-1], np.full(p.size, float(outcome)), lam=1.0,
+                           gamma=config.gamma, initial_potential=config.initial_potential).total
+    return discounted_returns(deltas[None, :], np.ones((1, p.size), dtype=bool),
+                              gamma=config.gamma * config.gae_lambda)[0]
+
+
+def normalise_advantages(advantages: Sequence[np.ndarray], group_size: int,
+                         how: str) -> list[np.ndarray]:
+    """Normalise per-turn advantages over each group of ``group_size`` consecutive episodes.
+
+    Args:
+        advantages: One array per episode (GRPO's order: a group's episodes are consecutive).
+        group_size: Episodes per group (``num_generations``).
+        how: ``group``, ``batch`` or ``none``.
+
+    Returns:
+        The normalised arrays (minus the mean, over the standard deviation + 1e-4).
+    """
+    if how == "none":
+        return [np.asarray(a, dtype=float) for a in advantages]
+    size = group_size if how == "group" else len(advantages)
+    if size < 1 or len(advantages) % size:
+        raise ValueError(f"{len(advantages)} episodes do not split into groups of {size}")
+    out: list[np.ndarray] = []
+    for start in range(0, len(advantages), size):
+        group = [np.asarray(a, dtype=float) for a in advantages[start:start + size]]
+        flat = np.concatenate(group)
+        mean, std = flat.mean(), flat.std(ddof=1) if flat.size > 1 else 0.0
+        out += [(a - mean) / (std + EPSILON) for a in group]
+    return out
+
+
+def token_advantages(model_mask: np.ndarray, advantages: Sequence[np.ndarray]) -> np.ndarray:
+    """Spread per-turn advantages over tokens: the ``k``-th generation gets turn ``k``'s.
+
+    Args:
+        model_mask: ``(B, T)`` 1 on the model's own completion tokens (TRL's ``completion_mask
+            * tool_mask``), 0 on tool results and padding.
+        advantages: Per episode, one advantage per turn (at least one).
+
+    Returns:
+        ``(B, T)`` advantages; 0 where the mask is 0. Generations past the last turn get the
+        last turn's advantage.
+    """
+    segments = generation_segments(model_mask)
+    if segments.shape[0] != len(advantages):
+        raise ValueError(f"{segments.shape[0]} sequences but {len(advantages)} episodes")
+    out = np.zeros(segments.shape, dtype=float)
+    for i, adv in enumerate(advantages):
+        adv = np.asarray(adv, dtype=float)
+        if adv.size == 0:
+            raise ValueError("every episode needs at least one advantage")
+        seg = segments[i]
+        real = seg >= 0
+        out[i, real] = adv[np.minimum(seg[real], adv.size - 1)]
+    return out
+
+
+def episode_advantages(episodes: Sequence[BudgetedEpisode], config: TurnCreditConfig,
+                       group_size: int) -> list[np.ndarray]:
+    """Per-turn, normalised advantages of a batch's episodes (in the trainer's order).
+
+    Raises:
+        ValueError: An episode was not rewarded, or has no PRM score per turn.
+    """
+    raw = []
+    for episode in episodes:
+        if episode.outcome is None:
+            raise ValueError("an episode was not rewarded: the environment's get_reward must run")
+        if len(episode.scores) != episode.n_turns:
+            raise ValueError("per-turn credit needs a PRM score per turn: build the environment "
+                             "with budgeted_environment(..., scorer=...)")
+        raw.append(turn_advantages(episode.scores, episode.outcome, config))
+    return normalise_advantages(raw, group_size, config.normalise)
+
+
+def turn_credit_trainer(base: type) -> type:
+    """A subclass of TRL's ``GRPOTrainer`` (``base``) whose advantages are per turn, per token.
+
+    The subclass takes one more keyword, ``turn_credit`` (a :class:`TurnCreditConfig`), and
+    needs ``environment_factory`` built by
+    :func:`~analyses.budgetmix.adapters.trl.budgeted_environment` with a scorer.
+    """
+
+    class TurnCreditGRPOTrainer(base):  # type: ignore[misc, valid-type]
+        """TRL's GRPOTrainer with the PRM's per-turn credit on each turn's tokens."""
+
+        def __init__(self, *args: Any, turn_credit: TurnCreditConfig | None = None,
+                     **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.turn_credit = turn_credit or TurnCreditConfig()
+            if getattr(self.args, "use_liger_kernel", False):
+                raise ValueError("per-turn credit does not work with use_liger_kernel "
+                                 "(its loss takes one advantage per sequence)")
+            processes = getattr(getattr(self, "accelerator", None), "num_processes", 1)
+            if processes > 1 and self.turn_credit.normalise == "group":
+                raise ValueError("normalise='group' needs one process (a group may span "
+                                 "processes); use normalise='batch'")
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            import torch
+
+            output = super()._generate_and_score_completions(inputs)
+            environments = getattr(self, "environments", None) or []
+            episodes = [getattr(env, "budgetmix_episode", None) for env in environments]
+            if not episodes or any(e is None for e in episodes):
+                raise ValueError("per-turn credit needs environment_factory=budgeted_environment(...)")
+            mask = output["completion_mask"]
+            if output.get("tool_mask") is not None:
+                mask = mask * output["tool_mask"]
+            group = self.num_generations if self.model.training else self.num_generations_eval
+            per_turn = episode_advantages(episodes, self.turn_credit, group)
+            values = token_advantages(mask.detach().cpu().numpy(), per_turn)
+            advantages = output["advantages"]
+            output["advantages"] = torch.as_tensor(values, dtype=advantages.dtype,
+                                                   device=advantages.device)
+            self.budgetmix_turn_advantages = per_turn  # the last batch's, for inspection
+            return output
+
+    TurnCreditGRPOTrainer.__module__ = __name__
+    TurnCreditGRPOTrainer.__qualname__ = CLASS_NAME
+    return TurnCreditGRPOTrainer
+
+
+@functools.cache
+def _trl_class() -> type:
+    """The trainer built on trl's ``GRPOTrainer`` (one class per process)."""
+    from trl import GRPOTrainer
+
+    return turn_credit_trainer(GRPOTrainer)
+
+
+def __getattr__(name: str) -> Any:
+    """``TurnCreditGRPOTrainer`` is built (importing trl) when first asked for."""
+    if name == CLASS_NAME:
+        return _trl_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
