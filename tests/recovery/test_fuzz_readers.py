@@ -8,6 +8,14 @@ column changed) and ingests the result, with and without ``skip_bad``. The only 
 allowed: the ingest succeeds, or it raises ``IngestError`` whose message names the file and a
 line; and after a failure every table of the store is exactly as before.
 
+Folder inputs get hostile shapes of their own: BALROG folders built from random sets of
+entries (episode files of the right and wrong shape, links that point out of the folder or
+inside it, dangling links, named pipes, folders and linked folders named like episodes) and
+ATIF trajectories whose ``continued_trajectory_ref`` names hostile places (``..``, absolute
+paths, links, named pipes, over-long names, random text). Besides the property above, nothing
+of the files outside the input may reach the store or a message, and no input may block (each
+runs under an alarm).
+
 The default suite runs a few examples per fixture (a few hundred in all); ``make test-slow``
 runs many more.
 """
@@ -18,9 +26,13 @@ import copy
 import gzip
 import io
 import json
+import os
 import re
 import shutil
+import signal
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +205,11 @@ def dump(con: Any) -> dict[str, list[tuple]]:
     return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
 
 
-def check_ingest(con: Any, path: Path, fmt: str, skip_bad: bool) -> None:
+def check_ingest(con: Any, path: Path, fmt: str, skip_bad: bool) -> str:
+    """Ingest ``path``: stored, or refused naming the file and a line with the store unchanged.
+
+    Returns the refusal's message (``""`` when the input was stored).
+    """
     before = dump(con)
     try:
         ingest_file(con, path, IngestOptions(format=fmt, skip_bad=skip_bad))
@@ -202,8 +218,9 @@ def check_ingest(con: Any, path: Path, fmt: str, skip_bad: bool) -> None:
         assert re.search(re.escape(str(path)) + r"(/[^:]*)?:\d+: ", message), message
         assert "Traceback" not in message
         assert dump(con) == before
-        return
+        return message
     assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] >= 1
+    return ""
 
 
 def _fuzz(fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
@@ -261,3 +278,204 @@ def test_mutated_input_is_stored_or_refused_cleanly_many(
     fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     _fuzz(fixture, tmp_path_factory, data)
+
+
+# --------------------------------------------------------------------------------------------
+# Folder inputs: hostile entries, hostile continuation references
+
+SECRET = "outside-marker-7f3a"
+"""Written only in files outside the input; it must never reach the store or a message."""
+HEADER = "Step,Action,Reasoning,Observation,Reward,Done\n"
+ENTRY_KINDS = ("valid", "valid", "garbage", "other-header", "bad-bytes", "empty", "link-out",
+               "link-passwd", "link-in", "dangling", "fifo", "folder", "linked-folder")
+
+
+class Blocked(BaseException):
+    """Raised by :func:`deadline`: not an OSError, so no reader's ``except OSError`` eats it."""
+
+
+@contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail, instead of hanging the suite, when the body runs longer than ``seconds``."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise Blocked(f"still running after {seconds} s: a reader blocked")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _outside(root: Path) -> Path:
+    """Files beside the input that nobody asked to read, each holding :data:`SECRET`."""
+    place = root / "outside"
+    (place / "env" / "task").mkdir(parents=True)
+    (place / "episode.csv").write_text(HEADER + f"0,{SECRET},,o,0.0,True\n", encoding="utf-8")
+    (place / "summary.json").write_text(json.dumps({"progression": 1.0, "secret": SECRET}),
+                                        encoding="utf-8")
+    (place / "passwd").write_text(f"root:x:0:0:{SECRET}\n", encoding="utf-8")
+    (place / "env" / "task" / "task_run_00.csv").write_text(
+        HEADER + f"0,{SECRET},,o,0.0,True\n", encoding="utf-8")
+    atif = json.loads((FIXTURES / "atif.json").read_text(encoding="utf-8"))
+    atif["final_metrics"] = {"secret": SECRET}
+    atif["steps"][-1]["message"] = SECRET
+    (place / "cont.json").write_text(json.dumps(atif), encoding="utf-8")
+    return place
+
+
+def _write_entry(path: Path, kind: str, ext: str, outside: Path, folder: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(path):
+        return
+    target = outside / ("episode.csv" if ext == "csv" else "summary.json")
+    if kind == "valid":
+        path.write_text(HEADER + "0,go,,seen,0.5,True\n" if ext == "csv" else
+                        json.dumps({"progression": 1.0, "episode_return": 1.0, "done": True}),
+                        encoding="utf-8")
+    elif kind == "garbage":
+        path.write_text('0,"unclosed\n{"x": ' if ext == "csv" else "{not json",
+                        encoding="utf-8")
+    elif kind == "other-header":
+        path.write_text("a,b,c\n1,2,3\n" if ext == "csv" else "[1, 2]", encoding="utf-8")
+    elif kind == "bad-bytes":
+        path.write_bytes(HEADER.encode() + b"0,\xff\xfe,,o,0,True\n")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "link-out":
+        path.symlink_to(target)
+    elif kind == "link-passwd":
+        path.symlink_to(outside / "passwd")
+    elif kind == "link-in":
+        path.symlink_to(folder / "summary.json")
+    elif kind == "dangling":
+        path.symlink_to(outside / "nothing-here")
+    elif kind == "fifo" and hasattr(os, "mkfifo"):
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "linked-folder":
+        path.symlink_to(outside / "env", target_is_directory=True)
+
+
+ENTRIES = st.lists(
+    st.tuples(st.sampled_from(["env/task", "env/other", "env/task/deep/er", ""]),
+              st.integers(0, 3), st.sampled_from(["csv", "json"]),
+              st.sampled_from(ENTRY_KINDS)),
+    min_size=1, max_size=8,
+)
+
+
+def _no_secret(con: Any, message: str = "") -> None:
+    assert SECRET not in message, message
+    assert SECRET not in repr(dump(con)), "a file outside the input reached the store"
+
+
+def _check_clean(con: Any, path: Path, fmt: str, skip_bad: bool) -> None:
+    """:func:`check_ingest`, and nothing of the files outside ``path`` stored or quoted."""
+    _no_secret(con, check_ingest(con, path, fmt, skip_bad))
+
+
+def _fuzz_balrog_folder(root: Path, data: st.DataObject) -> None:
+    outside = _outside(root)
+    folder = root / "run"
+    folder.mkdir()
+    (folder / "summary.json").write_text("{}", encoding="utf-8")
+    for where, index, ext, kind in data.draw(ENTRIES, label="entries"):
+        name = f"{where.rsplit('/', 1)[-1] or 'top'}_run_{index:02d}.{ext}"
+        _write_entry(folder / where / name, kind, ext, outside, folder)
+    if data.draw(st.booleans(), label="linked folder"):
+        (folder / "elsewhere").symlink_to(outside / "env", target_is_directory=True)
+    con = connect(None)
+    try:
+        ingest_file(con, FIXTURES / "balrog", IngestOptions(format="balrog"))
+        with deadline(20):
+            try:
+                from recovery.formats import UnknownFormatError, detect_format
+
+                detect_format(folder)
+            except UnknownFormatError as err:
+                assert SECRET not in str(err)
+            _check_clean(con, folder, "balrog", data.draw(st.booleans(), label="skip_bad"))
+    finally:
+        con.close()
+
+
+HOSTILE_REFS = st.one_of(
+    st.sampled_from(["../outside/cont.json", "../outside/missing.json", "..", ".", "/",
+                     "outside/cont.json", "link.json", "dangling.json", "pipe.json",
+                     "sub", "x" * 5000, "a\x00b.json", "..\\outside\\cont.json", "cont.json",
+                     "self.json", "~/cont.json", " ", "\u202e.json"]),
+    st.text(max_size=30),
+    st.builds(lambda n: "é" * n, st.integers(100, 400)),
+)
+
+
+def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
+    outside = _outside(root)
+    run = root / "run"
+    (run / "sub").mkdir(parents=True)
+    (run / "link.json").symlink_to(outside / "cont.json")
+    (run / "dangling.json").symlink_to(outside / "nothing.json")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(run / "pipe.json")
+    head = json.loads((FIXTURES / "atif.json").read_text(encoding="utf-8"))
+    cont = copy.deepcopy(head)
+    cont.pop("final_metrics", None)
+    (run / "cont.json").write_text(json.dumps(cont), encoding="utf-8")
+    head["continued_trajectory_ref"] = data.draw(HOSTILE_REFS, label="ref")
+    path = run / "self.json"
+    path.write_text(json.dumps(head), encoding="utf-8")
+    con = connect(None)
+    try:
+        ingest_file(con, FIXTURES / "atif.json", IngestOptions(format="atif"))
+        with deadline(20):
+            _check_clean(con, path, "atif", data.draw(st.booleans(), label="skip_bad"))
+    finally:
+        con.close()
+
+
+FOLDERS = settings(max_examples=15, deadline=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                          HealthCheck.too_slow, HealthCheck.data_too_large])
+FOLDERS_SLOW = settings(max_examples=300, deadline=None,
+                        suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                               HealthCheck.too_slow,
+                                               HealthCheck.data_too_large])
+
+
+@FOLDERS
+@given(data=st.data())
+def test_hostile_balrog_folder_is_stored_or_refused_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    _fuzz_balrog_folder(tmp_path_factory.mktemp("balrog"), data)
+
+
+@FOLDERS
+@given(data=st.data())
+def test_hostile_continuation_is_stored_or_refused_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    _fuzz_atif_continuation(tmp_path_factory.mktemp("atif"), data)
+
+
+@pytest.mark.slow
+@FOLDERS_SLOW
+@given(data=st.data())
+def test_hostile_balrog_folder_is_stored_or_refused_cleanly_many(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    _fuzz_balrog_folder(tmp_path_factory.mktemp("balrog"), data)
+
+
+@pytest.mark.slow
+@FOLDERS_SLOW
+@given(data=st.data())
+def test_hostile_continuation_is_stored_or_refused_cleanly_many(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    _fuzz_atif_continuation(tmp_path_factory.mktemp("atif"), data)
