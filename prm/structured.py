@@ -1,0 +1,369 @@
+"""The ``structured`` PRM: structural features of each turn into a logistic regression.
+
+The features are those of :mod:`prm.features` (position, marks and spells, repeats, empty or
+error observations, tool calls so far, lengths, hedging words, agreement with sibling samples;
+in hindsight also the episode's end and outcome). They are standardised (training mean and
+scale; an unknown feature is filled with its mean, so it is neutral) and read by a
+scikit-learn logistic regression: ternary (-1 / 0 / +1) when the labels are, else binary.
+Its regularisation ``C`` is chosen by grouped cross-validation over the training tasks (log
+loss), and its error threshold on the same held-out predictions
+(:func:`prm.metrics.choose_error_threshold`).
+
+A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
+names, ``C``, the error threshold, the label source) and ``structured.npz`` (coefficients,
+intercepts, means and scales, read with ``allow_pickle=False``), ``split.json`` and
+``train_summary.json``: nothing in it is code, and nothing loaded from it runs any. A folder
+records its setting; scoring it in the other setting is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recovery.errors import InputProblem, UsageProblem
+
+if TYPE_CHECKING:
+    import duckdb
+    import numpy as np
+    import pandas as pd
+
+    from prm.config import TrainConfig, TrainResult
+    from prm.data import StepExample, TaskSplit
+
+STRUCTURED_FILE = "structured.json"
+ARRAYS_FILE = "structured.npz"
+FORMAT = "prm-structured"
+VERSION = 1
+C_GRID = (0.01, 0.1, 1.0, 10.0)
+"""Regularisation strengths the inner cross-validation tries."""
+ARRAY_NAMES = ("coef", "intercept", "means", "scales")
+
+
+def is_structured_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder written for the structured backbone."""
+    return (Path(path) / STRUCTURED_FILE).is_file()
+
+
+def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
+
+    from prm.metrics import target_classes
+
+    return target_classes(targets) if ternary else (targets >= 0.5).astype(float) * 2 - 1
+
+
+@dataclass
+class StructuredStepModel:
+    """Standardised structural features into a logistic regression (scikit-learn style:
+    :meth:`fit` returns the model, fitted state ends in ``_``).
+
+    Attributes:
+        setting: ``blind`` or ``hindsight``: which features it reads (:mod:`prm.features`).
+        head: ``auto`` (ternary when the targets are 0 / 0.5 / 1 with some 0.5), ``binary``
+            or ``ternary``.
+        C: Inverse regularisation; ``None`` = chosen from :data:`C_GRID` by grouped
+            cross-validation.
+        inner_folds: Folds of that cross-validation (by task).
+        seed: Seed of the inner folds.
+    """
+
+    setting: str = "blind"
+    head: str = "auto"
+    C: float | None = None
+    inner_folds: int = 3
+    seed: int = 0
+
+    # ----------------------------------------------------------------------------- fitting
+    def _matrix(self, table: pd.DataFrame) -> np.ndarray:
+        import numpy as np
+
+        X = table[self.feature_names_].to_numpy(float)
+        X = np.where(np.isnan(X), self.means_, X)
+        return (X - self.means_) / self.scales_
+
+    def _fit_lr(self, X: np.ndarray, targets: np.ndarray, C: float) -> tuple[Any, Any]:
+        import numpy as np
+        from sklearn.linear_model import LogisticRegression
+
+        model = LogisticRegression(C=C, solver="newton-cg", max_iter=500)
+        if self.head_ == "ternary":
+            model.fit(X, _classes_of(targets, True))
+            return model.coef_, model.intercept_
+        # Soft targets exactly: each row a positive with weight y and a negative with 1 - y.
+        y = np.r_[np.ones(len(X)), np.zeros(len(X))]
+        weight = np.r_[targets, 1.0 - targets]
+        keep = weight > 0
+        model.fit(np.r_[X, X][keep], y[keep], sample_weight=weight[keep])
+        return model.coef_, model.intercept_
+
+    def _proba(self, X: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        logits = X @ coef.T + intercept
+        if coef.shape[0] == 1:
+            return 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        logits = logits - logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def _scored(self, rows: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
+        out = rows[["traj_id", "t"]].copy()
+        if probs.ndim == 2:
+            out["score"] = 1.0 - probs[:, 0]
+            out["p_neutral"] = probs[:, 1]
+        else:
+            out["score"] = probs
+        return out
+
+    def _inner_choice(self, X: np.ndarray, rows: pd.DataFrame, targets: np.ndarray
+                      ) -> tuple[float, float]:
+        """``C`` (lowest held-out log loss) and the error threshold on its held-out scores."""
+        import numpy as np
+        import pandas as pd
+        from sklearn.model_selection import GroupKFold
+
+        from prm.metrics import choose_error_threshold
+
+        groups = rows["task_id"].astype(str).to_numpy()
+        if len(np.unique(groups)) < self.inner_folds:
+            return (self.C or 1.0), 0.5
+        grid = (self.C,) if self.C is not None else C_GRID
+        splitter = GroupKFold(n_splits=self.inner_folds, shuffle=True, random_state=self.seed)
+        folds = list(splitter.split(X, groups=groups))
+        best: tuple[float, float, Any] = (np.inf, 1.0, None)
+        for C in grid:
+            held = np.zeros((len(X), 3)) if self.head_ == "ternary" else np.zeros(len(X))
+            for train, test in folds:
+                if len(np.unique(_classes_of(targets[train], self.head_ == "ternary"))) < 2:
+                    break
+                held[test] = self._proba(X[test], *self._fit_lr(X[train], targets[train], C))
+            else:
+                loss = _log_loss(held, targets, self.head_ == "ternary")
+                if loss < best[0] - 1e-12:
+                    best = (loss, C, held)
+        if best[2] is None:
+            return (self.C or 1.0), 0.5
+        frame = pd.concat([self._scored(rows, best[2]).reset_index(drop=True),
+                           pd.Series(targets, name="target")], axis=1)
+        return best[1], choose_error_threshold(frame)
+
+    def fit(self, table: pd.DataFrame, targets: Sequence[float] | np.ndarray,
+            feature_names: Sequence[str] | None = None) -> StructuredStepModel:
+        """Fit on labelled turns.
+
+        Args:
+            table: ``traj_id, t, task_id`` and the feature columns (a
+                :class:`prm.features.FeatureTable`'s table with ``task_id`` added).
+            targets: One target in [0, 1] per row; NaN rows are left out.
+            feature_names: The feature columns (default: every column but ``traj_id, t,
+                task_id``).
+
+        Returns:
+            self.
+        """
+        import numpy as np
+
+        from prm.metrics import target_classes
+
+        targets = np.asarray(targets, dtype=float)
+        keep = ~np.isnan(targets)
+        rows, targets = table.loc[keep].reset_index(drop=True), targets[keep]
+        if not len(rows):
+            raise InputProblem("no labelled turn to fit the structured PRM on")
+        self.feature_names_ = list(feature_names or [c for c in table.columns
+                                                     if c not in ("traj_id", "t", "task_id")])
+        classes = set(target_classes(targets).tolist())
+        ternary_labels = 0.0 in classes and set(np.unique(targets)) <= {0.0, 0.5, 1.0}
+        self.head_ = self.head if self.head != "auto" else (
+            "ternary" if ternary_labels else "binary")
+        if self.head_ == "ternary" and classes != {-1.0, 0.0, 1.0}:
+            raise UsageProblem("--head ternary needs labels of -1, 0 and +1 among the "
+                               "training turns")
+        if self.head_ == "binary" and len({c < 0 for c in classes}) < 2:
+            raise InputProblem("the training turns are all errors or all right: nothing to "
+                               "learn a step score from")
+        raw = rows[self.feature_names_].to_numpy(float)
+        means = np.nanmean(np.where(np.isnan(raw).all(axis=0), 0.0, raw), axis=0)
+        self.means_ = np.nan_to_num(means)
+        scales = np.nanstd(np.where(np.isnan(raw), self.means_, raw), axis=0)
+        self.scales_ = np.where(scales > 1e-12, scales, 1.0)
+        X = self._matrix(rows)
+        self.C_, self.error_threshold_ = self._inner_choice(X, rows, targets)
+        self.coef_, self.intercept_ = self._fit_lr(X, targets, self.C_)
+        self.classes_ = np.array([-1.0, 0.0, 1.0] if self.head_ == "ternary" else [-1.0, 1.0])
+        return self
+
+    # ----------------------------------------------------------------------------- scoring
+    def predict_proba(self, table: pd.DataFrame) -> np.ndarray:
+        """P(class) per row, columns in :attr:`classes_` order (binary: P(+1), one column)."""
+        return self._proba(self._matrix(table), self.coef_, self.intercept_)
+
+    def score_steps(self, table: pd.DataFrame) -> pd.DataFrame:
+        """``traj_id, t, score`` (P(not -1)) and, ternary, ``p_neutral``."""
+        return self._scored(table, self.predict_proba(table))
+
+    # ----------------------------------------------------------------------------- storage
+    def save(self, out: str | Path, **extra: Any) -> None:
+        """Write ``structured.json`` and ``structured.npz`` (no pickle) into ``out``."""
+        import numpy as np
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"format": FORMAT, "version": VERSION, "setting": self.setting,
+                  "head": self.head_, "classes": [float(c) for c in self.classes_],
+                  "feature_names": self.feature_names_, "C": float(self.C_),
+                  "error_threshold": float(self.error_threshold_), **extra}
+        (out / STRUCTURED_FILE).write_text(json.dumps(record, indent=1))
+        np.savez(out / ARRAYS_FILE, coef=self.coef_, intercept=self.intercept_,
+                 means=self.means_, scales=self.scales_)
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> tuple[StructuredStepModel, dict[str, Any]]:
+        """Read a folder written by :meth:`save`; every field and array shape is checked.
+
+        Returns:
+            The model and its ``structured.json`` record.
+
+        Raises:
+            InputProblem: a missing or damaged file (named), or shapes that do not agree.
+        """
+        import zipfile
+
+        import numpy as np
+
+        model_dir = Path(model_dir)
+        path = model_dir / STRUCTURED_FILE
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise InputProblem(f"{path}: cannot be read as JSON ({err})") from None
+        _check_record(record, path)
+        arrays_path = model_dir / ARRAYS_FILE
+        try:
+            with np.load(arrays_path, allow_pickle=False) as data:
+                arrays = {name: np.asarray(data[name], dtype=float) for name in ARRAY_NAMES}
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+            raise InputProblem(f"{arrays_path}: not the structured model's arrays "
+                               f"({type(err).__name__}: {err})") from None
+        d, k = len(record["feature_names"]), 3 if record["head"] == "ternary" else 1
+        expected = {"coef": (k, d), "intercept": (k,), "means": (d,), "scales": (d,)}
+        for name, shape in expected.items():
+            if arrays[name].shape != shape or not np.isfinite(arrays[name]).all():
+                raise InputProblem(f"{arrays_path}: '{name}' has shape {arrays[name].shape}, "
+                                   f"expected {shape} of finite numbers")
+        model = cls(setting=record["setting"], head=record["head"], C=record["C"])
+        model.feature_names_, model.head_ = list(record["feature_names"]), record["head"]
+        model.C_, model.error_threshold_ = record["C"], record["error_threshold"]
+        model.classes_ = np.array(record["classes"], float)
+        model.coef_, model.intercept_ = arrays["coef"], arrays["intercept"]
+        model.means_, model.scales_ = arrays["means"], arrays["scales"]
+        return model, record
+
+
+def _log_loss(probs: np.ndarray, targets: np.ndarray, ternary: bool) -> float:
+    import numpy as np
+
+    eps = 1e-9
+    if ternary:
+        index = (_classes_of(targets, True) + 1).astype(int)
+        return float(-np.mean(np.log(np.clip(probs[np.arange(len(probs)), index], eps, 1))))
+    p = np.clip(probs, eps, 1 - eps)
+    return float(-np.mean(targets * np.log(p) + (1 - targets) * np.log(1 - p)))
+
+
+def _check_record(record: Any, path: Path) -> None:
+    """Every field of ``structured.json``: its type and range, named when wrong."""
+    from prm.features import SETTINGS
+
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise InputProblem(f"{path}: not a structured PRM (no 'format': {FORMAT!r})")
+    checks = {
+        "version": lambda v: v == VERSION,
+        "setting": lambda v: v in SETTINGS,
+        "head": lambda v: v in ("binary", "ternary"),
+        "classes": lambda v: v in ([-1.0, 1.0], [-1.0, 0.0, 1.0]),
+        "feature_names": lambda v: isinstance(v, list) and v and all(
+            isinstance(x, str) for x in v) and len(set(v)) == len(v),
+        "C": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+        "error_threshold": lambda v: isinstance(v, int | float) and not isinstance(v, bool)
+        and 0 <= v <= 1.01,
+    }
+    for name, ok in checks.items():
+        if name not in record or not ok(record[name]):
+            raise InputProblem(f"{path}: field '{name}' is missing or not usable "
+                               f"({record.get(name)!r})")
+
+
+def load_structured(model_dir: str | Path, setting: str | None = None
+                    ) -> tuple[StructuredStepModel, dict[str, Any]]:
+    """Load a structured model folder, refusing it in a setting other than its own.
+
+    Raises:
+        UsageProblem: ``setting`` is not the folder's.
+        InputProblem: a missing or damaged file.
+    """
+    model, record = StructuredStepModel.load(model_dir)
+    if setting is not None and setting != model.setting:
+        raise UsageProblem(
+            f"{model_dir} was trained for the {model.setting} setting and cannot score in the "
+            f"{setting} setting; use --setting {model.setting} or retrain with --setting "
+            f"{setting}")
+    return model, record
+
+
+def feature_rows(con: duckdb.DuckDBPyConnection, setting: str,
+                 traj_ids: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[str],
+                                                                 list[str]]:
+    """Features of the store's turns: the table (with ``task_id``), names and notes."""
+    from prm.features import load_turn_frame, step_features
+
+    frame = load_turn_frame(con, traj_ids)
+    features = step_features(frame, setting)
+    tasks = frame[["traj_id", "task_id"]].drop_duplicates("traj_id")
+    table = features.table.merge(tasks, on="traj_id", how="left", validate="many_to_one")
+    return table, features.names, features.notes
+
+
+def train_structured(config: TrainConfig, examples: list[StepExample], split: TaskSplit,
+                     echo: Callable[[str], Any] = print) -> TrainResult:
+    """Fit the structured PRM on the train and validation tasks (its ``C`` and threshold are
+    chosen by inner grouped folds, so validation tasks need not be held out) and save it."""
+    from prm.config import TrainResult
+    from prm.frozen import turn_rows
+    from prm.spec import SPLIT_FILE, SUMMARY_FILE
+    from prm.stores import open_store
+
+    started = time.perf_counter()
+    out = Path(config.out)
+    fit_examples = [e for e in examples if split.split_of(e.task_id) != "test"]
+    con = open_store(config.store)
+    try:
+        table, names, notes = feature_rows(con, config.setting,
+                                           [e.traj_id for e in fit_examples])
+    finally:
+        con.close()
+    for note in notes:
+        echo(note)
+    rows = turn_rows(fit_examples).merge(table.drop(columns="task_id"), on=["traj_id", "t"],
+                                         validate="one_to_one")
+    model = StructuredStepModel(setting=config.setting, head=config.head,
+                                seed=config.seed).fit(rows, rows["target"].to_numpy(), names)
+    model.save(out, labels=config.labels, label_base=config.label_base)
+    split.save(out / SPLIT_FILE)
+    result = TrainResult(out=out, kind="structured", wall_s=time.perf_counter() - started,
+                         n_train=len(fit_examples), n_test=len(split.select(examples, "test")))
+    (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
+    echo(f"structured PRM ({model.setting}, {model.head_}, C = {model.C_:g}, error threshold "
+         f"{model.error_threshold_:g}) on {len(fit_examples)} trajectories")
+    return result
+
+
+def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
+                     traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """Scores of the store's turns (``traj_id, t, score`` and ``p_neutral``)."""
+    table, _, _ = feature_rows(con, model.setting, traj_ids)
+    return model.score_steps(table)
