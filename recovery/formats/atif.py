@@ -168,7 +168,8 @@ def split_steps(steps: list[Any]) -> tuple[str, list[Turn]]:
         source = step.get("source")
         if source not in ("system", "user", "agent"):
             raise RecordError(
-                f"field '{where}.source': expected 'system', 'user' or 'agent', got {source!r}"
+                f"field '{where}.source': expected 'system', 'user' or 'agent', got "
+                f"{excerpt(repr(source))}"
             )
         text = _message_text(step.get("message"), f"{where}.message")
         if source == "agent":

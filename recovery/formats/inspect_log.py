@@ -205,7 +205,8 @@ def _score_value(scores: Any, scorer: str | None) -> tuple[bool, Any]:
         score = scores[scorer]
     else:
         raise RecordError(
-            f"field 'scores': no scorer {scorer!r} (the sample has: {', '.join(scores)})"
+            f"field 'scores': no scorer {scorer!r} (the sample has: "
+            f"{excerpt(', '.join(map(str, scores)))})"
         )
     return True, score.get("value") if isinstance(score, dict) else score
 
