@@ -33,7 +33,8 @@ def _run_filter(runs: Sequence[str] | None) -> tuple[str, list[object]]:
 
 
 def trajectories_frame(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """One row per trajectory with a known outcome that did not crash.
 
@@ -42,17 +43,21 @@ def trajectories_frame(
     ``success_turn`` are float64 with NaN for an unknown budget and for a failure,
     ``sample`` and ``n_turns`` int64, ``success`` bool. Trajectories whose outcome is unknown
     or whose harness crashed are left out; count them with :func:`left_out_counts`.
+    ``traj_ids`` (``None`` = all) keeps only those trajectories, as in every function here.
     """
     import numpy as np
 
+    from recovery.store.scope import traj_scope
+
     where, params = _run_filter(runs)
     reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
-    frame = con.execute(
-        f"SELECT {', '.join(TRAJECTORY_FRAME_COLUMNS)} FROM trajectories "
-        f"WHERE success IS NOT NULL AND end_reason NOT IN ({reasons}) AND {where} "
-        "ORDER BY run, task_id, budget, sample",
-        params,
-    ).df()
+    with traj_scope(con, traj_ids) as scope:
+        frame = con.execute(
+            f"SELECT {', '.join(TRAJECTORY_FRAME_COLUMNS)} FROM trajectories "
+            f"WHERE success IS NOT NULL AND end_reason NOT IN ({reasons}) AND {where} "
+            f"AND {scope} ORDER BY run, task_id, budget, sample",
+            params,
+        ).df()
     return frame.astype(
         {"budget": np.float64, "success_turn": np.float64, "sample": np.int64,
          "n_turns": np.int64, "success": bool, "task_id": object, "run": object}
@@ -60,43 +65,54 @@ def trajectories_frame(
 
 
 def left_out_counts(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> dict[str, int]:
     """Trajectories left out of every analysis, by why: ``{"unknown": n, "crash": m}``.
 
     ``unknown`` counts unknown outcomes (``success IS NULL``) whatever their end reason;
     ``crash`` the crashed ones with a known outcome.
     """
+    from recovery.store.scope import traj_scope
+
     where, params = _run_filter(runs)
-    unknown, crash = con.execute(
-        "SELECT count(*) FILTER (WHERE success IS NULL), "
-        "count(*) FILTER (WHERE success IS NOT NULL AND end_reason = 'crash') "
-        f"FROM trajectories WHERE {where}",
-        params,
-    ).fetchone()
+    with traj_scope(con, traj_ids) as scope:
+        unknown, crash = con.execute(
+            "SELECT count(*) FILTER (WHERE success IS NULL), "
+            "count(*) FILTER (WHERE success IS NOT NULL AND end_reason = 'crash') "
+            f"FROM trajectories WHERE {where} AND {scope}",
+            params,
+        ).fetchone()
     return {"unknown": int(unknown), "crash": int(crash)}
 
 
-def unknown_outcomes(con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None) -> int:
+def unknown_outcomes(
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
+) -> int:
     """How many trajectories have no known outcome (left out of every analysis)."""
-    return left_out_counts(con, runs)["unknown"]
+    return left_out_counts(con, runs, traj_ids)["unknown"]
 
 
 def turn_flags_frame(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """One row per turn of the trajectories with a known outcome.
 
     Columns: ``traj_id, t, is_error, error_kind``, ordered by ``traj_id, t``.
     """
+    from recovery.store.scope import traj_scope
+
     where, params = _run_filter(runs)
-    return con.execute(
-        "SELECT u.traj_id, u.t, u.is_error, u.error_kind FROM turns u "
-        "JOIN trajectories tr USING (traj_id) "
-        f"WHERE tr.success IS NOT NULL AND {where.replace('run', 'tr.run')} "
-        "ORDER BY u.traj_id, u.t",
-        params,
-    ).df()
+    with traj_scope(con, traj_ids, "tr.traj_id") as scope:
+        return con.execute(
+            "SELECT u.traj_id, u.t, u.is_error, u.error_kind FROM turns u "
+            "JOIN trajectories tr USING (traj_id) "
+            f"WHERE tr.success IS NOT NULL AND {where.replace('run', 'tr.run')} AND {scope} "
+            "ORDER BY u.traj_id, u.t",
+            params,
+        ).df()
 
 
 def success_turns(traj: pd.DataFrame) -> np.ndarray:
@@ -177,7 +193,8 @@ def is_in(column: pd.Series, values: pd.Series | Sequence[object]) -> np.ndarray
 
 
 def spells_frame(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """The store's ``error_spells`` of the trajectories of :func:`trajectories_frame`.
 
@@ -187,28 +204,113 @@ def spells_frame(
     """
     import numpy as np
 
+    from recovery.store.scope import traj_scope
+
     where, params = _run_filter(runs)
     reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
-    frame = con.execute(
-        "SELECT tr.run, s.* FROM error_spells s JOIN trajectories tr USING (traj_id) "
-        f"WHERE tr.success IS NOT NULL AND tr.end_reason NOT IN ({reasons}) "
-        f"AND {where.replace('run', 'tr.run')} ORDER BY s.traj_id, s.start_t",
-        params,
-    ).df()
+    with traj_scope(con, traj_ids, "tr.traj_id") as scope:
+        frame = con.execute(
+            "SELECT tr.run, s.* FROM error_spells s JOIN trajectories tr USING (traj_id) "
+            f"WHERE tr.success IS NOT NULL AND tr.end_reason NOT IN ({reasons}) "
+            f"AND {where.replace('run', 'tr.run')} AND {scope} ORDER BY s.traj_id, s.start_t",
+            params,
+        ).df()
     return frame.astype({"recovered_at": np.float64, "latency": np.float64,
                          "recovered": bool, "fatal": bool})
 
 
 def data_quality(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> dict[str, RunQuality]:
     """The data-quality numbers of each run (:func:`recovery.quality.run_quality`, in SQL).
 
-    Covers every trajectory of the runs, the left-out ones too (that is what they count).
+    Covers every trajectory of the runs, the left-out ones too (that is what they count);
+    with ``traj_ids``, only those trajectories: their rows are copied, narrowed to what the
+    numbers read (a turn's action only as empty or not, its observation as the hash the
+    repeat rule compares), into an in-memory store of their own, measured the same way.
 
     Returns:
         Run label -> :class:`recovery.quality.RunQuality`.
     """
     from recovery.quality import run_quality
 
-    return run_quality(con, runs)
+    if traj_ids is None:
+        return run_quality(con, runs)
+    import duckdb
+
+    from recovery.store.scope import traj_scope
+
+    where, params = _run_filter(runs)
+    with traj_scope(con, traj_ids) as scope:
+        trajectories = con.execute(
+            "SELECT traj_id, run, task_id, budget, success, n_turns, end_reason "
+            f"FROM trajectories WHERE {where} AND {scope}", params).df()
+        turns = con.execute(
+            "SELECT traj_id, t, is_error, error_kind, "
+            "CASE WHEN action IS NULL OR trim(action) = '' THEN action ELSE '.' END AS action, "
+            "hash(coalesce(observation, ''))::VARCHAR AS observation FROM turns "
+            f"WHERE {scope}").df()
+    part = duckdb.connect()
+    try:
+        part.register("scoped_trajectories", trajectories)
+        part.register("scoped_turns", turns)
+        part.execute("CREATE TABLE trajectories AS SELECT * FROM scoped_trajectories")
+        part.execute("CREATE TABLE turns AS SELECT * FROM scoped_turns")
+        return run_quality(part, runs)
+    finally:
+        part.close()
+
+
+def group_values(
+    con: duckdb.DuckDBPyConnection, by: str, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The group of every trajectory: columns ``traj_id, value`` (``value`` a string, ``None``
+    where the trajectory has none).
+
+    Args:
+        con: The store.
+        by: ``env`` (the task id up to its first ``/``; ``None`` for a task id without one),
+            ``meta.KEY`` (the field ``KEY`` of the trajectory's ``meta``), or a column of the
+            ``trajectories`` table.
+        runs: Runs to read (``None`` = all).
+        traj_ids: Trajectories to read (``None`` = all).
+
+    Raises:
+        ValueError: for a field that is none of these, naming what there is.
+    """
+    from recovery.store.scope import traj_scope
+
+    expression, expression_params = group_expression(con, by)
+    where, params = _run_filter(runs)
+    with traj_scope(con, traj_ids) as scope:
+        return con.execute(
+            f"SELECT traj_id, CAST({expression} AS VARCHAR) AS value FROM trajectories "
+            f"WHERE {where} AND {scope} ORDER BY traj_id",
+            [*expression_params, *params],
+        ).df()
+
+
+def group_expression(con: duckdb.DuckDBPyConnection, by: str) -> tuple[str, list[object]]:
+    """The SQL expression (and its parameters) of :func:`group_values`' ``by``.
+
+    Raises:
+        ValueError: see :func:`group_values`.
+    """
+    if by == "env":
+        return ("CASE WHEN strpos(CAST(task_id AS VARCHAR), '/') > 0 "
+                "THEN split_part(CAST(task_id AS VARCHAR), '/', 1) END"), []
+    if by.startswith("meta."):
+        key = by.removeprefix("meta.")
+        if not key:
+            raise ValueError("give the meta field after 'meta.', e.g. meta.level")
+        path = '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return "json_extract_string(meta, ?)", [path]
+    columns = [row[0] for row in con.execute("DESCRIBE trajectories").fetchall()]
+    if by not in columns:
+        raise ValueError(
+            f"{by!r} is not a field to group by: give env (the task id up to its first '/'), "
+            f"meta.KEY (a field of the trajectory's meta), or a column of the trajectories "
+            f"table ({', '.join(columns)})")
+    return '"' + by.replace('"', '""') + '"', []

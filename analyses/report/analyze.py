@@ -21,7 +21,7 @@ from recovery.errors import InputProblem, UsageProblem
 if TYPE_CHECKING:
     import duckdb
 
-    from analyses.report.records import Report
+    from analyses.report.records import GroupedReport, Report
     from recovery.store import IngestOptions
 
 Echo = Callable[[str], None]
@@ -84,6 +84,21 @@ class AnalyzeConfig:
         "resolved-instance list of a SWE-bench harness for SWE-agent trajectories).",
     )
     quiet: bool = opt(False, "Print no tables (only write --json / --html).")
+    by: str | None = opt(
+        None,
+        "Report each group apart, in one report with a summary across groups: env (the task "
+        "id up to its first '/'; ids without one form the group '(none)'), meta.KEY (a field "
+        "of the trajectory's meta), or a column of the trajectories table (e.g. budget).",
+    )
+    runs: list[str] | None = opt(
+        None, "Analyse only these runs of the inputs or the store, e.g. base,rl.",
+    )
+    where: str | None = opt(
+        None,
+        "Analyse only the trajectories that meet this SQL condition on the columns of the "
+        "trajectories table, e.g. \"task_id LIKE 'babaisai/%' AND budget = 100\"; every "
+        "number of the report is of them.",
+    )
 
 
 def parse_turn_limits(values: list[str] | None) -> list[int | None] | None:
@@ -110,6 +125,83 @@ def parse_turn_limits(values: list[str] | None) -> list[int | None] | None:
             raise UsageProblem(f"--t: turn limits must be >= 1, got {number}")
         out.append(number)
     return out
+
+
+def select_runs(con: duckdb.DuckDBPyConnection, wanted: list[str] | None,
+                ingested: list[str]) -> list[str]:
+    """The runs to analyse: ``wanted`` (``--runs``) among the known ones (those the inputs
+    hold, else every run of the store), or those the inputs hold (empty = the whole store).
+
+    Raises:
+        UsageProblem: for a wanted run that is not known, listing the known ones.
+    """
+    if not wanted:
+        return ingested
+    known = ingested or [row[0] for row in con.execute(
+        "SELECT DISTINCT run FROM trajectories ORDER BY run").fetchall()]
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise UsageProblem(f"--runs: no run {', '.join(map(repr, unknown))} (runs: "
+                           f"{', '.join(known)})")
+    return list(dict.fromkeys(wanted))
+
+
+def select_where(con: duckdb.DuckDBPyConnection, condition: str,
+                 runs: list[str] | None = None) -> list[str]:
+    """The trajectories of ``runs`` that meet an SQL condition on the ``trajectories`` table.
+
+    The condition becomes ``SELECT traj_id FROM trajectories WHERE (<condition>)``, which
+    must be exactly one ``SELECT`` statement by DuckDB's own parser. It runs on a connection of
+    its own that holds a copy of the runs' trajectory rows and nothing else, sandboxed as
+    ``recovery sql`` sandboxes a store (no file access, no extension, settings locked, no
+    spilling), and is interrupted after :data:`recovery.query.DEFAULT_TIMEOUT` seconds.
+
+    Raises:
+        UsageProblem: for an empty condition, one that does not parse, holds another
+            statement, or fails on the table (its first line said).
+    """
+    import threading
+
+    import duckdb
+
+    from recovery.query import DEFAULT_TIMEOUT
+
+    text = condition.strip()
+    if not text:
+        raise UsageProblem("--where: give a condition on the trajectories table, e.g. "
+                           "\"task_id LIKE 'babaisai/%'\"")
+    query = f"SELECT traj_id FROM trajectories WHERE ({text})"
+    params: list[object] = list(runs or [])
+    where = f"run IN ({', '.join('?' for _ in params)})" if params else "TRUE"
+    rows = con.execute(f"SELECT * FROM trajectories WHERE {where}", params).df()
+    side = duckdb.connect()
+    try:
+        side.register("copied_rows", rows)
+        side.execute("CREATE TABLE trajectories AS SELECT * FROM copied_rows")
+        side.unregister("copied_rows")
+        for setting in ("SET temp_directory = ''", "SET enable_external_access = false",
+                        "SET autoinstall_known_extensions = false",
+                        "SET lock_configuration = true"):
+            side.execute(setting)
+        try:
+            statements = side.extract_statements(query)
+        except duckdb.Error as err:
+            raise UsageProblem(f"--where: the condition does not parse: "
+                               f"{str(err).splitlines()[0]}") from None
+        if len(statements) != 1 or statements[0].type.name != "SELECT":
+            raise UsageProblem("--where: give one condition on the trajectories table, no "
+                               "other statement (no ';')")
+        timer = threading.Timer(DEFAULT_TIMEOUT, side.interrupt)
+        timer.start()
+        try:
+            return [row[0] for row in side.execute(query).fetchall()]
+        except duckdb.Error as err:
+            raise UsageProblem(f"--where: the condition fails on the trajectories table: "
+                               f"{str(err).splitlines()[0]}") from None
+        finally:
+            timer.cancel()
+    finally:
+        side.close()
 
 
 def default_run_name(path: Path) -> str:
@@ -230,7 +322,7 @@ def analyze(
     *,
     echo: Echo | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Report:
+) -> Report | GroupedReport:
     """Everything ``recovery analyze`` does but printing the tables.
 
     Ingests ``config.files`` (into ``config.store``, or an in-memory store), builds the report
@@ -243,7 +335,7 @@ def analyze(
         progress: Called before each step of the analysis.
 
     Returns:
-        The report; its ``timings`` and ``cpu_timings`` hold the seconds per step, ingest and
+        The report (a :class:`GroupedReport` with ``--by``); its ``timings`` and ``cpu_timings`` hold the seconds per step, ingest and
         writing included.
 
     Raises:
@@ -251,7 +343,7 @@ def analyze(
             without shared budgets, no input).
         InputProblem: when a file cannot be ingested or the store cannot be opened.
     """
-    from analyses.report.build import build_report
+    from analyses.report.build import build_grouped_report, build_report
     from analyses.report.records import ReportOptions, write_json
     from recovery.marking import load_rules
     from recovery.store import IngestOptions, connect
@@ -283,10 +375,28 @@ def analyze(
         ingest_cpu = time.process_time() - cpu_started
         if config.files and not runs:
             raise UsageProblem("the input files hold no trajectories")
+        runs = select_runs(con, config.runs, runs)
+        traj_ids = None
+        if config.where is not None:
+            traj_ids = select_where(con, config.where, runs or None)
+            if not traj_ids:
+                raise UsageProblem("--where: no trajectory of the runs meets the condition")
         import duckdb
 
+        if config.by:
+            from analyses.frames import group_expression
+
+            try:
+                group_expression(con, config.by)
+            except ValueError as err:
+                raise UsageProblem(f"--by: {err}") from None
         try:
-            report = build_report(con, runs or None, options, progress=progress)
+            if config.by:
+                report = build_grouped_report(con, config.by, runs or None, options,
+                                              progress=progress, traj_ids=traj_ids)
+            else:
+                report = build_report(con, runs or None, options, progress=progress,
+                                      traj_ids=traj_ids)
         except ValueError as err:
             raise UsageProblem(str(err)) from None
         except duckdb.Error as err:  # damage that only shows when the data is read
@@ -309,7 +419,10 @@ def analyze(
         began = time.perf_counter()
         if progress is not None:
             progress("drawing the HTML report")
-        write_html(report, config.html_out, title=f"recovery analyze: {', '.join(report.runs)}")
+        title = f"recovery analyze: {', '.join(report.runs)}"
+        if config.by:
+            title += f", by {config.by}"
+        write_html(report, config.html_out, title=title)
         report.timings["write html"] = time.perf_counter() - began
         if echo is not None:
             echo(f"wrote {config.html_out}")

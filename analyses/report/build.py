@@ -21,11 +21,15 @@ from analyses.report.defaults import (
 )
 from analyses.report.records import (
     MODES,
+    NO_GROUP,
     REACH_FRACTION,
     Comparison,
     ComparisonRow,
     DescriptiveRow,
     ErrorStats,
+    Group,
+    GroupedReport,
+    GroupSummaryRow,
     HazardPoint,
     LatencyBin,
     ModelFitRow,
@@ -65,6 +69,7 @@ def build_report(
     options: ReportOptions | None = None,
     *,
     progress: ProgressFn | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> Report:
     """Compute the report of the given runs of a store.
 
@@ -73,6 +78,8 @@ def build_report(
         runs: Runs to analyse; ``None`` or empty = every run of the store.
         options: What to compute; defaults when ``None``.
         progress: Called before each step (for a progress display).
+        traj_ids: Only these trajectories count, in every number (``None`` = all of the
+            runs'); e.g. those a ``--where`` condition selects.
 
     Returns:
         The :class:`Report`.
@@ -90,17 +97,154 @@ def build_report(
     )
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    traj = trajectories_frame(con, runs)
-    flags = turn_flags_frame(con, runs)
-    spells = spells_frame(con, runs)
-    n_unknown = unknown_outcomes(con, runs)
-    quality = data_quality(con, runs)
+    traj = trajectories_frame(con, runs, traj_ids)
+    flags = turn_flags_frame(con, runs, traj_ids)
+    spells = spells_frame(con, runs, traj_ids)
+    n_unknown = unknown_outcomes(con, runs, traj_ids)
+    quality = data_quality(con, runs, traj_ids)
     loaded, cpu_loaded = time.perf_counter() - started, time.process_time() - cpu_started
     report = report_from_frames(traj, flags, options, n_unknown_outcomes=n_unknown,
                                 progress=progress, spells=spells, quality=quality)
     report.timings = {"load frames": loaded, **report.timings}
     report.cpu_timings = {"load frames": cpu_loaded, **report.cpu_timings}
     return report
+
+
+def build_grouped_report(
+    con: duckdb.DuckDBPyConnection,
+    by: str,
+    runs: Sequence[str] | None = None,
+    options: ReportOptions | None = None,
+    *,
+    progress: ProgressFn | None = None,
+    traj_ids: Sequence[str] | None = None,
+) -> GroupedReport:
+    """One report per value of ``by`` (see :func:`analyses.frames.group_values`), and a
+    summary across the groups.
+
+    The frames are read once and split by group; every number of a group's report (its
+    data quality and left-out counts too) is of that group's trajectories only. A group where
+    the baseline has no trajectory is compared with its first run alphabetically; a group of
+    one run gets that run's own numbers; a group that cannot have a report (no trajectory of
+    known outcome, options that do not fit it) says why.
+
+    Args:
+        con: The store.
+        by: ``env``, ``meta.KEY`` or a column of the ``trajectories`` table.
+        runs: Runs to analyse; ``None`` or empty = every run of the store.
+        options: What to compute; defaults when ``None``.
+        progress: Called before each step, the group named.
+        traj_ids: Only these trajectories count (``None`` = all of the runs').
+
+    Raises:
+        ValueError: for an unknown field, nothing to analyse, or a baseline that is none of
+            the runs.
+    """
+    import dataclasses
+
+    from analyses.frames import (
+        group_values,
+        is_in,
+        spells_frame,
+        trajectories_frame,
+        turn_flags_frame,
+    )
+
+    options = options or ReportOptions()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    values = group_values(con, by, runs, traj_ids)
+    traj = trajectories_frame(con, runs, traj_ids)
+    flags = turn_flags_frame(con, runs, traj_ids)
+    spells = spells_frame(con, runs, traj_ids)
+    if traj.empty:
+        raise ValueError("no trajectories with a known outcome to analyse")
+    run_names = sorted(str(r) for r in traj["run"].unique())
+    if options.baseline is not None and options.baseline not in run_names:
+        raise ValueError(f"baseline run {options.baseline!r} not found "
+                         f"(runs: {', '.join(run_names)})")
+    timings = {"load frames": time.perf_counter() - started}
+    cpu_timings = {"load frames": time.process_time() - cpu_started}
+    values = values.assign(value=values["value"].fillna(NO_GROUP))
+    order = sorted(set(values["value"]), key=lambda v: (v == NO_GROUP, v))
+    groups, summary = [], []
+    for value in order:
+        ids = values.loc[values["value"] == value, "traj_id"]
+        mine = traj[is_in(traj["traj_id"], ids)]
+        group_options = options
+        if options.baseline is not None and options.baseline not in set(mine["run"]):
+            group_options = dataclasses.replace(options, baseline=None)
+
+        def named(step: str, value: str = value) -> None:
+            if progress is not None:
+                progress(f"{by} = {value}: {step}")
+
+        group = _group_report(con, by, value, runs, list(ids), mine, flags, spells,
+                              group_options, named)
+        if group.report is not None and group_options is not options:
+            group.report.notes.insert(0, f"the baseline {options.baseline} has no trajectory "
+                                         f"here; {group.report.baseline} is the baseline")
+        groups.append(group)
+        summary.append(_summary_row(group, mine))
+        if group.report is not None:
+            for name, seconds in group.report.timings.items():
+                timings[name] = timings.get(name, 0.0) + seconds
+            for name, seconds in group.report.cpu_timings.items():
+                cpu_timings[name] = cpu_timings.get(name, 0.0) + seconds
+    return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary,
+                         timings=timings, cpu_timings=cpu_timings)
+
+
+def _group_report(
+    con: duckdb.DuckDBPyConnection, by: str, value: str, runs: Sequence[str] | None,
+    ids: list[str], traj: pd.DataFrame, flags: pd.DataFrame, spells: pd.DataFrame,
+    options: ReportOptions, progress: ProgressFn,
+) -> Group:
+    """The report of one group's trajectories (``traj``: theirs of known outcome)."""
+    from analyses.frames import data_quality, is_in, unknown_outcomes
+
+    if traj.empty:
+        return Group(key=by, value=value, report=None,
+                     problem="no trajectory with a known outcome")
+    began, cpu_began = time.perf_counter(), time.process_time()
+    n_unknown = unknown_outcomes(con, runs, ids)
+    quality = data_quality(con, runs, ids)
+    loaded, cpu_loaded = time.perf_counter() - began, time.process_time() - cpu_began
+    try:
+        report = report_from_frames(
+            traj, flags[is_in(flags["traj_id"], traj["traj_id"])], options,
+            n_unknown_outcomes=n_unknown, progress=progress,
+            spells=spells[is_in(spells["traj_id"], traj["traj_id"])], quality=quality)
+    except ValueError as err:
+        return Group(key=by, value=value, report=None, problem=str(err))
+    report.timings = {"load frames": loaded, **report.timings}
+    report.cpu_timings = {"load frames": cpu_loaded, **report.cpu_timings}
+    n_tasks = int(traj["task_id"].nunique())
+    where = f"{by} = {value}"
+    if len(report.runs) == 1:
+        report.notes.insert(0, f"{where}: only run {next(iter(report.runs))} has trajectories "
+                               "here, so these are its own numbers, with no comparison")
+    if n_tasks < MIN_SHARED_TASKS:
+        report.notes.insert(0, f"{where}: {n_tasks} task{'s' * (n_tasks != 1)} (fewer than "
+                               f"{MIN_SHARED_TASKS}): every interval of this group says little")
+    return Group(key=by, value=value, report=report)
+
+
+def _summary_row(group: Group, traj: pd.DataFrame) -> GroupSummaryRow:
+    """The group's line of the table across groups."""
+    from analyses.report.records import headline_lines
+
+    row = GroupSummaryRow(value=group.value, n_tasks=int(traj["task_id"].nunique()),
+                          problem=group.problem)
+    report = group.report
+    if report is None:
+        return row
+    row.reference_t = report.reference_t
+    row.n_trajectories = {name: run.n_trajectories for name, run in report.runs.items()}
+    row.s_no_limit = {name: run.pass_at(1, report.reference_t)
+                      for name, run in report.runs.items()}
+    lines = headline_lines(report)
+    row.headline = lines[:len(report.comparisons)] if report.comparisons else lines
+    return row
 
 
 def report_from_frames(

@@ -7,7 +7,10 @@ same numbers as the JSON report (:meth:`analyses.report.Report.to_dict`).
 Sections, top to bottom (the ``id`` of each is stable, for links and checks): ``headline``,
 ``data-quality``, ``notes``, ``difference-surface`` (the Pass@(K,T) heatmaps of every run
 beside the candidate-minus-baseline surfaces), ``budget-curves``, ``decomposition``,
-``hazards``, then one ``run-<name>`` per run.
+``hazards``, then one ``run-<name>`` per run. A grouped report (``--by``) has its summary
+across groups (``group-summary``) first, then one ``<section class="group" id="group-<value>">``
+per group holding that group's sections, their ids prefixed with the group's
+(``group-crafter-headline``).
 
 Every text that comes from the input (run labels, error kinds, notes that quote them) goes
 through :func:`_esc`: control characters written as escapes (:func:`recovery.display.printable`),
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from analyses.report.records import (
         Comparison,
         DifferenceCell,
+        GroupedReport,
         PassCell,
         Report,
         RunReport,
@@ -265,7 +269,8 @@ def _quality_html(report: Report) -> str:
     return f'<table><tr><th class="label"></th>{head}</tr>{body}</table>'
 
 
-def render_html(report: Report, title: str = "recovery analyze report") -> str:
+def render_html(report: Report | GroupedReport,
+                title: str = "recovery analyze report") -> str:
     """The whole report as one self-contained HTML document.
 
     Args:
@@ -281,18 +286,94 @@ def render_html(report: Report, title: str = "recovery analyze report") -> str:
         return _render(report, title)
 
 
-def _render(report: Report, title: str) -> str:
+def _page_head(title: str) -> list[str]:
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{_esc(title)}</h1>",
+    ]
+
+
+def _render(report: Report | GroupedReport, title: str) -> str:
+    from analyses.report.records import GroupedReport
+
+    if isinstance(report, GroupedReport):
+        return _render_grouped(report, title)
+    return "\n".join([*_page_head(title), *_sections(report), "</body></html>"])
+
+
+def _render_grouped(report: GroupedReport, title: str) -> str:
+    """The summary across groups (``group-summary``), then one ``<section class="group">``
+    per group (``group-<value>``), the ids of its own sections prefixed with the group's."""
+    esc = _esc
+    parts = _page_head(title)
+    parts.append(f'<p class="meta">Runs: {esc(", ".join(report.runs))}.</p>')
+    if report.sources:
+        parts.append(f'<p class="meta">Inputs: {esc(", ".join(report.sources))}</p>')
+    ids = _group_ids([g.value for g in report.groups])
+    parts.append(f'<section id="group-summary"><h2>Groups by {esc(report.by)}</h2>')
+    parts.append(_group_summary_html(report, ids))
+    if report.notes:
+        notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+        parts.append(f'<div class="notes"><ul>{notes}</ul></div>')
+    parts.append("</section>")
+    for group in report.groups:
+        gid = ids[group.value]
+        parts.append(f'<section class="group" id="{gid}">'
+                     f"<h2>{esc(group.key)} = {esc(group.value)}</h2>")
+        if group.report is None:
+            parts.append(f"<p>No report: {esc(group.problem)}.</p>")
+        else:
+            parts += _sections(group.report, prefix=f"{gid}-")
+        parts.append("</section>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _group_ids(values: list[str]) -> dict[str, str]:
+    """A distinct ``group-<slug>`` id per group value."""
+    out: dict[str, str] = {}
+    for value in values:
+        base = f"group-{_slug(value)}"
+        gid, n = base, 2
+        while gid in out.values():
+            gid, n = f"{base}-{n}", n + 1
+        out[value] = gid
+    return out
+
+
+def _group_summary_html(report: GroupedReport, ids: dict[str, str]) -> str:
+    esc = _esc
+    runs = report.runs
+    head = ("".join(f"<th>trajectories {esc(r)}</th>" for r in runs)
+            + "".join(f"<th>S(T) {esc(r)}</th>" for r in runs))
+    rows = []
+    for row in report.summary:
+        where = "" if row.reference_t is None else f" (T = {row.reference_t})"
+        tds = "".join(f"<td>{row.n_trajectories.get(r, '')}</td>" for r in runs)
+        tds += "".join(f"<td>{_num(row.s_no_limit[r]) + where if r in row.s_no_limit else ''}"
+                       "</td>" for r in runs)
+        said = (esc("; ".join(row.headline)) if row.problem is None
+                else f"No report: {esc(row.problem)}")
+        rows.append(f'<tr><td class="label"><a href="#{ids[row.value]}">{esc(row.value)}</a>'
+                    f"</td><td>{row.n_tasks}</td>{tds}"
+                    f'<td class="label">{said}</td></tr>')
+    return (f'<table><tr><th class="label">{esc(report.by)}</th><th>tasks</th>{head}'
+            f'<th class="label">headline</th></tr>{"".join(rows)}</table>'
+            "<p>S(T) at no limit (budgeted mode: at the largest budget, named), per run; the "
+            "headline is each comparison's, read within the group.</p>")
+
+
+def _sections(report: Report, prefix: str = "") -> list[str]:
+    """The report's sections; every id starts with ``prefix``."""
     from analyses.report import plots
     from analyses.report.records import MODE_DESCRIPTIONS, headline_lines
 
     esc = _esc
     reason = f" ({esc(report.mode_reason)})" if report.mode_reason else ""
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
         f'<p class="meta">Mode: {esc(MODE_DESCRIPTIONS.get(report.mode, report.mode))}'
         f"{reason}.<br>"
         f"Runs: {esc(', '.join(report.runs))}; baseline: {esc(report.baseline)}; "
@@ -305,11 +386,11 @@ def _render(report: Report, title: str) -> str:
         parts.append(f'<p class="meta">Inputs: {esc(", ".join(report.sources))}</p>')
 
     items = "".join(f"<li>{esc(line)}</li>" for line in headline_lines(report))
-    parts.append('<section id="headline"><h2>Headline</h2>'
+    parts.append(f'<section id="{prefix}headline"><h2>Headline</h2>'
                  f'<div class="headline"><ul>{items}</ul></div>'
                  + _defs(report, "recovery share", "t_90") + "</section>")
 
-    parts.append('<section id="data-quality"><h2>Data quality</h2>')
+    parts.append(f'<section id="{prefix}data-quality"><h2>Data quality</h2>')
     parts.append("<p>Before any number: what the input looks like. Shares are over all turns "
                  "of a run; samples per task count the trajectories the analyses use (known "
                  "outcome and end reason, no crash). Crashed trajectories and unknown outcomes "
@@ -324,10 +405,10 @@ def _render(report: Report, title: str) -> str:
 
     if report.notes:
         notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
-        parts.append(f'<section id="notes"><h2>Notes</h2><div class="notes"><ul>{notes}'
+        parts.append(f'<section id="{prefix}notes"><h2>Notes</h2><div class="notes"><ul>{notes}'
                      "</ul></div></section>")
 
-    parts.append('<section id="difference-surface"><h2>Pass@(K,T) surfaces</h2>')
+    parts.append(f'<section id="{prefix}difference-surface"><h2>Pass@(K,T) surfaces</h2>')
     figures = [_img(plots.pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
                for name, run in report.runs.items()]
     compared = [comp for comp in report.comparisons if not comp.shares_no_task()]
@@ -347,7 +428,7 @@ def _render(report: Report, title: str) -> str:
         parts.append("<p>One run: no difference surface (give two or more runs).</p>")
     parts.append("</section>")
 
-    parts.append('<section id="budget-curves"><h2>Budget curves</h2>')
+    parts.append(f'<section id="{prefix}budget-curves"><h2>Budget curves</h2>')
     figures = [_img(plots.budget_curves(report), "Pass@(K,T) against T per run and K")]
     figures += [_img(plots.budget_difference_figure(comp),
                      f"change of S(T) at every T, {comp.candidate} vs {comp.baseline}")
@@ -362,7 +443,7 @@ def _render(report: Report, title: str) -> str:
     parts.append(_defs(report, "S(T)", "empirical", "model") + "</section>")
 
     if report.comparisons:
-        parts.append('<section id="decomposition"><h2>Gain decomposition: single-step '
+        parts.append(f'<section id="{prefix}decomposition"><h2>Gain decomposition: single-step '
                      "quality vs recovery</h2>")
         parts.append(_defs(report, "delta", "model delta", "single step", "recovery",
                            "residual", "recovery share", "strata"))
@@ -379,7 +460,7 @@ def _render(report: Report, title: str) -> str:
             parts.append(_comparison_html(comp))
         parts.append("</section>")
 
-    parts.append('<section id="hazards"><h2>Errors and recoveries</h2>')
+    parts.append(f'<section id="{prefix}hazards"><h2>Errors and recoveries</h2>')
     parts.append('<div class="figures">'
                  + _img(plots.hazard_figure(report), "error and recovery hazards")
                  + _img(plots.latency_figure(report), "recovery latency")
@@ -394,7 +475,7 @@ def _render(report: Report, title: str) -> str:
                    else f"{run.min_samples}-{run.max_samples}")
         reach = (f" Pass@(1,T) reaches 90% of its value at {esc(t_label(report.reference_t))} "
                  f"by T = {run.t_90}." if run.t_90 is not None else "")
-        parts.append(f'<section id="run-{_slug(name)}"><h2>Run {esc(name)}</h2>')
+        parts.append(f'<section id="{prefix}run-{_slug(name)}"><h2>Run {esc(name)}</h2>')
         parts.append(f'<p class="meta">{run.n_tasks} tasks, {run.n_trajectories} trajectories, '
                      f"{run.n_turns} turns, {samples} samples per task.{reach}</p>")
         parts.append('<div class="figures">'
@@ -410,11 +491,11 @@ def _render(report: Report, title: str) -> str:
         parts.append("<h3>S(T): empirical vs model; descriptive e, c, r</h3>")
         parts.append(_fit_html(run))
         parts.append(_defs(report, "e", "c", "r") + "</section>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return parts
 
 
-def write_html(report: Report, path: str | Path, title: str = "recovery analyze report") -> Path:
+def write_html(report: Report | GroupedReport, path: str | Path,
+               title: str = "recovery analyze report") -> Path:
     """Write :func:`render_html` to ``path`` (UTF-8) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

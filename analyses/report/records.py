@@ -477,6 +477,94 @@ class Report:
         return json_safe(out)
 
 
+NO_GROUP = "(none)"
+"""The group of the trajectories that have no value of the field grouped by (a task id
+without ``/`` for ``env``, a missing meta field, a NULL column)."""
+
+
+@dataclass(slots=True)
+class GroupSummaryRow:
+    """One line of the table across groups.
+
+    Attributes:
+        value: The group's value of the field.
+        n_tasks: Tasks of the group (over every run).
+        n_trajectories: Run -> its trajectories of known outcome in the group.
+        s_no_limit: Run -> S(T) at the group report's reference T: no limit in truncation
+            mode, the largest budget in budgeted mode (``reference_t`` says which).
+        reference_t: That T (``None`` = no limit).
+        headline: The comparisons' headline lines (the runs' own where there is no
+            comparison).
+        problem: Why the group has no report (``None`` when it has one).
+    """
+
+    value: str
+    n_tasks: int
+    n_trajectories: dict[str, int] = field(default_factory=dict)
+    s_no_limit: dict[str, float] = field(default_factory=dict)
+    reference_t: int | None = None
+    headline: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+@dataclass(slots=True)
+class Group:
+    """The report of the trajectories with one value of the field grouped by.
+
+    Attributes:
+        key: The field (``env``, ``meta.KEY`` or a column of ``trajectories``).
+        value: Its value (:data:`NO_GROUP` for none).
+        report: The group's own report (``None`` when it cannot have one, see ``problem``).
+        problem: Why there is no report.
+    """
+
+    key: str
+    value: str
+    report: Report | None
+    problem: str | None = None
+
+
+@dataclass(slots=True)
+class GroupedReport:
+    """``recovery analyze --by FIELD``: one report per group and a table across them.
+
+    Attributes:
+        by: The field grouped by.
+        runs: The runs analysed (over every group).
+        groups: One per value, in order (:data:`NO_GROUP` last).
+        summary: One row per group, same order.
+        notes: Remarks about the grouping as a whole.
+        sources: Input files of this analysis.
+        timings: Wall-clock seconds per step (not part of :meth:`to_dict`).
+        cpu_timings: CPU seconds per step (not part of :meth:`to_dict`).
+    """
+
+    by: str
+    runs: list[str]
+    groups: list[Group]
+    summary: list[GroupSummaryRow]
+    notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict, repr=False)
+    cpu_timings: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: ``{"by", "runs", "notes", "sources", "groups": [{"key", "value",
+        "problem", "report": {...} or None}], "group_summary": [{"value", "n_tasks",
+        "n_trajectories", "s_no_limit", "reference_t", "headline", "problem"}]}``, each group's
+        report as :meth:`Report.to_dict` writes it."""
+        return json_safe({
+            "by": self.by,
+            "runs": list(self.runs),
+            "notes": list(self.notes),
+            "sources": list(self.sources),
+            "groups": [{"key": g.key, "value": g.value, "problem": g.problem,
+                        "report": None if g.report is None else g.report.to_dict()}
+                       for g in self.groups],
+            "group_summary": [dataclasses.asdict(row) for row in self.summary],
+        })
+
+
 def no_comparison_note(baseline: str, candidate: str) -> str:
     """The note of two runs with no task in common: ``runs a and b share no task: no
     comparison`` (the labels as they are; whoever shows it escapes them)."""
@@ -498,7 +586,7 @@ def _cell_value(cells: list[PassCell], k: int, t: int | None) -> float:
     return math.nan
 
 
-def write_json(report: Report, path: str | Path) -> Path:
+def write_json(report: Report | GroupedReport, path: str | Path) -> Path:
     """Write :meth:`Report.to_dict` to ``path`` (strict JSON: no NaN) and return the path."""
     from recovery.jsonsafe import write_json as write_strict_json
 

@@ -18,6 +18,7 @@ from analyses.decompose import COMPONENTS
 from analyses.report.records import (
     MODE_DESCRIPTIONS,
     Comparison,
+    GroupedReport,
     PassCell,
     Report,
     RunReport,
@@ -58,24 +59,38 @@ COMPONENT_LABELS = {
 # Terminal
 
 
-def print_report(report: Report, console: Console | None = None) -> None:
+def print_report(
+    report: Report | GroupedReport, console: Console | None = None, *, width: int | None = None
+) -> None:
     """Print the report as rich tables (to ``console``, default: standard output).
 
     Order: what was computed, the headline, the data-quality checks, each run, each
-    comparison with its difference surface, the notes.
+    comparison with its difference surface, the notes. A :class:`GroupedReport` prints its
+    summary across groups, then each group's report.
 
     Args:
         report: The report.
         console: A ``rich.console.Console``; a new one on standard output when ``None``.
+        width: Width of the rules and of the plain lines, which wrap at words; ``None`` = the
+            console's. Tables take the console's width: a console wider than ``width`` (what
+            ``recovery analyze`` uses when its output is not a terminal) prints every table
+            at its full width, no column cut.
     """
+    from rich.console import Console
+
+    console = console or Console()
+    if isinstance(report, GroupedReport):
+        _print_grouped(report, console, width or console.width)
+        return
+    _print_one(report, console, width or console.width)
+
+
+def _table_factory(console: Console) -> Any:
+    """The tables of the report: titles left, cells that fold instead of ending in '...'."""
     from functools import partial
 
     from rich import box
-    from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table as RichTable
-
-    console = console or Console()
 
     class FoldingTable(RichTable):
         """A table whose cells and headers wrap (fold) instead of ending in an ellipsis."""
@@ -93,22 +108,79 @@ def print_report(report: Report, console: Console | None = None) -> None:
             collapse_padding=True,
         )(title=title or None, min_width=min(len(plain), console.width), **kwargs)
 
+    return Table
+
+
+def _rule(console: Console, width: int, title: str = "") -> None:
+    from rich.rule import Rule
+
+    console.print(Rule(title), width=width)
+
+
+def _print_grouped(report: GroupedReport, console: Console, width: int) -> None:
+    """The summary table across groups, then each group's report under its own rule."""
+    from rich.markup import escape
+
+    Table = _table_factory(console)
+    _rule(console, width, f"[bold]recovery analyze: groups by {escape(printable(report.by))}")
+    console.print(printable(f"runs: {', '.join(report.runs)}"), highlight=False, markup=False,
+                  width=width)
+    console.print(_group_summary_table(Table, report))
+    for note in report.notes:
+        console.print(f"- {shown(note)}", highlight=False, width=width)
+    for group in report.groups:
+        console.print()
+        _rule(console, width, f"[bold]{escape(printable(f'{group.key} = {group.value}'))}")
+        if group.report is None:
+            console.print(printable(f"no report: {group.problem}"), highlight=False,
+                          markup=False, width=width)
+            continue
+        _print_one(group.report, console, width)
+
+
+def _group_summary_table(table_cls: Any, report: GroupedReport) -> Any:
+    table = table_cls(f"groups by {shown(report.by)}")
+    table.add_column(shown(report.by))
+    table.add_column("tasks", justify="right")
+    for name in report.runs:
+        table.add_column(f"trajectories\n{shown(name)}", justify="right")
+    for name in report.runs:
+        table.add_column(f"S(T)\n{shown(name)}", justify="right")
+    table.add_column("headline", min_width=30)
+    for row in report.summary:
+        where = "" if row.reference_t is None else f" (T={row.reference_t})"
+        cells = [shown(row.value), str(row.n_tasks)]
+        cells += [str(row.n_trajectories.get(name, "")) for name in report.runs]
+        cells += [number(row.s_no_limit[name]) + where if name in row.s_no_limit else ""
+                  for name in report.runs]
+        cells.append(shown("; ".join(row.headline) if row.problem is None
+                           else f"no report: {row.problem}"))
+        table.add_row(*cells)
+    return table
+
+
+def _print_one(report: Report, console: Console, width: int) -> None:
+    """:func:`print_report` of one report."""
+    from rich.markup import escape
+
+    Table = _table_factory(console)
+
     defs = report.definitions
 
     def say(text: str, style: str = "dim") -> None:
         """A plain line (no markup); any control character in it is shown escaped."""
-        console.print(printable(text), style=style, highlight=False, markup=False)
+        console.print(printable(text), style=style, highlight=False, markup=False, width=width)
 
     def heading(text: str) -> None:
         """A rule with the text in it, or the text above a rule where it would not fit."""
         text = printable(text)
-        if len(text) + 6 <= console.width:
-            console.rule(f"[bold]{escape(text)}")
+        if len(text) + 6 <= width:
+            _rule(console, width, f"[bold]{escape(text)}")
         else:
-            console.print(escape(text), style="bold", highlight=False)
-            console.rule()
+            console.print(escape(text), style="bold", highlight=False, width=width)
+            _rule(console, width)
 
-    console.rule("[bold]recovery analyze")
+    _rule(console, width, "[bold]recovery analyze")
     say(f"runs: {', '.join(report.runs)}; baseline: {report.baseline}", style="")
     say(f"mode: {MODE_DESCRIPTIONS.get(report.mode, report.mode)}", style="")
     if report.mode_reason:
@@ -135,7 +207,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
         say("Shares are over all turns of a run; samples per task count the trajectories the "
             "analyses use (known outcome and end reason, no crash).")
         for warning in report.data_warnings:
-            console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False)
+            console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False, width=width)
 
     first = True
     for name, run in report.runs.items():
@@ -189,7 +261,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
         console.print()
         console.print("[bold]notes")
         for note in report.notes:
-            console.print(f"- {shown(note)}", highlight=False)
+            console.print(f"- {shown(note)}", highlight=False, width=width)
 
 
 def _samples_text(run: RunReport, mode: str = "truncation") -> str:

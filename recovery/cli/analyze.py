@@ -4,7 +4,8 @@ Parses the options into :class:`analyses.report.analyze.AnalyzeConfig`, calls
 :func:`analyses.report.analyze.analyze` (ingest, report, JSON and HTML files) and prints the
 tables. Ingest results and progress go to standard error (progress, with the bootstrap's
 resamples counted, only when standard error is a terminal); standard output gets the tables
-only. Every line quotes file names and run labels with their control characters escaped
+only; when it is not a terminal (piped, redirected) the tables are printed at their full width,
+never cut at 80 columns. Every line quotes file names and run labels with their control characters escaped
 (:func:`recovery.display.printable`), so no escape sequence from an input reaches the terminal.
 """
 
@@ -18,6 +19,9 @@ from analyses.report.analyze import AnalyzeConfig
 from recovery.cli.options import command_options
 from recovery.display import printable
 from recovery.errors import InputProblem, UsageProblem
+
+PIPED_TABLE_WIDTH = 100_000
+"""Width of the tables when standard output is not a terminal (as wide as they are)."""
 
 
 @click.command()
@@ -53,5 +57,11 @@ def analyze(config: AnalyzeConfig) -> None:
     except InputProblem as err:
         raise InputProblem(printable(str(err), keep_newlines=True)) from None
     if not config.quiet:
-        print_report(report, Console())
+        out = Console()
+        width = out.width
+        if not out.is_terminal:
+            # piped or redirected: every table at its full width, never a column cut; the
+            # plain lines and the rules keep the width the console chose
+            out = Console(width=max(width, PIPED_TABLE_WIDTH))
+        print_report(report, out, width=width)
     sys.stdout.flush()
