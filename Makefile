@@ -47,3 +47,15 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache
+
+# The trainers' own classes (verl's agent loop) in a venv of their own: verl pulls Ray and, left
+# to itself, a CUDA build of torch (a fresh resolve of verl==0.9.1 picks torch 2.14 with the
+# nvidia-* CUDA 13 wheels, several GB), so the CPU torch is pinned first as in `setup`.
+.PHONY: test-integrations
+INTEGRATIONS_VENV ?= .venv-integrations
+test-integrations:
+	test -x $(INTEGRATIONS_VENV)/bin/python || $(PYTHON) -m venv $(INTEGRATIONS_VENV)
+	$(INTEGRATIONS_VENV)/bin/pip install --quiet --upgrade pip
+	$(INTEGRATIONS_VENV)/bin/pip install --quiet torch==2.13.0
+	$(INTEGRATIONS_VENV)/bin/pip install --quiet 'verl==0.9.1' torch==2.13.0 -e '.[dev]'
+	$(INTEGRATIONS_VENV)/bin/pytest -q tests/integrations/ -p no:cacheprovider

@@ -97,6 +97,11 @@ class UnitsTaskEnv:
                     f"{plural(left, 'turn')} left.")
         return self._turn("repair")
 
+    @property
+    def finished(self) -> str | None:
+        """``success`` or ``fatal`` once the task has ended, else ``None`` (not a tool)."""
+        return self._finished
+
     def get_reward(self) -> float:
         """1 when every unit was applied, else 0."""
         return 1.0 if self._finished == "success" else 0.0
