@@ -165,7 +165,7 @@ def build_grouped_report(
     timings = {"load frames": time.perf_counter() - started}
     cpu_timings = {"load frames": time.process_time() - cpu_started}
     values = values.assign(value=values["value"].fillna(NO_GROUP))
-    order = sorted(set(values["value"]), key=lambda v: (v == NO_GROUP, v))
+    order = sorted(set(values["value"]), key=_group_order)
     groups, summary = [], []
     for value in order:
         ids = values.loc[values["value"] == value, "traj_id"]
@@ -192,6 +192,17 @@ def build_grouped_report(
                 cpu_timings[name] = cpu_timings.get(name, 0.0) + seconds
     return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary,
                          timings=timings, cpu_timings=cpu_timings)
+
+
+def _group_order(value: str) -> tuple[bool, bool, float, str]:
+    """Groups in order: numbers by value (budget 20 before 100), then text, then
+    :data:`NO_GROUP`."""
+    try:
+        number_value = float(value)
+    except ValueError:
+        number_value = math.nan
+    numeric = math.isfinite(number_value)
+    return (value == NO_GROUP, not numeric, number_value if numeric else 0.0, value)
 
 
 def _group_report(

@@ -126,6 +126,14 @@ def _print_grouped(report: GroupedReport, console: Console, width: int) -> None:
     console.print(printable(f"runs: {', '.join(report.runs)}"), highlight=False, markup=False,
                   width=width)
     console.print(_group_summary_table(Table, report))
+    console.print("S(T) at no limit (budgeted mode: at the largest budget, named) per run; "
+                  "each group's headline:", style="dim", highlight=False, markup=False,
+                  width=width)
+    for row in report.summary:
+        lines = row.headline if row.problem is None else [f"no report: {row.problem}"]
+        for line in lines:
+            console.print(printable(f"- {report.by} = {row.value}: {line}"), highlight=False,
+                          markup=False, width=width)
     for note in report.notes:
         console.print(f"- {shown(note)}", highlight=False, width=width)
     for group in report.groups:
@@ -146,15 +154,12 @@ def _group_summary_table(table_cls: Any, report: GroupedReport) -> Any:
         table.add_column(f"trajectories\n{shown(name)}", justify="right")
     for name in report.runs:
         table.add_column(f"S(T)\n{shown(name)}", justify="right")
-    table.add_column("headline", min_width=30)
     for row in report.summary:
         where = "" if row.reference_t is None else f" (T={row.reference_t})"
         cells = [shown(row.value), str(row.n_tasks)]
         cells += [str(row.n_trajectories.get(name, "")) for name in report.runs]
         cells += [number(row.s_no_limit[name]) + where if name in row.s_no_limit else ""
                   for name in report.runs]
-        cells.append(shown("; ".join(row.headline) if row.problem is None
-                           else f"no report: {row.problem}"))
         table.add_row(*cells)
     return table
 

@@ -3,6 +3,7 @@ folder of Parquet files)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import click
 
 from recovery.cli.options import command_options, opt
+from recovery.display import printable
+from recovery.errors import UsageProblem
 from recovery.formats import ReadOptions
 
 
@@ -99,7 +102,21 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
             tqdm.write(f"  ... and {len(result.skipped) - 5} more", file=sys.stderr)
 
     try:
-        results = ingest_files(con, files, options, on_result=report)
+        from analyses.report.analyze import run_names_for
+
+        names = run_names_for(config.files, options)
+    except UsageProblem as err:
+        con.close()
+        raise click.UsageError(printable(str(err))) from None
+    if names:
+        echo(printable("run names given to inputs of the same name: " + ", ".join(
+            f"{path} -> {label}" for path, label in names.items())), err=True)
+    try:
+        results = []
+        for path in files:
+            label = names.get(Path(path).resolve())
+            file_options = options if label is None else dataclasses.replace(options, run=label)
+            results += ingest_files(con, [path], file_options, on_result=report)
         total = con.execute(
             "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
         ).fetchone()

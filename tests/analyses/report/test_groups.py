@@ -87,6 +87,17 @@ def test_names_that_still_collide_are_refused_naming_the_run_flag(tmp_path: Path
     assert "--run" in result.output and "A/babaisai" in result.output
 
 
+def test_ingest_gives_the_same_distinct_names(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "A" / "babaisai.jsonl", seed=1)
+    b = write_run(tmp_path / "B" / "babaisai.jsonl", seed=2)
+    store = tmp_path / "s.duckdb"
+    result = run_cli("ingest", a, b, "--store", store)
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "r.json"
+    assert analyze("--store", store, "--n-boot", 0, "--json", out, "--quiet").exit_code == 0
+    assert sorted(json.loads(out.read_text())["runs"]) == ["A/babaisai", "B/babaisai"]
+
+
 def _balrog_folder(root: Path) -> Path:
     """A copy of the BALROG fixture as ``root/babaisai/``."""
     target = root / "babaisai"
