@@ -19,8 +19,9 @@ Two settings (:data:`SETTINGS`):
 Sibling features need at least two samples of a task (same run and task); with one sample
 they are NaN (neutral) and :func:`step_features` returns a note that says so.
 
-Marks come from the store: ``turns.is_error`` and ``turns.error_kind`` as marking set them
-(marking's rules read a turn's own action and observation), and spell membership through
+Marks are what the marking rules find in the data (explicit marks, content rules and
+``repeat``, which read a turn's own action and observation and the turn before it; never a
+process label: :func:`load_turn_frame`), and spell membership goes through
 :func:`recovery.marking.spells.in_spell`, the one rule (in the blind setting as if the episode
 were still running: the outcome is not read).
 """
@@ -85,9 +86,14 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
                     traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
     """The store's turns as a turn frame (:data:`FRAME_COLUMNS`), ordered by ``traj_id, t``.
 
-    ``is_tool`` is whether the turn's action is a tool call: the data gave a structured action
-    (``action_json``) or the text reads ``name(...)``.
+    ``is_error`` and ``error_kind`` are what the marking rules find reading the data
+    (:func:`recovery.marking.rule_marks`: explicit marks, content rules, ``repeat``), not
+    ``turns.is_error`` as stored: marking lets a process label below 0 mark its turn
+    (``labelled``), and a feature that read that would read the label it is trained to
+    predict. ``is_tool`` is whether the turn's action is a tool call: the data gave a
+    structured action (``action_json``) or the text reads ``name(...)``.
     """
+    from recovery.marking import rule_marks
     from recovery.store import traj_scope
 
     with traj_scope(con, traj_ids, "tr.traj_id") as scope:
@@ -96,11 +102,15 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
             SELECT tr.traj_id, tr.run, tr.task_id::VARCHAR AS task_id, u.t, tr.n_turns,
                    tr.success, tr.success_turn, coalesce(u.action, '') AS action,
                    coalesce(u.observation, '') AS observation,
-                   u.action_json IS NOT NULL AS has_json, u.is_error, u.error_kind
+                   u.action_json IS NOT NULL AS has_json
             FROM turns u JOIN trajectories tr USING (traj_id)
             WHERE {scope} ORDER BY tr.traj_id, u.t
             """
         ).df()
+    marks = rule_marks(con, frame["traj_id"].unique().tolist()).rename(
+        columns={"kind": "error_kind"})
+    frame = frame.merge(marks, on=["traj_id", "t"], how="left", validate="one_to_one")
+    frame["is_error"] = frame["error_kind"].notna()
     frame["is_tool"] = frame.pop("has_json").astype(bool) | frame["action"].str.match(_TOOL_RE)
     return frame[list(FRAME_COLUMNS)]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from prm.device import DEVICES
+from prm.features import SETTINGS
 from recovery.cli.options import command_options
 from recovery.config import opt
 
@@ -29,6 +30,12 @@ class ScoreConfig:
     )
     progress: bool = opt(True, "Show progress with turn counts on stderr.",
                          flag="--progress/--no-progress")
+    setting: str | None = opt(
+        None, "blind or hindsight: the setting the scores are for (default: the model's). A "
+        "structured model scores only in the setting it was trained for; the other models "
+        "read no outcome and no later turn, so they score in either.",
+        choices=SETTINGS,
+    )
 
 
 @click.command()
@@ -37,7 +44,11 @@ def score(config: ScoreConfig) -> None:
     """Score every turn of the store and fill step_scores (replacing the model's earlier rows)."""
     from prm.score import load_predictor, score_store
     from prm.stores import open_store
+    from prm.structured import is_structured_folder
 
+    if is_structured_folder(config.model):
+        _score_structured(config)
+        return
     # The model is loaded (and refused, if it must be) before the store is opened for writing.
     predictor = load_predictor(config.model, device=config.device,
                                trust_remote_code=config.trust_remote_code)
@@ -51,3 +62,21 @@ def score(config: ScoreConfig) -> None:
         f"step_scores: {result.n_scores} turns of {result.n_trajectories} trajectories "
         f"as model {result.model!r}"
     )
+
+
+def _score_structured(config: ScoreConfig) -> None:
+    """Score with a structured model folder (refused first if the setting is not its own)."""
+    from prm.score import model_name, write_step_scores
+    from prm.stores import open_store
+    from prm.structured import load_structured, score_structured
+
+    model, _ = load_structured(config.model, config.setting)
+    con = open_store(config.store, writable=True)
+    try:
+        scores = score_structured(con, model)
+        name = config.name or model_name(config.model)
+        n = write_step_scores(con, scores[["traj_id", "t", "score"]], name)
+    finally:
+        con.close()
+    click.echo(f"step_scores: {n} turns of {scores['traj_id'].nunique()} trajectories as model "
+               f"{name!r} ({model.setting} setting)")

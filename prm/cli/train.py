@@ -32,7 +32,10 @@ def train(config: TrainConfig) -> None:
         raise  # reported by command_options, without a traceback
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err)) from None
-    if result.kind == "sklearn":
+    if result.kind == "structured":
+        click.echo(f"saved {result.out}: structured PRM ({config.setting} setting) on "
+                   f"{result.n_train} trajectories")
+    elif result.kind == "sklearn":
         click.echo(f"saved {result.out}: TF-IDF baseline on {result.n_train} trajectories")
     elif not result.finished:
         click.echo(f"stopped at step {result.steps} of {result.total_steps} (--stop-after)")

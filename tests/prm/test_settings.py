@@ -1,0 +1,139 @@
+"""Blind and hindsight: blind features never read a later turn or the outcome; a model folder
+scores only in its own setting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from tests.prm.test_features import frame_of
+
+TRAJS = {
+    "a": [("search(q='x')", "r1"), ("lookup(id=3)", "Error: none"), ("search(q='x')", "r1"),
+          ("Paris", "")],
+    "b": [("search(q='x')", "r1"), ("lookup(id=4)", "fine"), ("Paris", "")],
+    "c": [("search(q='y')", "r2"), ("Lyon", "")],
+}
+
+
+def _features(frame: pd.DataFrame, setting: str) -> pd.DataFrame:
+    from prm.features import step_features
+
+    return step_features(frame, setting).table.set_index(["traj_id", "t"])
+
+
+def _changed_future(frame: pd.DataFrame, traj: str, after: int) -> pd.DataFrame:
+    """``traj``'s turns after ``after`` replaced by other ones (and one more), the outcome
+    flipped, the error marks of the later turns changed."""
+    keep = frame.loc[~((frame["traj_id"] == traj) & (frame["t"] > after))].copy()
+    n = after + 3
+    new = pd.DataFrame([{**frame.loc[frame["traj_id"] == traj].iloc[0].to_dict(), "t": t,
+                         "action": f"other{t}()", "observation": f"Error: {t}",
+                         "is_error": True, "error_kind": "tool_error", "is_tool": True}
+                        for t in range(after + 1, n + 1)])
+    out = pd.concat([keep, new], ignore_index=True)
+    mine = out["traj_id"] == traj
+    out.loc[mine, "n_turns"] = n
+    out.loc[mine, "success"] = not bool(frame.loc[frame["traj_id"] == traj, "success"].iloc[0])
+    return out
+
+
+@pytest.mark.parametrize("after", [1, 2, 3])
+def test_blind_features_of_earlier_turns_do_not_move(after):
+    before = frame_of(TRAJS, success={"a": False, "b": True, "c": True},
+                      errors={("a", 2): "tool_error"})
+    changed = _changed_future(before, "a", after)
+    blind_before, blind_after = _features(before, "blind"), _features(changed, "blind")
+    earlier = [("a", t) for t in range(1, after + 1)]
+    pd.testing.assert_frame_equal(blind_before.loc[earlier], blind_after.loc[earlier])
+    # Hindsight does read them: the check above could fail.
+    hind_before, hind_after = _features(before, "hindsight"), _features(changed, "hindsight")
+    assert not hind_before.loc[earlier].equals(hind_after.loc[earlier])
+
+
+def test_blind_scores_of_earlier_turns_do_not_move(ternary_store):
+    from tests.prm.test_structured import _fitted
+
+    model, _ = _fitted(ternary_store, "blind")
+    before = frame_of(TRAJS, success={"a": False, "b": True, "c": True})
+    changed = _changed_future(before, "a", 2)
+    earlier = [("a", 1), ("a", 2)]
+    scores = [model.score_steps(_features(f, "blind").reset_index()).set_index(["traj_id", "t"])
+              for f in (before, changed)]
+    np.testing.assert_array_equal(scores[0].loc[earlier].to_numpy(),
+                                  scores[1].loc[earlier].to_numpy())
+
+
+def _invoke(*args: str):
+    from prm.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_a_folder_scores_only_in_its_own_setting(ternary_store, tmp_path):
+    import shutil
+
+    store = tmp_path / "s.duckdb"
+    shutil.copy(ternary_store, store)
+    for setting in ("blind", "hindsight"):
+        out = tmp_path / setting
+        result = _invoke("train", "--store", str(store), "--out", str(out), "--backbone",
+                         "structured", "--labels", "data", "--setting", setting)
+        assert result.exit_code == 0, result.output
+        assert json.loads((out / "structured.json").read_text())["setting"] == setting
+        other = "hindsight" if setting == "blind" else "blind"
+        for command in ("score", "eval"):
+            refused = _invoke(command, "--store", str(store), "--model", str(out),
+                              "--setting", other)
+            assert refused.exit_code == 2
+            assert f"trained for the {setting} setting" in refused.output
+            assert "Traceback" not in refused.output
+        scored = _invoke("score", "--store", str(store), "--model", str(out), "--no-progress")
+        assert scored.exit_code == 0 and f"({setting} setting)" in scored.output
+    from prm.stores import open_store
+
+    con = open_store(store)
+    try:
+        models = {m for (m,) in con.execute("SELECT DISTINCT model FROM step_scores").fetchall()}
+    finally:
+        con.close()
+    assert models == {"blind", "hindsight"}
+
+
+def test_setting_is_an_option_of_every_command():
+    for command in ("train", "score", "cv", "eval"):
+        result = _invoke(command, "--help")
+        assert "--setting" in result.output and "hindsight" in result.output, command
+
+
+def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
+    """With the outcome known the structured model can find the error at the end of failures
+    that blind features cannot see."""
+    from prm.cv import CVConfig, cross_validate
+    from recovery.schema import Trajectory, Turn
+    from recovery.store import connect, ingest_trajectories
+
+    store = tmp_path / "ends.duckdb"
+    con = connect(store)
+    trajectories = []
+    for task in range(12):
+        for sample in range(2):
+            failed = (task + sample) % 2 == 0
+            turns = [Turn(action=f"step({i})", observation=f"ok {i}", label=1.0)
+                     for i in range(4)]
+            if failed:
+                turns[-1].label = -1.0
+            trajectories.append(Trajectory(run="p", task_id=f"t{task}", turns=turns,
+                                           success=not failed, sample=sample))
+    ingest_trajectories(con, trajectories)
+    con.close()
+    reports = {s: cross_validate(CVConfig(store=store, folds=3, setting=s, n_boot=50),
+                                 echo=lambda *_: None) for s in ("blind", "hindsight")}
+    # Blind, a last turn of a failure looks like that of a success: at best +1 everywhere.
+    assert reports["hindsight"].step_acc > 0.95
+    assert reports["blind"].step_acc <= reports["blind"].floor_all_correct_step_acc + 1e-9

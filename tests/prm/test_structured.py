@@ -1,0 +1,107 @@
+"""The structured PRM: fit, scores, storage without pickle, refusals, speed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recovery.errors import InputProblem
+
+
+def _fitted(ternary_store: Path, setting: str = "blind"):
+    from prm.data import load_step_examples
+    from prm.frozen import turn_rows
+    from prm.stores import open_store
+    from prm.structured import StructuredStepModel, feature_rows
+
+    con = open_store(ternary_store)
+    try:
+        table, names, _ = feature_rows(con, setting)
+        rows = turn_rows(load_step_examples(con, "data"))
+    finally:
+        con.close()
+    rows = rows.merge(table.drop(columns="task_id"), on=["traj_id", "t"])
+    model = StructuredStepModel(setting=setting)
+    assert model.fit(rows, rows["target"], names) is model
+    return model, rows
+
+
+def test_fit_learns_and_scores_are_probabilities(ternary_store):
+    from prm.metrics import step_auroc
+
+    model, rows = _fitted(ternary_store)
+    assert model.head_ == "ternary" and model.coef_.shape == (3, len(model.feature_names_))
+    assert model.C_ in (0.01, 0.1, 1.0, 10.0) and 0 < model.error_threshold_ <= 1.01
+    scored = model.score_steps(rows)
+    assert ((scored["score"] >= 0) & (scored["score"] <= 1)).all()
+    assert (scored["p_neutral"] <= scored["score"] + 1e-12).all()  # P(0) is part of P(not -1)
+    assert step_auroc(rows["target"], scored["score"]) > 0.75  # in-sample, but it must learn
+
+
+def test_saved_without_pickle_and_loads_to_the_same_scores(ternary_store, tmp_path):
+    from prm.structured import ARRAYS_FILE, STRUCTURED_FILE, StructuredStepModel
+
+    model, rows = _fitted(ternary_store, "hindsight")
+    model.save(tmp_path, labels="data")
+    record = json.loads((tmp_path / STRUCTURED_FILE).read_text())
+    assert record["setting"] == "hindsight" and record["feature_names"] == model.feature_names_
+    with np.load(tmp_path / ARRAYS_FILE, allow_pickle=False) as data:
+        assert set(data.files) == {"coef", "intercept", "means", "scales"}
+    loaded, _ = StructuredStepModel.load(tmp_path)
+    np.testing.assert_allclose(loaded.score_steps(rows)["score"],
+                               model.score_steps(rows)["score"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("damage", ["json", "field", "shape"])
+def test_a_damaged_folder_is_one_line_naming_the_file(ternary_store, tmp_path, damage):
+    from prm.structured import ARRAYS_FILE, STRUCTURED_FILE, StructuredStepModel
+
+    model, _ = _fitted(ternary_store)
+    model.save(tmp_path)
+    if damage == "json":
+        (tmp_path / STRUCTURED_FILE).write_text("{not json")
+    elif damage == "field":
+        record = json.loads((tmp_path / STRUCTURED_FILE).read_text())
+        record["setting"] = "clairvoyant"
+        (tmp_path / STRUCTURED_FILE).write_text(json.dumps(record))
+    else:
+        np.savez(tmp_path / ARRAYS_FILE, coef=np.zeros((3, 2)), intercept=np.zeros(3),
+                 means=np.zeros(2), scales=np.ones(2))
+    with pytest.raises(InputProblem) as err:
+        StructuredStepModel.load(tmp_path)
+    assert "\n" not in str(err.value)
+    assert (ARRAYS_FILE if damage == "shape" else STRUCTURED_FILE) in str(err.value)
+
+
+def test_scores_thousands_of_steps_per_second(ternary_store):
+    """Features and scores of every turn, one core: well over a thousand turns a second."""
+    import pandas as pd
+
+    from prm.features import load_turn_frame, step_features
+    from prm.stores import open_store
+
+    model, _ = _fitted(ternary_store)
+    con = open_store(ternary_store)
+    try:
+        frame = load_turn_frame(con)
+    finally:
+        con.close()
+    big = pd.concat([frame.assign(traj_id=frame["traj_id"] + f"-{i}") for i in range(10)],
+                    ignore_index=True)
+    started = time.perf_counter()
+    scores = model.score_steps(step_features(big, "blind").table)
+    rate = len(scores) / (time.perf_counter() - started)
+    assert len(scores) == len(big) and rate > 1000, f"{rate:.0f} turns/s"
+
+
+def test_cv_with_structured_is_the_default_and_beats_a_floor(ternary_store):
+    from prm.cv import CVConfig, cross_validate
+
+    report = cross_validate(CVConfig(store=ternary_store, folds=3, n_boot=50, progress=False),
+                            echo=lambda *_: None)
+    assert report.backbone == "structured" and report.mode == "structured"
+    assert report.step_acc > report.floor_all_correct_step_acc
