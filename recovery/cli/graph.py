@@ -1,7 +1,12 @@
 """``recovery graph``: write a trajectory's turn graph or a task's state graph.
 
 ``recovery graph TRAJ_ID --store S --out FILE`` writes the turn graph of one trajectory;
-``recovery graph --task TASK_ID --store S --out FILE [--run R]`` the state graph of a task.
+``recovery graph --task TASK_ID --store S --out FILE [--run R] [--view V]`` a view of a task:
+its state graph (``--view states``), its timeline (``--view timeline``: one row per sample,
+one cell per turn, coloured by error kind, recovery turns marked, the end reason after each
+row), or (``--view auto``, the default) the timeline when the state graph would merge little
+(fewer than a third of the turns after the first reach a state that another sample reaches:
+:func:`recovery.graph.choose_view`), the state graph otherwise.
 The file's suffix picks the form: ``.graphml``, ``.json`` (node-link) or ``.png``, ``.svg``,
 ``.pdf`` (a drawing). A task, run or trajectory that is not in the store is refused with the
 closest ids that are. Ids, runs and file names are quoted with their control characters
@@ -36,6 +41,12 @@ class GraphConfig:
     task: str | None = opt(None, "Write the state graph of this task instead.")
     run: list[str] = opt(
         default_factory=list, help="State graph: only these runs (comma-separated)."
+    )
+    view: str = opt(
+        "auto", "--task: 'states' (state graph), 'timeline' (one row per sample, one cell per "
+        "turn), or 'auto': the timeline when fewer than a third of the turns after the first "
+        "reach a state another sample reaches, else the state graph.",
+        choices=("auto", "timeline", "states"),
     )
     normalise: str = opt(
         "mask", "State graph: how observations are normalised into states.",
@@ -113,7 +124,7 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         click.ClickException: for a task, run or trajectory not in the store (with close
             matches).
     """
-    from recovery.graph import state_graph, turn_graph, write_graph
+    from recovery.graph import turn_graph, write_graph
     from recovery.store import connect
 
     if (config.traj_id is None) == (config.task is None):
@@ -126,21 +137,19 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         con = connect(config.store, read_only=True)
     except FileNotFoundError as err:
         raise click.UsageError(printable(err)) from None
+    if config.task is None and config.view != "auto":
+        raise click.UsageError("--view applies to a task (--task TASK_ID), not to a trajectory")
     try:
         if config.task is not None:
             problem = _unknown_task(con, config.task, list(config.run))
             if problem:
                 raise click.ClickException(problem)
-            graph = state_graph(
-                con, config.task, runs=config.run or None, normalise=config.normalise
-            )
-            what = f"state graph of task {printable(config.task)}"
-        else:
-            try:
-                graph = turn_graph(con, config.traj_id, score_model=config.score_model)
-            except KeyError:
-                raise click.ClickException(_unknown_trajectory(con, config.traj_id)) from None
-            what = f"turn graph of trajectory {printable(config.traj_id)}"
+            _write_task_view(con, config, echo)
+            return
+        try:
+            graph = turn_graph(con, config.traj_id, score_model=config.score_model)
+        except KeyError:
+            raise click.ClickException(_unknown_trajectory(con, config.traj_id)) from None
     except KeyError as err:
         raise click.ClickException(printable(err.args[0])) from None
     finally:
@@ -148,18 +157,48 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
     config.out.parent.mkdir(parents=True, exist_ok=True)
     write_graph(graph, str(config.out))
     echo(
-        f"{what}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges "
-        f"-> {printable(config.out)}"
+        f"turn graph of trajectory {printable(config.traj_id)}: {graph.number_of_nodes()} "
+        f"nodes, {graph.number_of_edges()} edges -> {printable(config.out)}"
     )
+
+
+def _write_task_view(con, config: GraphConfig, echo) -> None:
+    """Write the view of ``config.task`` that ``config.view`` asks for (module docs)."""
+    from recovery.graph import choose_view, shared_share, state_graph, task_timeline, write_graph
+    from recovery.graph.draw import write_timeline
+
+    runs = config.run or None
+    view = config.view
+    share = float("nan")
+    if view == "auto":
+        share = shared_share(con, config.task, runs, config.normalise)
+        view = choose_view(share)
+    why = (f" (auto: {100 * share:.0f}% of the turns after the first reach a shared state)"
+           if share == share else "")
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    task = printable(config.task)
+    if view == "timeline":
+        timeline = task_timeline(con, config.task, runs, config.normalise)
+        write_timeline(timeline, str(config.out))
+        echo(f"timeline of task {task}{why}: {len(timeline.rows)} rows, {timeline.n_turns} "
+             f"turns -> {printable(config.out)}")
+        return
+    graph = state_graph(con, config.task, runs=runs, normalise=config.normalise)
+    write_graph(graph, str(config.out))
+    echo(f"state graph of task {task}{why}: {graph.number_of_nodes()} nodes, "
+         f"{graph.number_of_edges()} edges -> {printable(config.out)}")
 
 
 @click.command()
 @command_options(GraphConfig)
 def graph(config: GraphConfig) -> None:
-    """Write a trajectory's turn graph, or (--task) a task's state graph.
+    """Write a trajectory's turn graph, or (--task) a task's state graph or timeline.
 
     Turn graph: one node per turn, 'next' edges, and 'recovers' edges from an error spell's
     first turn to its recovery turn. State graph: the prefix tree of normalised observation
     histories over every sample of the task, with per-run counts and Monte Carlo success rates.
+    Timeline: one row per sample, one cell per turn coloured by error kind, recovery turns
+    marked, the end reason (success, failure, budget, crash) after each row; --view auto picks
+    it when the samples' states rarely repeat.
     """
     run_graph(config)

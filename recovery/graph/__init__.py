@@ -19,11 +19,17 @@ Normalisation (``normalise``): ``"mask"`` (default) replaces every word that con
 (numbers, dates, ids such as ``HAT229`` or ``mia_li_3668``) with ``#``, so different words stay
 different but different numbers and ids merge; ``"lower"`` does the same and lower-cases; ``"exact"`` keeps the text as it is; or a function from a pandas Series of
 texts to a Series of normalised texts.
+
+**Task timeline** (:func:`task_timeline`): the samples of a task as aligned rows, one cell per
+turn (clean, error with its kind, recovery) and the end reason after each row: the view of
+real runs, whose observations rarely repeat so that the state graph merges little.
+:func:`choose_view` picks between the two by the share of turns in shared states
+(:mod:`recovery.graph.timeline`).
 """
 
 from __future__ import annotations
 
-from recovery.graph.draw import draw_graph, write_graph
+from recovery.graph.draw import draw_graph, timeline_figure, write_graph, write_timeline
 from recovery.graph.state import (
     DEFAULT_NORMALISER,
     EXCERPT_CHARS,
@@ -33,17 +39,39 @@ from recovery.graph.state import (
     state_graph,
     turn_values,
 )
+from recovery.graph.timeline import (
+    SHARED_SHARE_MIN,
+    VIEWS,
+    Timeline,
+    TimelineCell,
+    TimelineRow,
+    choose_view,
+    shared_share,
+    task_timeline,
+    timeline_graph,
+)
 from recovery.graph.turn import turn_graph
 
 __all__ = [
     "DEFAULT_NORMALISER",
     "EXCERPT_CHARS",
     "NORMALISERS",
+    "SHARED_SHARE_MIN",
     "TURN_VALUE_COLUMNS",
+    "VIEWS",
     "Normaliser",
+    "Timeline",
+    "TimelineCell",
+    "TimelineRow",
+    "choose_view",
     "draw_graph",
+    "shared_share",
     "state_graph",
+    "task_timeline",
+    "timeline_figure",
+    "timeline_graph",
     "turn_graph",
     "turn_values",
     "write_graph",
+    "write_timeline",
 ]
