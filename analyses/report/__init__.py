@@ -21,7 +21,12 @@ Example:
 
 from __future__ import annotations
 
-from analyses.report.build import ProgressFn, build_report, report_from_frames
+from analyses.report.build import (
+    ProgressFn,
+    build_grouped_report,
+    build_report,
+    report_from_frames,
+)
 from analyses.report.defaults import choose_ks, choose_ts, samples_per_task
 from analyses.report.html import render_html, write_html
 from analyses.report.records import (
@@ -31,6 +36,9 @@ from analyses.report.records import (
     DescriptiveRow,
     DifferenceCell,
     ErrorStats,
+    Group,
+    GroupedReport,
+    GroupSummaryRow,
     HazardPoint,
     LatencyBin,
     ModelFitRow,
@@ -51,6 +59,9 @@ __all__ = [
     "DescriptiveRow",
     "DifferenceCell",
     "ErrorStats",
+    "Group",
+    "GroupSummaryRow",
+    "GroupedReport",
     "HazardPoint",
     "LatencyBin",
     "ModelFitRow",
@@ -60,6 +71,7 @@ __all__ = [
     "Report",
     "ReportOptions",
     "RunReport",
+    "build_grouped_report",
     "build_report",
     "choose_ks",
     "choose_ts",
