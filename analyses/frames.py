@@ -226,40 +226,14 @@ def data_quality(
     """The data-quality numbers of each run (:func:`recovery.quality.run_quality`, in SQL).
 
     Covers every trajectory of the runs, the left-out ones too (that is what they count);
-    with ``traj_ids``, only those trajectories: their rows are copied, narrowed to what the
-    numbers read (a turn's action only as empty or not, its observation as the hash the
-    repeat rule compares), into an in-memory store of their own, measured the same way.
+    with ``traj_ids``, only those trajectories.
 
     Returns:
         Run label -> :class:`recovery.quality.RunQuality`.
     """
     from recovery.quality import run_quality
 
-    if traj_ids is None:
-        return run_quality(con, runs)
-    import duckdb
-
-    from recovery.store.scope import traj_scope
-
-    where, params = _run_filter(runs)
-    with traj_scope(con, traj_ids) as scope:
-        trajectories = con.execute(
-            "SELECT traj_id, run, task_id, budget, success, n_turns, end_reason "
-            f"FROM trajectories WHERE {where} AND {scope}", params).df()
-        turns = con.execute(
-            "SELECT traj_id, t, is_error, error_kind, "
-            "CASE WHEN action IS NULL OR trim(action) = '' THEN action ELSE '.' END AS action, "
-            "hash(coalesce(observation, ''))::VARCHAR AS observation FROM turns "
-            f"WHERE {scope}").df()
-    part = duckdb.connect()
-    try:
-        part.register("scoped_trajectories", trajectories)
-        part.register("scoped_turns", turns)
-        part.execute("CREATE TABLE trajectories AS SELECT * FROM scoped_trajectories")
-        part.execute("CREATE TABLE turns AS SELECT * FROM scoped_turns")
-        return run_quality(part, runs)
-    finally:
-        part.close()
+    return run_quality(con, runs, traj_ids)
 
 
 def group_values(

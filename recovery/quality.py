@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recovery.schema import END_REASONS
 
@@ -147,19 +147,33 @@ def _run_filter(runs: Sequence[str] | None, column: str = "run") -> tuple[str, l
 
 
 def run_quality(
-    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> dict[str, RunQuality]:
     """The data-quality numbers of each run of the store, computed in SQL.
 
     Args:
         con: The store.
         runs: Runs to check; ``None`` or empty = every run.
+        traj_ids: Only these trajectories (a selection such as ``--where`` or a group);
+            ``None`` = every trajectory of the runs.
 
     Returns:
         Run label -> :class:`RunQuality`, alphabetically; runs without trajectories are absent.
     """
-    where, params = _run_filter(runs)
-    tr_where, _ = _run_filter(runs, "tr.run")
+    from recovery.store.scope import traj_scope
+
+    with traj_scope(con, traj_ids) as scope, \
+            traj_scope(con, traj_ids, "tr.traj_id") as tr_scope:
+        where, params = _run_filter(runs)
+        tr_where, _ = _run_filter(runs, "tr.run")
+        return _run_quality(con, f"({where}) AND {scope}", f"({tr_where}) AND {tr_scope}",
+                            params)
+
+
+def _run_quality(
+    con: duckdb.DuckDBPyConnection, where: str, tr_where: str, params: list[Any],
+) -> dict[str, RunQuality]:
     heads = con.execute(
         f"""
         SELECT run, count(*), coalesce(sum(n_turns), 0), min(n_turns),

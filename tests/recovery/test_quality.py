@@ -138,3 +138,14 @@ def test_ingest_prints_the_summary_line(tmp_path):
     assert result.exit_code == 0, result.output
     assert "data quality: 1 run;" in result.stderr and "data quality" not in result.stdout
     assert "warning: run bad: 83.3% of actions are empty (5 of 6 turns)" in result.stderr
+
+
+def test_run_quality_of_some_trajectories_counts_only_them(store):
+    ids = [tid for (tid,) in store.execute(
+        "SELECT traj_id FROM trajectories WHERE run = 'good' AND task_id = 'a'").fetchall()]
+    part = run_quality(store, None, ids)
+    assert list(part) == ["good"]
+    good = part["good"]
+    assert (good.n_trajectories, good.n_turns) == (2, 5)
+    assert good.samples_per_task == {2: 1}
+    assert good.error_kinds == {"repeat": 1, "tool_error": 1}
