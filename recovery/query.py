@@ -146,18 +146,34 @@ def open_sandboxed(
         folders.extend(readable_folders(store))
     con = connect(store, read_only=True)
     try:
-        # before external access is turned off: DuckDB allows its temp folder whatever the
-        # other settings say
-        con.execute("SET temp_directory = ?", [str(temp_dir) if temp_dir is not None else ""])
-        if folders:
-            con.execute("SET allowed_directories = ?", [folders])
-        con.execute("SET enable_external_access = false")
-        con.execute("SET autoinstall_known_extensions = false")
-        con.execute("SET lock_configuration = true")
+        lock_down(con, folders, temp_dir)
     except BaseException:
         con.close()
         raise
     return con
+
+
+def lock_down(
+    con: duckdb.DuckDBPyConnection, folders: Sequence[str] = (),
+    temp_dir: str | Path | None = None,
+) -> None:
+    """The sandbox of every user-written query: no file but ``folders`` can be read, nothing
+    written, no extension loaded, no temp folder but ``temp_dir`` (none: no spilling), and the
+    settings locked so the query cannot undo any of it.
+
+    Args:
+        con: A connection holding what the query may read.
+        folders: Folders (``/``-terminated) whose files may be read.
+        temp_dir: An empty private folder DuckDB may spill to; ``None`` = no spilling.
+    """
+    # before external access is turned off: DuckDB allows its temp folder whatever the other
+    # settings say
+    con.execute("SET temp_directory = ?", [str(temp_dir) if temp_dir is not None else ""])
+    if folders:
+        con.execute("SET allowed_directories = ?", [list(folders)])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET lock_configuration = true")
 
 
 class _Deadline:

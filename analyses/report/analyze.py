@@ -164,7 +164,7 @@ def select_where(con: duckdb.DuckDBPyConnection, condition: str,
 
     import duckdb
 
-    from recovery.query import DEFAULT_TIMEOUT
+    from recovery.query import DEFAULT_TIMEOUT, lock_down
 
     text = condition.strip()
     if not text:
@@ -179,10 +179,7 @@ def select_where(con: duckdb.DuckDBPyConnection, condition: str,
         side.register("copied_rows", rows)
         side.execute("CREATE TABLE trajectories AS SELECT * FROM copied_rows")
         side.unregister("copied_rows")
-        for setting in ("SET temp_directory = ''", "SET enable_external_access = false",
-                        "SET autoinstall_known_extensions = false",
-                        "SET lock_configuration = true"):
-            side.execute(setting)
+        lock_down(side)
         try:
             statements = side.extract_statements(query)
         except duckdb.Error as err:
