@@ -1,8 +1,10 @@
 """Check that an HTML report of ``recovery analyze`` renders in a real browser.
 
-Run: ``.venv/bin/python bench/html_check.py REPORT.html [--screenshot OUT.png]``.
+Run: ``.venv/bin/python bench/html_check.py REPORT.html [--screenshot OUT.png]``, or
+``.venv/bin/python bench/html_check.py --reports FOLDER`` (build and check the demo, seven-run
+and grouped reports).
 
-Four checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
+Five checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
 
 1. **self-contained**: every ``<img>`` is a ``data:image/png`` URI that decodes to an image
    (with Pillow), and nothing is loaded from elsewhere (no ``src``/``href`` to a URL or file,
@@ -15,7 +17,20 @@ Four checks, each printed; the exit status is 1 when one fails (2 when no Chromi
    decoded image of a difference surface; ``--one-run`` for a report of one run, which has
    none): each must be there, take up room on the page and hold what it should;
 4. **not blank**: a headless Chromium screenshot (``--window-size``, default 1400x4000) shows
-   enough non-white pixels and colours.
+   enough non-white pixels and colours;
+5. **no text overlaps on the page**: the same script takes the line boxes of every visible
+   text node (``Range.getClientRects``) and the box of every image, as the browser laid them
+   out at ``--window-size``, and no two of different nodes may overlap.
+
+A section is found by its ``id`` or, in a grouped report (``--by``), by the first id that
+ends with ``-<id>``.
+
+``--reports FOLDER`` builds and checks the reports a reader meets (see :func:`check_reports`):
+the demo's, one of seven runs with checkpoint-like labels and 100-turn caps, and, when
+``recovery analyze`` has ``--by``, a grouped one; besides checks 1-5 on each page it checks,
+in Python, that every figure of each report has no overlapping texts and none off the image
+(:func:`analyses.report.plots.layout_problems`), and that each comparison has its "change of
+S(T) at every T" figure.
 
 Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``); it runs with
 ``--headless --no-sandbox --disable-gpu`` and a fresh profile directory, and no network.
@@ -50,6 +65,56 @@ SECTIONS = ("headline", "data-quality", "difference-surface")
 """The report's sections that check 3 looks for, by their HTML ``id``."""
 
 _PROBE = """<script>
+function reportSection(id) {
+  var el = document.getElementById(id);
+  if (el) { return el; }
+  var all = document.querySelectorAll("[id$='-" + id + "']");
+  return all.length ? all[0] : null;
+}
+function textOverlaps() {
+  // Every visible text node's line boxes and every image's box, in page coordinates; the
+  // pairs of different items whose boxes overlap by more than a pixel both ways.
+  var boxes = [];
+  var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  var range = document.createRange();
+  var node, item = 0;
+  while ((node = walker.nextNode())) {
+    var parent = node.parentElement;
+    if (!parent || !node.textContent.trim() || parent.closest("script, style")) { continue; }
+    var style = getComputedStyle(parent);
+    if (style.visibility === "hidden" || style.display === "none") { continue; }
+    range.selectNodeContents(node);
+    var rects = range.getClientRects();
+    item += 1;
+    for (var i = 0; i < rects.length; i++) {
+      var r = rects[i];
+      if (r.width > 0.5 && r.height > 0.5) {
+        boxes.push({item: item, text: node.textContent.trim().slice(0, 40),
+                    x0: r.left + scrollX, x1: r.right + scrollX,
+                    y0: r.top + scrollY, y1: r.bottom + scrollY});
+      }
+    }
+  }
+  Array.prototype.forEach.call(document.images, function (img) {
+    var r = img.getBoundingClientRect();
+    item += 1;
+    boxes.push({item: item, text: "[image: " + img.alt.slice(0, 40) + "]",
+                x0: r.left + scrollX, x1: r.right + scrollX,
+                y0: r.top + scrollY, y1: r.bottom + scrollY});
+  });
+  boxes.sort(function (a, b) { return a.y0 - b.y0; });
+  var pairs = [];
+  for (var a = 0; a < boxes.length; a++) {
+    for (var b = a + 1; b < boxes.length && boxes[b].y0 < boxes[a].y1 - 1; b++) {
+      var p = boxes[a], q = boxes[b];
+      if (p.item === q.item) { continue; }
+      var dx = Math.min(p.x1, q.x1) - Math.max(p.x0, q.x0);
+      var dy = Math.min(p.y1, q.y1) - Math.max(p.y0, q.y0);
+      if (dx > 1 && dy > 1) { pairs.push([p.text, q.text]); }
+    }
+  }
+  return {n_boxes: boxes.length, pairs: pairs};
+}
 window.addEventListener("load", function () {
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
@@ -57,7 +122,7 @@ window.addEventListener("load", function () {
   document.body.setAttribute("data-images-decoded", String(ok));
   var found = [];
   [SECTION_IDS].forEach(function (id) {
-    var el = document.getElementById(id);
+    var el = reportSection(id);
     if (!el) { found.push(id + ":missing"); return; }
     var box = el.getBoundingClientRect();
     var surfaces = Array.prototype.filter.call(el.querySelectorAll("img"), function (i) {
@@ -67,6 +132,10 @@ window.addEventListener("load", function () {
                 (el.innerText || "").trim().length].join(":"));
   });
   document.body.setAttribute("data-sections", found.join(";"));
+  var overlaps = textOverlaps();
+  document.body.setAttribute("data-text-boxes", String(overlaps.n_boxes));
+  document.body.setAttribute("data-text-overlaps", JSON.stringify(overlaps.pairs.slice(0, 20)));
+  document.body.setAttribute("data-text-overlap-count", String(overlaps.pairs.length));
 });
 </script>""".replace("SECTION_IDS", ", ".join(f'"{name}"' for name in SECTIONS))
 
@@ -85,6 +154,9 @@ class HtmlCheck:
         ink: Share of non-white pixels in the screenshot.
         n_colours: Distinct colours in the screenshot.
         screenshot: The screenshot's path.
+        n_text_boxes: Text line boxes and images the browser laid out (``-1``: not checked).
+        text_overlaps: Pairs of texts (or images) whose boxes overlap on the page (at most
+            20 shown; :attr:`problems` counts them all).
         problems: What is wrong; empty when the page passes.
     """
 
@@ -95,6 +167,8 @@ class HtmlCheck:
     ink: float = 0.0
     n_colours: int = 0
     screenshot: Path | None = None
+    n_text_boxes: int = -1
+    text_overlaps: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -199,7 +273,7 @@ def check_html(
         probe = Path(tmp) / "probe.html"
         probe.write_text(text.replace("</body>", _PROBE + "</body>", 1), encoding="utf-8")
         run = _chromium(chromium, ["--virtual-time-budget=10000", "--dump-dom",
-                                   probe.as_uri()], timeout)
+                                   f"--window-size={window_size}", probe.as_uri()], timeout)
         total = re.search(r'data-images-total="(\d+)"', run.stdout)
         decoded = re.search(r'data-images-decoded="(\d+)"', run.stdout)
         if not (total and decoded):
@@ -217,6 +291,7 @@ def check_html(
                 )
         result.sections = _sections(run.stdout)
         result.problems.extend(_section_problems(result.sections, one_run))
+        _text_overlap_findings(run.stdout, result)
 
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     screenshot.unlink(missing_ok=True)
@@ -236,6 +311,24 @@ def check_html(
     if result.n_colours < MIN_COLOURS:
         result.problems.append(f"screenshot has only {result.n_colours} colours")
     return result
+
+
+def _text_overlap_findings(dom: str, result: HtmlCheck) -> None:
+    """Check 5 from the probe's attributes: no two texts (or images) overlap on the page."""
+    import html
+    import json
+
+    boxes = re.search(r'data-text-boxes="(\d+)"', dom)
+    count = re.search(r'data-text-overlap-count="(\d+)"', dom)
+    pairs = re.search(r'data-text-overlaps="([^"]*)"', dom)
+    if not (boxes and count and pairs):
+        result.problems.append("chromium --dump-dom gave no text boxes")
+        return
+    result.n_text_boxes = int(boxes.group(1))
+    result.text_overlaps = [tuple(p) for p in json.loads(html.unescape(pairs.group(1)))]
+    if int(count.group(1)):
+        shown = "; ".join(f"{a!r} / {b!r}" for a, b in result.text_overlaps[:5])
+        result.problems.append(f"{count.group(1)} pairs of texts overlap on the page: {shown}")
 
 
 def _sections(dom: str) -> dict[str, dict[str, int]]:
@@ -268,25 +361,157 @@ def _section_problems(sections: dict[str, dict[str, int]], one_run: bool) -> lis
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: check one HTML file; print the findings; 0 = fine, 1 = problems, 2 = no
-    Chromium."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("html", type=Path, help="The HTML report.")
-    parser.add_argument("--screenshot", type=Path, default=None,
-                        help="PNG to write (default: next to the HTML, .png).")
-    parser.add_argument("--chromium", default=None, help="Browser executable.")
-    parser.add_argument("--window-size", default="1400,4000", help="WIDTH,HEIGHT.")
-    parser.add_argument("--one-run", action="store_true",
-                        help="A report of one run: no difference surface is expected.")
-    args = parser.parse_args(argv)
-    shot = args.screenshot or args.html.with_suffix(".png")
-    try:
-        result = check_html(args.html, shot, chromium=args.chromium,
-                            window_size=args.window_size, one_run=args.one_run)
-    except FileNotFoundError as err:
-        print(f"html_check: {err}", file=sys.stderr)
-        return 2
+SEVEN_RUNS_TOML = """# Seven runs with checkpoint-like labels and 100-turn caps (bench/html_check.py --reports).
+n_tasks = 60
+n_samples = 4
+budgets = [100]
+seed = 1
+""" + "".join(
+    f"""
+[policies."{name}"]
+preset = "base"
+p_progress = {0.3 + 0.05 * i:.2f}
+p_recover = {0.3 + 0.05 * i:.2f}
+p_fatal = {0.14 - 0.01 * i:.2f}
+""" for i, name in enumerate((
+        "qwen2.5-7b-instruct", "qwen2.5-7b-rl-step200", "qwen2.5-7b-rl-step400",
+        "llama-3.1-8b-instruct", "gpt-4o-mini-2024-07-18", "claude-3-5-haiku",
+        "mistral-nemo-12b")))
+"""The seven-run config of :func:`check_reports` (a ``recovery simulate --config`` TOML)."""
+
+CHANGE_ALT = "change of S(T) at every T"
+"""How the HTML names the dense budget-difference figure of a comparison (its ``alt``)."""
+
+
+def report_figures(report: object) -> dict[str, object]:
+    """Every figure the HTML page of ``report`` (a :class:`analyses.report.Report`) draws,
+    by a name that says which."""
+    from analyses.report import plots
+
+    figures: dict[str, object] = {
+        "budget curves": plots.budget_curves(report),
+        "hazards": plots.hazard_figure(report),
+        "latency": plots.latency_figure(report),
+    }
+    for name, run in report.runs.items():
+        figures[f"Pass@(K,T) {name}"] = plots.pass_heatmap(run, report.ks, report.ts)
+        figures[f"pass^(K,T) {name}"] = plots.pass_heatmap(run, report.ks, report.ts,
+                                                           "pass_hat")
+    for comp in report.comparisons:
+        pair = f"{comp.candidate} vs {comp.baseline}"
+        figures[f"difference surface {pair}"] = plots.difference_heatmap(comp, report.ks,
+                                                                         report.ts)
+        figures[f"decomposition {pair}"] = plots.decomposition_bars(comp)
+        figures[f"{CHANGE_ALT} {pair}"] = plots.budget_difference_figure(comp)
+    return figures
+
+
+def figure_problems(report: object) -> list[str]:
+    """Each overlapping pair of texts and each text off the image, in every figure of the
+    report (:func:`analyses.report.plots.layout_problems`), prefixed with the figure."""
+    from analyses.report.plots import layout_problems
+
+    out = []
+    for name, figure in report_figures(report).items():
+        out += [f"figure {name!r}: {problem}" for problem in layout_problems(figure)]
+    return out
+
+
+def _reports_of(result: object) -> list[object]:
+    groups = getattr(result, "groups", None)
+    if groups is None:
+        return [result]
+    return [g.report for g in groups if g.report is not None]
+
+
+def _recovery_cli() -> list[str]:
+    local = Path(sys.executable).with_name("recovery")
+    return [str(local)] if local.exists() else [shutil.which("recovery") or "recovery"]
+
+
+def _simulate(out: Path, *args: str) -> list[Path]:
+    subprocess.run([*_recovery_cli(), "simulate", "--out", str(out), *args], check=True,
+                   capture_output=True, text=True)
+    return sorted(out.glob("*.jsonl"))
+
+
+def _grouped_inputs(files: list[Path], out: Path) -> list[Path]:
+    """Copies of ``files`` whose task ids start with an environment (``even/`` or ``odd/``
+    by the task's number), for ``--by env``."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for path in files:
+        lines = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            digits = "".join(c for c in str(record["task_id"]) if c.isdigit()) or "0"
+            record["task_id"] = f"{'odd' if int(digits) % 2 else 'even'}/{record['task_id']}"
+            lines.append(json.dumps(record))
+        copy = out / path.name
+        copy.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        copies.append(copy)
+    return copies
+
+
+def has_by_option() -> bool:
+    """Whether ``recovery analyze`` offers ``--by`` (groups)."""
+    from analyses.report.analyze import AnalyzeConfig
+
+    return "by" in getattr(AnalyzeConfig, "__dataclass_fields__", {})
+
+
+def check_reports(folder: str | Path, *, n_boot: int = 50, demo_tasks: int | None = None,
+                  chromium: str | None = None,
+                  window_size: str = "1400,4000") -> dict[str, HtmlCheck]:
+    """Build the reports a reader meets and check each (module docstring, ``--reports``).
+
+    ``demo``: ``recovery simulate --config demo`` (``demo_tasks`` tasks when given), then
+    ``recovery analyze`` of its runs with ``--html``; ``seven-runs``: the same of
+    :data:`SEVEN_RUNS_TOML`; ``grouped`` (when ``recovery analyze`` has ``--by``): the demo's
+    runs with task ids ``even/...`` and ``odd/...``, ``--by env``. Each page gets checks 1-5;
+    besides, every figure of the report must have no overlapping texts and none off the image,
+    and every comparison its "change of S(T) at every T" figure on the page.
+
+    Returns:
+        Report name -> its :class:`HtmlCheck` (figure problems added to its problems).
+    """
+    from analyses.report.analyze import AnalyzeConfig, analyze
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    demo_args = ["--config", "demo"] + (["--tasks", str(demo_tasks)] if demo_tasks else [])
+    demo = _simulate(folder / "demo-runs", *demo_args)
+    config = folder / "seven-runs.toml"
+    config.write_text(SEVEN_RUNS_TOML, encoding="utf-8")
+    seven = _simulate(folder / "seven-runs", "--config", str(config))
+    cases: dict[str, tuple[list[Path], dict[str, object]]] = {
+        "demo": (demo, {}), "seven-runs": (seven, {})}
+    if has_by_option():
+        cases["grouped"] = (_grouped_inputs(demo, folder / "grouped-runs"), {"by": "env"})
+    results = {}
+    for name, (files, extra) in cases.items():
+        page = folder / f"{name}.html"
+        report = analyze(AnalyzeConfig(files=files, html_out=page, n_boot=n_boot, **extra),
+                         echo=lambda *_a, **_k: None)
+        result = check_html(page, folder / f"{name}.png", chromium=chromium,
+                            window_size=window_size)
+        reports = _reports_of(report)
+        for each in reports:
+            result.problems.extend(figure_problems(each))
+        wanted = sum(1 for each in reports for comp in each.comparisons
+                     if comp.budget is not None and not comp.shares_no_task())
+        drawn = len(re.findall(r'<img alt="' + re.escape(CHANGE_ALT),
+                               page.read_text(encoding="utf-8")))
+        if drawn != wanted or not wanted:
+            result.problems.append(f"{drawn} '{CHANGE_ALT}' figures on the page, {wanted} "
+                                   "comparisons with a budget curve")
+        results[name] = result
+    return results
+
+
+def _print_check(result: HtmlCheck) -> None:
     print(f"images: {result.n_images} (decoded by Pillow: {result.n_images_decoded_pil}, "
           f"by chromium: {result.n_images_decoded_browser})")
     for name in SECTIONS:
@@ -294,11 +519,52 @@ def main(argv: list[str] | None = None) -> int:
         print(f"section {name}: " + ("missing" if found is None else
               f"{found['height']} px high, {found['text']} characters, {found['tables']} "
               f"tables, {found['surfaces']} difference surfaces"))
+    print(f"text on the page: {result.n_text_boxes} boxes, "
+          f"{len(result.text_overlaps)} overlapping pairs")
     print(f"screenshot: {result.screenshot} ({result.ink:.1%} non-white pixels, "
           f"{result.n_colours} colours)")
     for problem in result.problems:
         print(f"PROBLEM: {problem}")
     print("OK" if result.ok else "FAILED")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: check one HTML file (or, ``--reports FOLDER``, build and check the
+    demo, seven-run and grouped reports); print the findings; 0 = fine, 1 = problems, 2 = no
+    Chromium."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("html", type=Path, nargs="?", help="The HTML report.")
+    parser.add_argument("--screenshot", type=Path, default=None,
+                        help="PNG to write (default: next to the HTML, .png).")
+    parser.add_argument("--chromium", default=None, help="Browser executable.")
+    parser.add_argument("--window-size", default="1400,4000", help="WIDTH,HEIGHT.")
+    parser.add_argument("--one-run", action="store_true",
+                        help="A report of one run: no difference surface is expected.")
+    parser.add_argument("--reports", type=Path, default=None, metavar="FOLDER",
+                        help="Build the demo, seven-run and grouped reports in FOLDER and "
+                             "check them and every figure they draw.")
+    parser.add_argument("--n-boot", type=int, default=50, help="--reports: bootstraps.")
+    parser.add_argument("--demo-tasks", type=int, default=None,
+                        help="--reports: tasks of the demo (default: the demo's 200).")
+    args = parser.parse_args(argv)
+    if (args.html is None) == (args.reports is None):
+        parser.error("give an HTML file or --reports FOLDER")
+    if find_chromium() is None and args.chromium is None:
+        print("html_check: no chromium found (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    if args.reports is not None:
+        results = check_reports(args.reports, n_boot=args.n_boot, demo_tasks=args.demo_tasks,
+                                chromium=args.chromium, window_size=args.window_size)
+        if not has_by_option():
+            print("grouped report: skipped (recovery analyze has no --by)")
+        for name, result in results.items():
+            print(f"== {name}")
+            _print_check(result)
+        return 0 if all(r.ok for r in results.values()) else 1
+    shot = args.screenshot or args.html.with_suffix(".png")
+    result = check_html(args.html, shot, chromium=args.chromium,
+                        window_size=args.window_size, one_run=args.one_run)
+    _print_check(result)
     return 0 if result.ok else 1
 
 

@@ -612,7 +612,10 @@ def _hazard_panel(ax: Axes, counts: Axes, report: Report, name: str, xlabel: str
         high = max(b[1] for bins in bins_of.values() for b in bins)
         ax.set_xlim(low - 1.0, high + 1.0)
         if max(sizes) >= 20 * max(min(sizes), 1):
+            from matplotlib.ticker import NullFormatter
+
             counts.set_yscale("log")
+            counts.yaxis.set_minor_formatter(NullFormatter())  # 2x10^2, 3x10^2... collide
         else:
             counts.set_ylim(0, 1.25 * max(sizes))
         if all(len(bins) == 1 for bins in bins_of.values()):

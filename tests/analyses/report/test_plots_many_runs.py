@@ -212,3 +212,38 @@ def test_a_single_hazard_bin_is_drawn_inside_the_axes_and_said(seven):
     counts = [ax for ax in figure.axes if ax.get_ylabel() == "at risk / bin"]
     assert counts and all(ax.get_yscale() == "linear" for ax in counts[1:])
     assert plots.layout_problems(figure) == []
+
+
+def test_hazard_counts_over_a_wide_range_have_readable_log_ticks(seven):
+    """At-risk counts from 35 to 700 (a log axis): the minor ticks' labels 2x10^2, 3x10^2...
+    would collide; only decades are labelled."""
+    runs = {}
+    for name, run in seven.runs.items():
+        points = [plots_point(x, 0.3, at_risk) for x, at_risk in
+                  enumerate((700, 420, 300, 210, 160, 110, 80, 60, 45, 35), start=1)]
+        runs[name] = dataclasses.replace(run, hazards={**run.hazards, "h": points,
+                                                       "rho": points, "phi": points})
+    figure = plots.hazard_figure(dataclasses.replace(seven, runs=runs))
+    assert any(ax.get_yscale() == "log" for ax in figure.axes)
+    assert plots.layout_problems(figure) == []
+
+
+@pytest.mark.slow
+def test_bench_builds_and_checks_the_demo_seven_run_and_grouped_reports(tmp_path):
+    """bench/html_check.py --reports: the demo's and a seven-run report (and a grouped one
+    when --by exists) render in headless Chromium with the headline, a "change of S(T) at
+    every T" figure per comparison, no overlapping text on the page or in any figure (slow)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    bench = Path(__file__).resolve().parents[3] / "bench" / "html_check.py"
+    result = subprocess.run(
+        [sys.executable, str(bench), "--reports", str(tmp_path), "--demo-tasks", "40",
+         "--n-boot", "10"], capture_output=True, text=True, timeout=1200, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "== demo" in result.stdout and "== seven-runs" in result.stdout
+    assert "0 overlapping pairs" in result.stdout
