@@ -100,6 +100,10 @@ class RunQuality:
             notice), so a warning can tell an agent that gave no action from a log that lost it.
         repeated_observation_kinds: Error kind -> turns whose observation repeated the previous
             one and that are marked with it.
+        step_cap: The run's step cap, where it has one (filled by a report:
+            :mod:`analyses.caps`); its unsuccessful episodes of that many turns are censored.
+        step_cap_source: Where the cap came from: ``--max-turns``, ``data`` or ``detected``.
+        step_cap_note: The cap in words, with its source and how many episodes end there.
     """
 
     run: str
@@ -132,6 +136,9 @@ class RunQuality:
     tasks_below_k: dict[int, int] = field(default_factory=dict)
     empty_action_kinds: dict[str, int] = field(default_factory=dict)
     repeated_observation_kinds: dict[str, int] = field(default_factory=dict)
+    step_cap: int | None = None
+    step_cap_source: str | None = None
+    step_cap_note: str = ""
 
 
 def _share(part: int | None, whole: int) -> float | None:

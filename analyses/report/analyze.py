@@ -99,6 +99,22 @@ class AnalyzeConfig:
         "trajectories table, e.g. \"task_id LIKE 'babaisai/%' AND budget = 100\"; every "
         "number of the report is of them.",
     )
+    max_turns: list[str] | None = opt(
+        None,
+        "Step cap of a run, RUN=N (several: a=100,b=50): its unsuccessful episodes of N turns "
+        "ran out of turns and are censored, not failed. Without it a cap comes from the data "
+        "(a budget the format wrote) or is detected (many unsuccessful episodes at the run's "
+        "largest turn count); the data-quality section says which.",
+    )
+
+
+def _max_turns(values: list[str] | None) -> dict[str, int] | None:
+    from analyses.caps import parse_max_turns
+
+    try:
+        return parse_max_turns(values) if values else None
+    except ValueError as err:
+        raise UsageProblem(str(err)) from None
 
 
 def parse_turn_limits(values: list[str] | None) -> list[int | None] | None:
@@ -359,6 +375,7 @@ def analyze(
         n_boot=config.n_boot,
         seed=config.seed,
         ci=config.ci,
+        max_turns=_max_turns(config.max_turns),
     )
     ingest_options = IngestOptions(
         format=config.format, rules=load_rules(config.rules) if config.rules else None,

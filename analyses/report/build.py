@@ -309,6 +309,7 @@ def report_from_frames(
     if traj.empty:
         raise ValueError("no trajectories with a known outcome to analyse")
     traj = traj.assign(task_id=traj["task_id"].astype(str)).reset_index(drop=True)
+    traj = _apply_step_caps(traj, options, quality)
     # Every analysis reads only the error turns (a turn missing from the flags is clean), so
     # the clean ones are dropped once here: 4 to 5 times fewer rows to match by traj_id.
     flags = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
@@ -478,6 +479,35 @@ def report_from_frames(
     report.headline = [c.headline for c in comparisons] + [
         run_headline(run, report) for run in runs.values()]
     return report
+
+
+def _apply_step_caps(
+    traj: pd.DataFrame, options: ReportOptions, quality: dict[str, RunQuality]
+) -> pd.DataFrame:
+    """The frame with each run's step cap applied (episodes that ran out of turns are
+    censored), and the data-quality numbers told where each cap came from."""
+    from analyses.caps import step_caps, with_step_caps
+
+    caps = step_caps(traj, options.max_turns)
+    capped = with_step_caps(traj, caps)
+    if "end_reason" in traj:
+        moved = (capped["end_reason"].to_numpy() != traj["end_reason"].to_numpy())
+        moved_by_run = traj.loc[moved, "run"].astype(str).value_counts().to_dict()
+    else:
+        moved_by_run = {}
+    for run, cap in caps.items():
+        q = quality.get(run)
+        if q is None:
+            continue
+        q.step_cap, q.step_cap_source, q.step_cap_note = cap.turns, cap.source, cap.describe()
+        n = int(moved_by_run.get(run, 0))
+        if n:  # the censored episodes were stored as failures
+            q.end_reasons["failure"] = q.end_reasons.get("failure", 0) - n
+            q.end_reasons["budget"] = q.end_reasons.get("budget", 0) + n
+            q.n_budget_hit += n
+            q.budget_hit_share = q.n_budget_hit / q.n_trajectories if q.n_trajectories else (
+                math.nan)
+    return capped
 
 
 def _shared_tasks(traj: pd.DataFrame, baseline: str, candidate: str) -> int:

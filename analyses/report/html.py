@@ -253,6 +253,7 @@ def _quality_html(report: Report) -> str:
             "unknown outcome or end reason":
                 str(q.n_unknown),
             "stopped at the turn limit": f"{q.n_budget_hit} ({_pct(q.budget_hit_share)})",
+            "step cap": q.step_cap_note or "none written or detected",
             "budgets": ", ".join(map(str, q.budgets)) or "unknown",
         }
         for reason, n in q.end_reasons.items():

@@ -61,6 +61,8 @@ class ReportOptions:
         seed: Seed of the bootstraps.
         ci: Central coverage of the intervals.
         min_at_risk: Bin size of the hazards (turns at risk per bin).
+        max_turns: Run -> its step cap, where the data does not say (``--max-turns RUN=N``);
+            other runs' caps come from the data or are detected (:mod:`analyses.caps`).
     """
 
     ks: Sequence[int] | None = None
@@ -73,6 +75,7 @@ class ReportOptions:
     seed: int = 0
     ci: float = 0.95
     min_at_risk: int = 30
+    max_turns: dict[str, int] | None = None
 
 
 @dataclass(slots=True)

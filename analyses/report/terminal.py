@@ -298,6 +298,7 @@ def _quality_rows(q: RunQuality, report: Report) -> dict[str, str]:
             ", ".join(f"K={k}: {n}" for k, n in below.items()) or "none",
         "unknown outcome or end reason": str(q.n_unknown),
         "stopped at the turn limit": f"{q.n_budget_hit} ({percent(q.budget_hit_share)})",
+        "step cap": q.step_cap_note or "none written or detected",
         "budgets": ", ".join(map(str, q.budgets)) or "unknown",
     }
     for reason, n in q.end_reasons.items():
