@@ -66,7 +66,9 @@ def detect_cap(n_turns: np.ndarray, success: np.ndarray) -> int | None:
     """The step cap of one run's episodes, or ``None`` when their ends show none.
 
     With ``M`` the largest turn count and ``k`` the unsuccessful episodes of exactly ``M``
-    turns, ``M`` is a cap when ``k >= MIN_CAPPED`` and ``k`` is at least twice the most
+    turns, ``M`` is a cap when ``k >= MIN_CAPPED``, at least ``MIN_CAPPED`` episodes end
+    before ``M`` (when every episode has one length, nothing piles up), and ``k`` is at least
+    twice the most
     unsuccessful episodes at any one of the :data:`SPIKE_WINDOW` turn counts below ``M``: episodes
     that end on their own spread out, while a cap piles them up at one count. tau-bench's
     airline file (a cap of 30 steps) has 7 failures at 30 and at most 1 at 25 to 29; a game
@@ -82,8 +84,8 @@ def detect_cap(n_turns: np.ndarray, success: np.ndarray) -> int | None:
         return None
     top = int(n_turns.max())
     at_top = int((failed & (n_turns == top)).sum())
-    if at_top < MIN_CAPPED:
-        return None
+    if at_top < MIN_CAPPED or int((n_turns < top).sum()) < MIN_CAPPED:
+        return None  # too few there, or every episode has that length: nothing piles up
     below = n_turns[failed & (n_turns < top) & (n_turns >= top - SPIKE_WINDOW)]
     most_below = int(np.bincount(top - below).max()) if len(below) else 0
     return top if at_top >= 2 * most_below else None

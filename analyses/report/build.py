@@ -666,7 +666,29 @@ def comparison_headline(comparison: Comparison, report: Report) -> str:
     for t in _headline_budgets(report, comparison):
         where = "at no limit" if t is None else f"at T = {t}"
         parts.append(f"{where}: {_change_text(rows[t])}")
+    crashes = _crash_difference(report, comparison.baseline, comparison.candidate)
+    if crashes:
+        parts.append(crashes)
     return label + "; ".join(parts)
+
+
+def _crash_difference(report: Report, baseline: str, candidate: str) -> str:
+    """``"crash rates differ: base 34 of 100, rl 5 of 100 (left out of every number)"`` when
+    the two runs' shares of crashed episodes differ beyond chance (two-proportion z > 1.96);
+    else empty. A change in success between such runs may be only a change in crashes."""
+    counts = []
+    for run in (baseline, candidate):
+        q = report.data_quality.get(run)
+        if q is None or not q.n_trajectories:
+            return ""
+        counts.append((run, int(q.end_reasons.get("crash", 0)), int(q.n_trajectories)))
+    (_, c_a, n_a), (_, c_b, n_b) = counts
+    pooled = (c_a + c_b) / (n_a + n_b)
+    spread = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+    if spread == 0 or abs(c_a / n_a - c_b / n_b) / spread <= 1.96:
+        return ""
+    shown = ", ".join(f"{run} {c} of {n}" for run, c, n in counts)
+    return f"crash rates differ: {shown} (left out of every number)"
 
 
 def run_headline(run: RunReport, report: Report) -> str:

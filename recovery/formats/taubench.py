@@ -1,8 +1,10 @@
 """tau-bench result files: a JSON list of ``{task_id, trial, reward, info, traj}``.
 
-``trial`` is the sample; success is a reward within 1e-6 of 1; a turn is one assistant message
-of ``traj`` (OpenAI chat messages). Crashed episodes (``info.error`` or ``info.traceback``)
-are kept and flagged with ``meta.crashed = true``. ``info`` is kept in ``meta``.
+``trial`` is the sample; success is a reward at or above ``--success-threshold`` (1 - 1e-6 by
+default: tau-bench's rewards are 0 or 1); a turn is one assistant message of ``traj`` (OpenAI
+chat messages). An episode whose harness failed (``info.error`` or ``info.traceback``) is
+flagged with ``meta.crashed = true``; one that also holds no turn never ran and ends by
+``crash``: left out of every number and counted per run. ``info`` is kept in ``meta``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from recovery.schema import (
     coerce_optional_float,
     coerce_optional_int,
     coerce_task_id,
+    derive_success,
 )
 
 KNOWN_KEYS = frozenset({"task_id", "trial", "reward", "traj"})
-SUCCESS_TOLERANCE = 1e-6
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -41,13 +43,17 @@ def trajectory(raw: Any, options: ReadOptions, default_run: str, file: str, line
     reward = coerce_optional_float(raw.get("reward"), "reward")
     info = raw.get("info") or {}
     meta = {k: v for k, v in raw.items() if k not in KNOWN_KEYS}
-    if isinstance(info, dict) and (info.get("error") or info.get("traceback")):
+    crashed = isinstance(info, dict) and bool(info.get("error") or info.get("traceback"))
+    if crashed:
         meta["crashed"] = True
     return Trajectory(
         run=options.run or default_run,
         task_id=coerce_task_id(raw["task_id"]),
         turns=turns,
-        success=None if reward is None else abs(reward - 1.0) <= SUCCESS_TOLERANCE,
+        # the one success rule, with --success-threshold (tau-bench's rewards are 0 or 1)
+        success=derive_success(None, reward, options.success_threshold, required=False),
+        # the harness failed and the episode never ran: left out of every number, counted
+        end_reason="crash" if crashed and not turns else None,
         sample=coerce_optional_int(raw.get("trial"), "trial"),
         reward=reward,
         prompt=prompt,

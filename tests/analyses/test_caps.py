@@ -45,15 +45,17 @@ def test_a_spike_at_the_largest_turn_count_is_a_cap() -> None:
     # natural ends spread out: no cap
     assert detect_cap(np.array([12, 11, 12, 10, 12, 11, 11]), np.zeros(7, dtype=bool)) is None
     assert detect_cap(np.array([10, 10, 4]), np.array([False, True, False])) is None  # 1 < 3
+    # every episode one turn long (single-step tasks): not a cap
+    assert detect_cap(np.ones(30, dtype=int), np.arange(30) % 2 == 0) is None
 
 
 def test_caps_come_from_the_flag_then_the_data_then_detection() -> None:
     traj = pd.DataFrame({
-        "run": ["a"] * 5 + ["b"] * 4 + ["c"] * 3,
-        "success": [False, False, False, True, False, False, False, True, False,
+        "run": ["a"] * 6 + ["b"] * 4 + ["c"] * 3,
+        "success": [False, False, False, True, False, True, False, False, True, False,
                     True, False, False],
-        "n_turns": [10, 10, 10, 3, 2, 7, 7, 7, 5, 3, 4, 5],
-        "end_reason": ["failure"] * 3 + ["success", "failure"]
+        "n_turns": [10, 10, 10, 3, 2, 4, 7, 7, 7, 5, 3, 4, 5],
+        "end_reason": ["failure"] * 3 + ["success", "failure", "success"]
                       + ["budget", "budget", "success", "failure"]
                       + ["success", "failure", "failure"],
     })
@@ -61,7 +63,7 @@ def test_caps_come_from_the_flag_then_the_data_then_detection() -> None:
     assert {r: (c.turns, c.source, c.n_capped) for r, c in caps.items()} == {
         "a": (10, "detected", 3), "b": (7, "data", 2), "c": (5, "--max-turns", 1)}
     out = with_step_caps(traj, caps)
-    assert out["end_reason"].tolist() == (["budget"] * 3 + ["success", "failure"]
+    assert out["end_reason"].tolist() == (["budget"] * 3 + ["success", "failure", "success"]
                                           + ["budget", "budget", "success", "failure"]
                                           + ["success", "failure", "budget"])
     with pytest.raises(ValueError, match="not among the runs"):
