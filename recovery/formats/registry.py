@@ -76,8 +76,12 @@ def get_reader(name: str) -> Reader:
 def detect_format(path: str | Path) -> str:
     """Name of the first registered format whose sniffer accepts the file.
 
+    Sniffers see the file's first 64 KiB, or its whole first line when that is longer (up to
+    :data:`FIRST_LINE_BYTES`), so that a long first record's keys are seen.
+
     Raises:
-        UnknownFormatError: when none does; the message lists the known formats.
+        UnknownFormatError: when none does (the message lists the known formats), or when the
+            first record is nested too deeply to be parsed (the message names file and line).
     """
     path = Path(path)
     if path.is_dir():
@@ -104,14 +108,15 @@ def detect_format(path: str | Path) -> str:
             f"{path}: the file is empty, so its format cannot be detected; pass --format, "
             f"one of: {', '.join(known_formats())}"
         )
-    deep = _first_record_too_deep(head)
-    if deep is not None:
-        raise _too_deep(path, *deep)
     for reader in _registry().values():
         try:
             accepted = reader.sniff(path, head)
-        except RecursionError:  # a sniffer's parse of a record nested too deeply
-            raise _too_deep(path, _first_line(head), None) from None
+        except RecursionError:
+            # A sniffer's parse of a first record nested far too deeply. (One nested deeper
+            # than the limit but parsed is detected, and the reader refuses it by its line.)
+            deep = _first_record_too_deep(head)
+            line, depth = deep if deep is not None else (_first_line(head), None)
+            raise _too_deep(path, line, depth) from None
         if accepted:
             return reader.name
     raise UnknownFormatError(

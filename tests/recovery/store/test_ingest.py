@@ -137,9 +137,11 @@ def test_traj_ids_are_stable(tau_airline: Path) -> None:
     traj_ids = [r[2] for r in ids[0]]
     assert len(set(traj_ids)) == 200
     # The formula docs/store.md gives: sha1 of run, task_id, budget (empty: unknown) and
-    # sample joined by the unit separator, first 16 hex digits.
+    # sample, each written as its length in UTF-8 bytes, a colon and its text; first 16 hex
+    # digits.
     for task_id, sample, traj_id in ids[0]:
-        key = f"gpt-4o-airline\x1f{task_id}\x1f\x1f{sample}"
+        parts = ("gpt-4o-airline", task_id, "", str(sample))
+        key = "".join(f"{len(p.encode())}:{p}" for p in parts)
         assert traj_id == hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
