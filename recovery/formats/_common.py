@@ -20,7 +20,7 @@ from typing import Any
 from recovery.formats.base import ReadOptions
 from recovery.formats.files import read_document
 from recovery.formats.jsontext import parse_json
-from recovery.schema import RecordError, Trajectory, coerce_optional_int, text_problem
+from recovery.schema import RecordError, Trajectory, text_problem
 
 UNEXPECTED = (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError,
               OverflowError)
@@ -156,14 +156,6 @@ def layout_run(path: Path, task_id: str) -> str:
     if parent.name == task_id and parent.parent.name:
         return parent.parent.name
     return parent.name or task_id
-
-
-def positive_limit(value: Any, where: str) -> int | None:
-    """A turn limit from a harness config: a positive integer, else unknown (0 = no limit)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    limit = coerce_optional_int(value, where) if value >= 0 else None
-    return limit or None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,29 @@ def directory_digest(path: str | Path) -> FileDigest:
     The same files with the same bytes give the same digest wherever the directory lies, so
     re-ingesting a moved copy adds nothing. Line counts are not taken (0).
     """
+    import os
+    import stat
+
     root = Path(path)
+    entries: list[tuple[str, Path, os.stat_result]] = []
+    # Never follow a link and never open anything but a regular file: a link is hashed by
+    # the text it points to (nothing outside the folder is read), a named pipe not at all.
+    for folder, _dirs, names in os.walk(root, followlinks=False):
+        for name in names:
+            file = Path(folder) / name
+            info = file.lstat()
+            entries.append((file.relative_to(root).as_posix(), file, info))
     digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(file.relative_to(root).as_posix().encode("utf-8", "surrogateescape"))
+    for relative, file, info in sorted(entries, key=lambda e: e[0]):
+        if stat.S_ISREG(info.st_mode):
+            content = bytes.fromhex(file_digest(file).sha256)
+        elif stat.S_ISLNK(info.st_mode):
+            content = b"link\0" + os.fsencode(os.readlink(file))
+        else:
+            continue
+        digest.update(relative.encode("utf-8", "surrogateescape"))
         digest.update(b"\0")
-        digest.update(bytes.fromhex(file_digest(file).sha256))
+        digest.update(content)
     return FileDigest(digest.hexdigest(), 0, 0)
 
 

@@ -409,7 +409,7 @@ def _ingest_file(
     try:
         digest = directory_digest(path) if folder else file_digest(path)
     except OSError as err:
-        raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
+        raise IngestError(f"{err.filename or path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
     if seen_in.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
         return IngestResult(file=str(path), format=fmt, status="skipped", sha256=sha)

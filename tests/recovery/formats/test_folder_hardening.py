@@ -229,8 +229,6 @@ def test_an_unreadable_episode_file_is_named_by_the_reader(
     assert "cannot read the file" in error.message and "Permission denied" in error.message
 
 
-@pytest.mark.xfail(strict=True, reason="recovery/store/ingest.py (_ingest_file) reports a "
-                   "folder digest's OSError by the folder's name; the reader names the file")
 def test_an_unreadable_episode_file_is_named_by_ingest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,6 +241,23 @@ def test_an_unreadable_episode_file_is_named_by_ingest(
         con.close()
     assert result.status == "failed"
     assert str(folder / GOTO / "goto_run_01.csv") in result.error
+
+
+def test_a_folder_digest_reads_no_link_and_no_pipe(tmp_path: Path) -> None:
+    """The sha256 of a folder input never follows a link out of it nor opens a named pipe:
+    the link's target text counts, not the bytes behind it."""
+    import os
+
+    from recovery.store.digest import directory_digest
+
+    folder = balrog_folder(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("one")
+    os.symlink(secret, folder / "linked.txt")
+    os.mkfifo(folder / "pipe")
+    before = directory_digest(folder).sha256
+    secret.write_text("two")                      # the bytes behind the link change
+    assert directory_digest(folder).sha256 == before
 
 
 # --------------------------------------------------------------------------------------------
