@@ -471,7 +471,7 @@ def budget_difference_figure(comparison: Comparison,
     difference is drawn in near-black (no run's colour: it is a difference of two runs),
     or in the candidate's colour when ``colours`` (:func:`run_colours`) is given.
     """
-    figure = new_figure(7.0, 3.2)
+    figure = new_figure(7.0, 3.6)
     ax = figure.subplots()
     diff, shape = comparison.budget, comparison.budget_shape
     if diff is None or shape is None or not diff.n_tasks:
@@ -499,7 +499,7 @@ def budget_difference_figure(comparison: Comparison,
     set_title(ax, f"{comparison.candidate} vs {comparison.baseline}: change of S(T) at every T")
     ax.grid(alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
-    _shared_legend(figure, handles, fontsize=7, where="right upper")
+    _shared_legend(figure, handles, fontsize=7)
     return figure
 
 
