@@ -97,7 +97,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
             return
         tqdm.write(result.summary(), file=sys.stdout)
         for bad in result.skipped[:5]:
-            tqdm.write(f"  skipped {bad}", file=sys.stderr)
+            tqdm.write(f"  skipped {printable(bad, keep_newlines=True)}", file=sys.stderr)
         if len(result.skipped) > 5:
             tqdm.write(f"  ... and {len(result.skipped) - 5} more", file=sys.stderr)
 

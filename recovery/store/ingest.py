@@ -107,13 +107,16 @@ class IngestResult:
     sha256: str | None = None
 
     def summary(self) -> str:
-        """One line for the terminal."""
+        """One line for the terminal (file names and messages with control characters
+        escaped: they come from the input)."""
+        from recovery.display import printable
+
         if self.status == "failed":
-            return f"error: {self.error}"
+            return f"error: {printable(self.error, keep_newlines=True)}"
         if self.status == "skipped":
-            return f"{self.file}: already ingested (same sha256), skipped"
+            return f"{printable(self.file)}: already ingested (same sha256), skipped"
         line = (
-            f"{self.file}: {self.n_trajectories} trajectories, {self.n_turns} turns "
+            f"{printable(self.file)}: {self.n_trajectories} trajectories, {self.n_turns} turns "
             f"[{self.format}]"
         )
         if self.skipped:

@@ -60,3 +60,14 @@ def test_every_commands_error_message_is_shown_escaped(tmp_path) -> None:
     assert result.exit_code != 0
     assert "\x1b" not in result.output and "\x07" not in result.output
     assert "\\x1b]0;owned\\x07" in result.output
+
+
+def test_recovery_ingest_shows_a_file_name_with_escapes_escaped(tmp_path) -> None:
+    from tests.cli_support import run_cli
+
+    evil = tmp_path / "r\x1b]0;owned\x07.jsonl"
+    evil.write_text('{"task_id": "t", "success": true, "turns": [{"action": "a"}]}\n')
+    result = run_cli("ingest", evil, "--store", tmp_path / "s.duckdb")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "r\\x1b]0;owned\\x07.jsonl: 1 trajectories" in result.output
