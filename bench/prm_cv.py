@@ -15,9 +15,11 @@ Two data sets with known step labels:
 
 For each backbone it runs the cross-validation of ``prm cv`` (grouped by task, 5 folds) and
 prints the pooled step AUROC with its bootstrap interval over tasks, step and first-error
-accuracy beside their floors, and the seconds it took. Run one at a time on a shared machine:
+accuracy beside their floors, the seconds it took and the CPU seconds of this process
+(``time.process_time``: all its threads). ``--setting hindsight`` adds the outcome-aware
+floor (and lets ``structured`` read the outcome). Run one at a time on a shared machine:
 
-    .venv/bin/python bench/prm_cv.py --data sim --backbones sklearn,tiny,minilm
+    .venv/bin/python bench/prm_cv.py --data sim --backbones structured,sklearn,tiny,minilm
     .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome --backbones sklearn,tiny,minilm
     .venv/bin/python bench/prm_cv.py --data sim --tasks 50 --backbones smollm2
 """
@@ -29,6 +31,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,9 +45,9 @@ TRUTH_LABELS_SQL = (
 )
 
 
-def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] | None = None
-              ) -> Path:
-    """Simulator runs (one sample per task and policy, budget 30) with ternary truth labels;
+def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] | None = None,
+              samples: int = 1) -> Path:
+    """Simulator runs (``samples`` per task and policy, budget 30) with ternary truth labels;
     ``overrides`` replaces policy parameters (``p_error``, ...) of both policies."""
     from dataclasses import replace
 
@@ -54,7 +57,8 @@ def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] |
     store = folder / f"sim-{tasks}.duckdb"
     con = connect(store)
     policies = {name: replace(PRESETS[name], **(overrides or {})) for name in ("base", "rl")}
-    config = SimConfig(policies=policies, n_tasks=tasks, n_samples=1, budgets=[30], seed=seed)
+    config = SimConfig(policies=policies, n_tasks=tasks, n_samples=samples,
+                       budgets=[30], seed=seed)
     for trajectories in simulate(config).values():
         ingest_trajectories(con, trajectories)
     con.execute(TRUTH_LABELS_SQL)
@@ -84,7 +88,10 @@ def tau_store(folder: Path, tasks: int | None = None) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", choices=("sim", "tau"), default="sim")
-    parser.add_argument("--backbones", default="sklearn,tiny,minilm")
+    parser.add_argument("--backbones", default="structured,sklearn,tiny,minilm")
+    parser.add_argument("--setting", choices=("blind", "hindsight"), default="blind")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="sim: samples per task and policy (siblings for structured)")
     parser.add_argument("--tasks", type=int, default=125, help="sim: tasks (x 2 policies)")
     parser.add_argument("--tau-labels", choices=("error", "outcome"), default="error")
     parser.add_argument("--tau-tasks", type=int, default=None,
@@ -108,28 +115,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prm-cv-bench-") as tmp:
         folder = Path(tmp)
         if args.data == "sim":
-            store, labels = sim_store(folder, args.tasks, args.seed, overrides), "data"
+            store, labels = sim_store(folder, args.tasks, args.seed, overrides,
+                                      args.samples), "data"
         else:
             store, labels = tau_store(folder, args.tau_tasks), args.tau_labels
         for backbone in args.backbones.split(","):
             config = CVConfig(store=store, labels=labels, backbone=backbone, folds=args.folds,
                               seed=args.seed, threads=args.threads, progress=False,
-                              max_length=args.max_length)
+                              max_length=args.max_length, setting=args.setting)
+            cpu = time.process_time()
             report = cross_validate(config, echo=lambda line: print(line, file=sys.stderr))
-            results[backbone] = report.to_dict()
+            results[backbone] = {**report.to_dict(), "cpu_s": time.process_time() - cpu}
             predictions[backbone] = report.predictions
             for line in report.lines():
                 print(line, flush=True)
         shutil.rmtree(folder, ignore_errors=True)
     print()
     print(f"{'backbone':<10} {'mode':<8} {'step AUROC [95% over tasks]':<30} {'step acc':>9} "
-          f"{'floor':>6} {'first err':>9} {'floor':>6} {'seconds':>8}")
+          f"{'floor':>6} {'first err':>9} {'floor':>6} {'seconds':>8} {'CPU s':>7}")
     for backbone, r in results.items():
         low, high = r["intervals"].get("step_auroc") or (float("nan"), float("nan"))
         print(f"{backbone:<10} {r['mode']:<8} {r['step_auroc']:.3f} [{low:.3f}, {high:.3f}]"
               f"{'':<12} {r['step_acc']:>9.3f} {r['floor_all_correct_step_acc']:>6.3f} "
               f"{r['first_error_acc']:>9.3f} {r['floor_all_correct_first_error_acc']:>6.3f} "
-              f"{r['wall_s']:>8.0f}")
+              f"{r['wall_s']:>8.0f} {r['cpu_s']:>7.0f}")
     names = list(predictions)
     print()
     for j, x in enumerate(names):  # each backbone against every one listed before it
