@@ -136,7 +136,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     else:
         echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
         for line in quality_lines:  # on stderr: stdout keeps one line per file and the total
-            echo(line, err=True)
+            echo(printable(line, keep_newlines=True), err=True)
     if failed:
         echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
     return failed
