@@ -34,6 +34,8 @@ from analyses.report.text import MISSING, interval, number, percent, t_label
 from recovery.display import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from matplotlib.figure import Figure
 
     from analyses.report.records import (
@@ -320,6 +322,10 @@ def _render_grouped(report: GroupedReport, title: str) -> str:
         notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
         parts.append(f'<div class="notes"><ul>{notes}</ul></div>')
     parts.append("</section>")
+    from analyses.report.plots import run_colours
+
+    # one colour per run on the whole page, whichever runs a group has
+    colours = run_colours(report.runs)
     for group in report.groups:
         gid = ids[group.value]
         parts.append(f'<section class="group" id="{gid}">'
@@ -327,7 +333,7 @@ def _render_grouped(report: GroupedReport, title: str) -> str:
         if group.report is None:
             parts.append(f"<p>No report: {esc(group.problem)}.</p>")
         else:
-            parts += _sections(group.report, prefix=f"{gid}-")
+            parts += _sections(group.report, prefix=f"{gid}-", colours=colours)
         parts.append("</section>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -367,8 +373,10 @@ def _group_summary_html(report: GroupedReport, ids: dict[str, str]) -> str:
             "headline is each comparison's, read within the group.</p>")
 
 
-def _sections(report: Report, prefix: str = "") -> list[str]:
-    """The report's sections; every id starts with ``prefix``."""
+def _sections(report: Report, prefix: str = "",
+              colours: Mapping[str, object] | None = None) -> list[str]:
+    """The report's sections; every id starts with ``prefix``; ``colours`` (run -> colour)
+    keeps a run's colour across the groups of one page."""
     from analyses.report import plots
     from analyses.report.records import MODE_DESCRIPTIONS, headline_lines
 
@@ -430,7 +438,8 @@ def _sections(report: Report, prefix: str = "") -> list[str]:
     parts.append("</section>")
 
     parts.append(f'<section id="{prefix}budget-curves"><h2>Budget curves</h2>')
-    figures = [_img(plots.budget_curves(report), "Pass@(K,T) against T per run and K")]
+    figures = [_img(plots.budget_curves(report, colours=colours),
+                     "Pass@(K,T) against T per run and K")]
     figures += [_img(plots.budget_difference_figure(comp),
                      f"change of S(T) at every T, {comp.candidate} vs {comp.baseline}")
                 for comp in report.comparisons
@@ -463,8 +472,8 @@ def _sections(report: Report, prefix: str = "") -> list[str]:
 
     parts.append(f'<section id="{prefix}hazards"><h2>Errors and recoveries</h2>')
     parts.append('<div class="figures">'
-                 + _img(plots.hazard_figure(report), "error and recovery hazards")
-                 + _img(plots.latency_figure(report), "recovery latency")
+                 + _img(plots.hazard_figure(report, colours=colours), "error and recovery hazards")
+                 + _img(plots.latency_figure(report, colours=colours), "recovery latency")
                  + "</div>")
     parts.append(_defs(report, "h", "rho", "phi", "latency"))
     parts.append("<p>Under each hazard: the turns at risk of each bin, the sample count behind "
