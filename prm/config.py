@@ -45,6 +45,11 @@ class TrainConfig:
         "attributing a failure. The model records it and scores only in it.",
         choices=SETTINGS,
     )
+    embeddings: int = opt(
+        0, "structured: add this many principal components of frozen MiniLM features of each "
+        "turn (read under its causal mask: the turn and the recent turns before it); 0 = off. "
+        "Needs the minilm weights; a forward pass over every turn.",
+    )
     mode: str = opt(
         "auto", "full (train every weight), lora (low-rank adapters), frozen (the backbone as "
         "shipped, a head over its cached features); auto: frozen for minilm and smollm2, "

@@ -201,11 +201,13 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
     a model fitted per fold."""
     import pandas as pd
 
-    from prm.structured import StructuredStepModel, feature_rows
+    from prm.structured import StructuredStepModel, feature_rows, with_embeddings
 
     table, names, notes = feature_rows(con, config.setting, rows["traj_id"].unique().tolist())
     for note in notes:
         echo(note)
+    if config.embeddings:
+        table = with_embeddings(table, con, echo=echo, progress=config.progress)
     merged = rows[["traj_id", "t", "task_id", "target", "fold"]].merge(
         table.drop(columns="task_id"), on=["traj_id", "t"], validate="one_to_one")
     parts, head = [], "binary"
@@ -213,7 +215,8 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
         train, test = merged["fold"] != k, merged["fold"] == k
         fitted = merged.loc[train].reset_index(drop=True)
         model = StructuredStepModel(setting=config.setting, head=config.head,
-                                    seed=config.seed).fit(fitted, fitted["target"], names)
+                                    seed=config.seed, embeddings=config.embeddings
+                                    ).fit(fitted, fitted["target"], names)
         part = rows.loc[test.to_numpy()].copy()
         scored = model.score_steps(merged.loc[test])
         part["score"] = scored["score"].to_numpy()

