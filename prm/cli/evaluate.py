@@ -79,7 +79,7 @@ def evaluate(config: EvalConfig) -> None:
     _echo_floors(floors)
     if config.json_out is not None:
         config.json_out.parent.mkdir(parents=True, exist_ok=True)
-        config.json_out.write_text(json.dumps(json_safe({**report.to_dict(), **floors}),
+        config.json_out.write_text(json.dumps(json_safe({**floors, **report.to_dict()}),
                                               indent=1))
 
 
