@@ -33,6 +33,7 @@ def _registry() -> dict[str, Reader]:
         sweagent,
         taubench,
         verl,
+        whowhen,
     )
 
     # Detection tries them in this order. mini-swe-agent files are chat messages too, so their
@@ -46,6 +47,7 @@ def _registry() -> dict[str, Reader]:
         taubench.READER,
         atif.READER,
         sweagent.READER,
+        whowhen.READER,
         inspect_log.READER,
         verl.READER,
         art.READER,

@@ -113,7 +113,7 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
         try:
             raw = load_document(file, options)
         except RecordError as err:
-            yield err
+            yield err.located(str(file), 1)  # the document starts on line 1
             continue
         yield guard(str(file), 1, lambda raw=raw: build(raw, run))
 

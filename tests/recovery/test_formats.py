@@ -498,7 +498,7 @@ def test_format_override_reads_labelled_chats_as_plain_chats(tmp_path: Path) -> 
 def test_known_formats_are_the_registered_readers() -> None:
     assert set(known_formats()) == {"canonical", "openai", "taubench", "agentprocessbench",
                                     "inspect", "verl", "atif", "sweagent", "minisweagent",
-                                    "balrog", "art"}
+                                    "balrog", "art", "whowhen"}
 
 
 def test_get_reader_unknown_lists_known_formats() -> None:
