@@ -18,9 +18,12 @@ from recovery.schema import end_reason_sql, success_turn_sql
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this toolkit writes (``store_info.schema_version``). 1: the tables and
-views of the first release; 2: ``trajectories.end_reason``, added and filled on upgrade."""
+views of the first release; 2: ``trajectories.end_reason``, added and filled on upgrade; 3:
+trajectory ids hash length-prefixed parts (a run or task holding the old separator could make
+two trajectories one id), recomputed on upgrade from each trajectory's run, task, budget and
+sample in every table."""
 
 TABLES_DDL = """
 CREATE TABLE IF NOT EXISTS ingests (
@@ -296,7 +299,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None
     store is refused before anything is written. Everything else runs in one transaction, so
     a failure leaves the store as it was. Upgrades by version: schema 1 had no
     ``trajectories.end_reason``; it is added and filled by the one rule
-    (:func:`recovery.schema.end_reason`) from the stored outcome and budget.
+    (:func:`recovery.schema.end_reason`) from the stored outcome and budget; before schema 3
+    the trajectory ids were of the old scheme: they are recomputed in every table.
 
     Args:
         con: The store's connection (no transaction open).
@@ -320,6 +324,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None
                 "UPDATE trajectories SET end_reason = "
                 + end_reason_sql("success", "n_turns", "budget")
             )
+        if version is not None and version < 3:
+            _recompute_traj_ids(con)
         con.execute(VIEWS_DDL)
         if version != SCHEMA_VERSION:
             con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
@@ -338,6 +344,23 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
+
+
+def _recompute_traj_ids(con: duckdb.DuckDBPyConnection) -> None:
+    """Give every trajectory the id of the current scheme (:func:`recovery.store.make_traj_id`)
+    in every table that holds one, inside the caller's transaction."""
+    from recovery.store.digest import traj_id_sql
+
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _id_map AS SELECT traj_id AS old, "
+        f"{traj_id_sql('run', 'task_id', 'budget', 'sample')} AS new FROM trajectories"
+    )
+    try:
+        for table in ("turns", "error_spells", "step_scores", "trajectories"):
+            con.execute(f"UPDATE {table} SET traj_id = m.new FROM _id_map m "
+                        f"WHERE {table}.traj_id = m.old AND m.old <> m.new")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _id_map")
 
 
 def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:

@@ -86,9 +86,21 @@ def make_traj_id(run: str, task_id: str, budget: int | None, sample: int) -> str
     The first 16 hex digits of the sha1 of the parts, each written as its length in UTF-8
     bytes, a colon, and its UTF-8 bytes (budget empty when unknown): ``4:base2:t12:301:0``
     for run ``base``, task ``t1``, budget 30, sample 0. No part can run into the next, as it
-    could with a separator the parts may hold. The fast path computes the same in SQL
-    (:func:`recovery.store.fast_canonical._traj_id_sql`).
+    could with a separator the parts may hold. The fast path and the store's upgrade compute
+    the same in SQL (:func:`traj_id_sql`, tied to this function by a test).
     """
     parts = (run, task_id, "" if budget is None else str(budget), str(sample))
     key = b"".join(b"%d:%b" % (len(part), part) for part in (p.encode("utf-8") for p in parts))
     return hashlib.sha1(key).hexdigest()[:16]
+
+
+def traj_id_sql(run: str, task_id: str, budget: str, sample: str) -> str:
+    """:func:`make_traj_id` as a SQL expression over column expressions: each part as its
+    length in UTF-8 bytes, a colon and its text, hashed."""
+
+    def part(expr: str) -> str:
+        return f"strlen({expr})::VARCHAR || ':' || {expr}"
+
+    parts = " || ".join(part(p) for p in (
+        f"({run})", f"({task_id})", f"coalesce(({budget})::VARCHAR, '')", f"({sample})::VARCHAR"))
+    return f"substr(sha1({parts}), 1, 16)"

@@ -39,6 +39,7 @@ from recovery.schema import (
     end_reason_sql,
     success_turn_sql,
 )
+from recovery.store.digest import traj_id_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -393,18 +394,6 @@ _TURN_INVALID = f"""
 """
 
 
-def _traj_id_sql(run: str, task_id: str, budget: str, sample: str) -> str:
-    """The stable trajectory id (:func:`recovery.store.make_traj_id`) in SQL: each part as
-    its length in UTF-8 bytes, a colon and its text, hashed."""
-
-    def part(expr: str) -> str:
-        return f"strlen({expr})::VARCHAR || ':' || {expr}"
-
-    parts = " || ".join(part(p) for p in (
-        f"({run})", f"({task_id})", f"coalesce(({budget})::VARCHAR, '')", f"({sample})::VARCHAR"))
-    return f"substr(sha1({parts}), 1, 16)"
-
-
 def _ingest(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -461,7 +450,7 @@ def _ingest(
                                                 ORDER BY line) - 1)::INTEGER) AS sample
             FROM base
         )
-        SELECT *, {_traj_id_sql("run", "task_id", "budget", "sample")} AS traj_id
+        SELECT *, {traj_id_sql("run", "task_id", "budget", "sample")} AS traj_id
         FROM sampled
         """
     )
@@ -493,7 +482,7 @@ def _ingest(
     else:
         # Every record names its sample: its trajectory id follows from the record alone, and
         # the turns stream from a parallel read.
-        traj_id = _traj_id_sql(run_expr, "(task_id->>'$')", "budget::INTEGER", "sample::INTEGER")
+        traj_id = traj_id_sql(run_expr, "(task_id->>'$')", "budget::INTEGER", "sample::INTEGER")
         records = f"""(
             SELECT {traj_id} AS traj_id, turns
             FROM read_json({file}, format = 'newline_delimited', columns = {TURN_COLUMNS},

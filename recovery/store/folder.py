@@ -286,7 +286,9 @@ def parse_manifest(text: str, where: str | Path) -> Manifest:
             f"of this toolkit (this one reads version {SCHEMA_VERSION}): upgrade the toolkit "
             "to read this store"
         )
-    if version != SCHEMA_VERSION:
+    # Version 2 folder stores already have this layout and these ids (the manifest and the
+    # length-prefixed ids came in the same round): they read as they are.
+    if version not in (2, SCHEMA_VERSION):
         raise InputProblem(
             f"store {where} has schema version {version}; this toolkit reads version "
             f"{SCHEMA_VERSION}: ingest its source files into a new folder store"

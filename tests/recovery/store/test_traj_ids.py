@@ -82,10 +82,10 @@ PARTS = [
 def test_the_sql_twin_computes_the_python_id(parts) -> None:
     import duckdb
 
-    from recovery.store.fast_canonical import _traj_id_sql
+    from recovery.store.digest import traj_id_sql
 
     run, task, budget, sample = parts
     con = duckdb.connect()
-    sql = _traj_id_sql("$1::VARCHAR", "$2::VARCHAR", "$3::INTEGER", "$4::INTEGER")
+    sql = traj_id_sql("$1::VARCHAR", "$2::VARCHAR", "$3::INTEGER", "$4::INTEGER")
     (got,) = con.execute(f"SELECT {sql}", [run, task, budget, sample]).fetchone()
     assert got == make_traj_id(run, task, budget, sample)

@@ -171,6 +171,33 @@ def test_a_first_version_store_without_store_info_is_upgraded(store: Path) -> No
             if t == "turns"} == {"turns": rows["turns"]}
 
 
+def test_a_version_2_store_gets_the_new_ids_in_every_table(store: Path, tmp_path: Path) -> None:
+    """Before schema 3 the ids joined the parts with \x1f: the upgrade recomputes them, so a
+    trajectory ingested later meets the stored ones (a duplicate is still one)."""
+    from recovery.store import make_traj_id
+
+    con = duckdb.connect(str(store))
+    con.execute("CREATE TEMP TABLE m AS SELECT traj_id AS new, "
+                "substr(sha1(run || chr(31) || task_id || chr(31) || coalesce(budget::VARCHAR, "
+                "'') || chr(31) || sample::VARCHAR), 1, 16) AS old FROM trajectories")
+    for table in ("turns", "error_spells", "step_scores", "trajectories"):
+        con.execute(f"UPDATE {table} SET traj_id = m.old FROM m WHERE {table}.traj_id = m.new")
+    con.execute("UPDATE store_info SET value = '2' WHERE key = 'schema_version'")
+    (n_spells,) = con.execute("SELECT count(*) FROM error_spells").fetchone()
+    con.close()
+    con = connect(store)
+    ids = con.execute("SELECT traj_id, run, task_id, budget, sample FROM trajectories").fetchall()
+    assert ids and all(tid == make_traj_id(run, task, budget, sample)
+                       for tid, run, task, budget, sample in ids)
+    for table in ("turns", "error_spells"):
+        (orphans,) = con.execute(f"SELECT count(*) FROM {table} WHERE traj_id NOT IN "
+                                 "(SELECT traj_id FROM trajectories)").fetchone()
+        assert orphans == 0
+    assert con.execute("SELECT count(*) FROM error_spells").fetchone() == (n_spells,)
+    assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
+    con.close()
+
+
 def test_the_docs_give_the_schema_version_the_code_writes() -> None:
     text = (REPO / "docs" / "store.md").read_text(encoding="utf-8")
     found = re.findall(r"`schema_version` = `(\d+)`", text)
