@@ -474,8 +474,22 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
 
 def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
                      traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """Scores of the store's turns (``traj_id, t, score`` and ``p_neutral``)."""
-    table, _, _ = feature_rows(con, model.setting, traj_ids)
+    """Scores of the store's turns (``traj_id, t, score`` and ``p_neutral``).
+
+    With ``traj_ids``, only those trajectories are scored, but their features read all their
+    sibling samples in the store (same run and task), so a trajectory's score does not depend
+    on which others were asked for.
+    """
+    if traj_ids is not None:
+        wanted = set(map(str, traj_ids))
+        meta = con.execute("SELECT traj_id, run, task_id::VARCHAR FROM trajectories").df()
+        meta.columns = ["traj_id", "run", "task_id"]
+        groups = meta.loc[meta["traj_id"].isin(wanted), ["run", "task_id"]].drop_duplicates()
+        widened = meta.merge(groups, on=["run", "task_id"])["traj_id"].tolist()
+        table, _, _ = feature_rows(con, model.setting, widened)
+        table = table.loc[table["traj_id"].isin(wanted)].reset_index(drop=True)
+    else:
+        table, _, _ = feature_rows(con, model.setting, None)
     if model.embeddings:
         table = with_embeddings(table, con, echo=lambda *_: None)
     return model.score_steps(table)
@@ -494,46 +508,3 @@ def decision_rows(examples: Sequence[StepExample], scores: pd.DataFrame) -> pd.D
                                  for e in examples], lengths)
     rows["n_turns"] = np.repeat(lengths, lengths)
     return rows.merge(scores, on=["traj_id", "t"], validate="one_to_one")
-
-
-def evaluate_structured(con: duckdb.DuckDBPyConnection, model_dir: str | Path, *,
-                        setting: str | None = None, split: str = "test",
-                        labels: str | None = None, n_boot: int = 1000, seed: int = 0
-                        ) -> dict[str, Any]:
-    """Score a split of the store with a structured model and report it beside its floors.
-
-    Args:
-        con: The store.
-        model_dir: A structured model folder.
-        setting: The setting to evaluate in (default: the folder's; another is refused).
-        split: ``train``, ``validation``, ``test`` (tasks new since training count as test)
-            or ``all``.
-        labels: Label source (default: the model's own).
-        n_boot, seed: The bootstrap over tasks.
-
-    Returns:
-        :func:`prm.metrics.floor_report`'s keys, with ``model``, ``split``, ``labels`` and
-        ``error_threshold``.
-    """
-    from prm.data import TaskSplit, load_step_examples
-    from prm.metrics import floor_report
-    from prm.spec import SPLIT_FILE
-
-    model, record = load_structured(model_dir, setting)
-    labels = labels or record.get("labels", "data")
-    try:
-        task_split = TaskSplit.load(Path(model_dir) / SPLIT_FILE)
-    except (OSError, KeyError, TypeError, ValueError) as err:
-        raise InputProblem(f"{Path(model_dir) / SPLIT_FILE}: not a task split ({err})") from None
-    examples = task_split.select(
-        load_step_examples(con, labels, base=record.get("label_base", "mc")), split)
-    examples = [e for e in examples if any(x == x for x in e.targets)]
-    out: dict[str, Any] = {"model": str(model_dir), "split": split, "labels": labels,
-                           "error_threshold": model.error_threshold_}
-    if not examples:
-        return {**out, "setting": model.setting, "n_trajectories": 0, "n_steps": 0,
-                "verdict": f"no labelled trajectory in the {split} split"}
-    scores = score_structured(con, model, [e.traj_id for e in examples])
-    report = floor_report(decision_rows(examples, scores), model.error_threshold_,
-                          model.setting, n_boot=n_boot, seed=seed)
-    return {**out, **report}

@@ -44,39 +44,18 @@ def score(config: ScoreConfig) -> None:
     """Score every turn of the store and fill step_scores (replacing the model's earlier rows)."""
     from prm.score import load_predictor, score_store
     from prm.stores import open_store
-    from prm.structured import is_structured_folder
 
-    if is_structured_folder(config.model):
-        _score_structured(config)
-        return
     # The model is loaded (and refused, if it must be) before the store is opened for writing.
-    predictor = load_predictor(config.model, device=config.device,
+    predictor = load_predictor(config.model, device=config.device, setting=config.setting,
                                trust_remote_code=config.trust_remote_code)
     con = open_store(config.store, writable=True)
     try:
-        result = score_store(con, predictor, name=config.name,
+        result = score_store(con, predictor, name=config.name, setting=config.setting,
                              batch_tokens=config.batch_tokens, progress=config.progress)
     finally:
         con.close()
+    setting = f" ({result.setting} setting)" if result.setting else ""
     click.echo(
         f"step_scores: {result.n_scores} turns of {result.n_trajectories} trajectories "
-        f"as model {result.model!r}"
+        f"as model {result.model!r}{setting}"
     )
-
-
-def _score_structured(config: ScoreConfig) -> None:
-    """Score with a structured model folder (refused first if the setting is not its own)."""
-    from prm.score import model_name, write_step_scores
-    from prm.stores import open_store
-    from prm.structured import load_structured, score_structured
-
-    model, _ = load_structured(config.model, config.setting)
-    con = open_store(config.store, writable=True)
-    try:
-        scores = score_structured(con, model)
-        name = config.name or model_name(config.model)
-        n = write_step_scores(con, scores[["traj_id", "t", "score"]], name)
-    finally:
-        con.close()
-    click.echo(f"step_scores: {n} turns of {scores['traj_id'].nunique()} trajectories as model "
-               f"{name!r} ({model.setting} setting)")
