@@ -1,7 +1,9 @@
 """Evaluation of a trained PRM on a split of the store's tasks (``prm eval``).
 
-The metrics themselves are in :mod:`prm.metrics`; this module scores the split, joins the
-scores with the targets (and, on simulator runs, the ground truth) and builds the report.
+The metrics themselves are in :mod:`prm.metrics`; this module scores the split once (every kind
+of model folder, structured included), joins the scores with the targets (and, on simulator
+runs, the ground truth) and builds the report, with the model's decisions beside the floors of
+its setting (:func:`prm.metrics.floor_report`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from prm.metrics import (
     best_of_k,
-    decision_metrics,
     expected_calibration_error,
     first_error_accuracy,
     ground_truth_aurocs,
@@ -47,6 +48,9 @@ class EvalReport:
         decisions: The ternary metrics of the model's decision rule
             (:func:`prm.metrics.decision_metrics`: ``step_acc``, ``first_error_acc`` and the
             two "every step correct" floors) and its ``error_threshold``.
+        floors: :func:`prm.metrics.floor_report` on the same scores: ``setting``, the
+            decision metrics, the outcome-aware floor (hindsight), ``margins``, ``intervals``
+            (the ``*_minus_floor*`` differences among them), ``verdict``.
     """
 
     model: str
@@ -62,10 +66,15 @@ class EvalReport:
     best_of_k: list[dict[str, Any]] = field(default_factory=list)
     ground_truth: dict[str, Any] | None = None
     decisions: dict[str, Any] = field(default_factory=dict)
+    floors: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return asdict(self)
+        """JSON-ready: the floor report's keys at the top level (``setting``, ``step_acc``,
+        ``floor_*``, ``intervals``, ``verdict``, ...), then the report's own, which win where
+        both have one (``n_trajectories`` counts every trajectory of the split)."""
+        own = asdict(self)
+        own.pop("floors")
+        return {**self.floors, **own}
 
     def lines(self) -> list[str]:
         """A short text report."""
@@ -99,6 +108,13 @@ class EvalReport:
                 f"  Best-of-{row['k']} ({row['n_groups']} groups): PRM {f(row['prm'])}  "
                 f"random {f(row['random'])}  oracle {f(row['oracle'])}"
             )
+        if self.floors:
+            from prm.cv import floor_lines
+
+            fl = self.floors
+            out.append(f"  beside the floors ({fl.get('setting')} setting, "
+                       f"{fl.get('n_trajectories')} trajectories, {fl.get('n_steps')} turns):")
+            out.extend("  " + line for line in floor_lines(fl))
         if self.ground_truth:
             gt = self.ground_truth
             ci = gt.get("prm_auroc_silent_ci")
@@ -153,8 +169,12 @@ def evaluate_model(
     device: str = "auto",
     batch_tokens: int = 16384,
     trust_remote_code: bool = False,
+    setting: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> EvalReport:
-    """Score one split of the store with a trained PRM and compute every metric.
+    """Score one split of the store with a trained PRM (once) and compute every metric, with
+    the model's decisions beside the floors of ``setting``.
 
     Args:
         con: The store.
@@ -168,39 +188,54 @@ def evaluate_model(
         device: ``auto``, ``cuda`` or ``cpu``.
         batch_tokens: Padded tokens per scoring batch.
         trust_remote_code: The user's permission for a backbone's own code.
+        setting: ``blind`` or ``hindsight``: which floors the model is set beside (in
+            hindsight the outcome-aware one joins the every-step-correct one). Default: a
+            structured folder's own setting, ``blind`` for the other models; a structured
+            folder is refused another setting.
+        n_boot, seed: The bootstrap over tasks of the floor intervals.
 
     Returns:
         The report.
 
     Raises:
         InputProblem: a missing or damaged model folder (the message names the file).
-        UsageProblem: a field of the folder's spec or config cannot be used (named), or the
-            folder asks for remote code without ``trust_remote_code``.
+        UsageProblem: a field of the folder's spec or config cannot be used (named), the
+            folder asks for remote code without ``trust_remote_code``, or a structured folder
+            of another setting.
     """
     import numpy as np
     import pandas as pd
 
     from prm.data import TaskSplit, load_step_examples
+    from prm.metrics import floor_report
     from prm.score import Predictor, load_predictor
     from prm.spec import SPLIT_FILE, read_json
+    from prm.structured import decision_rows
     from recovery.errors import InputProblem
 
-    predictor = model_dir if isinstance(model_dir, Predictor) else load_predictor(
-        model_dir, device=device, trust_remote_code=trust_remote_code)
-    model_dir, spec = predictor.model_dir, predictor.spec
-    labels = labels or spec.labels
+    if isinstance(model_dir, Predictor):
+        predictor = model_dir
+        predictor.check_setting(setting)
+    else:
+        predictor = load_predictor(model_dir, device=device, setting=setting,
+                                   trust_remote_code=trust_remote_code)
+    model_dir = predictor.model_dir
+    setting = setting or predictor.setting or "blind"
+    labels = labels or predictor.labels
     read_json(model_dir / SPLIT_FILE)  # a missing or damaged split is named before the work
     try:
         task_split = TaskSplit.load(model_dir / SPLIT_FILE)
     except (KeyError, TypeError, ValueError) as err:
         raise InputProblem(f"{model_dir / SPLIT_FILE}: not a task split ({err})") from None
-    examples = load_step_examples(con, labels, base=spec.label_base)
+    examples = load_step_examples(con, labels, base=predictor.label_base)
     examples = task_split.select(examples, split)
     report = EvalReport(model=str(model_dir), split=split, labels=labels,
                         n_trajectories=len(examples))
     if not examples:
+        report.floors = {"setting": setting, "n_trajectories": 0, "n_steps": 0,
+                         "verdict": f"no trajectory in the {split} split"}
         return report
-    scores = predictor.predict(examples, batch_tokens=batch_tokens)
+    scores = predictor.predict_store(con, examples, batch_tokens=batch_tokens)
     targets = pd.DataFrame(
         {
             "traj_id": np.repeat([e.traj_id for e in examples], [e.n_steps for e in examples]),
@@ -216,16 +251,24 @@ def evaluate_model(
         report.step_accuracy = step_accuracy(known["target"], known["score"])
         # A ternary model's score is P(not an error): calibrated against that event.
         report.ece = expected_calibration_error(
-            (known["target"] >= 0.5).astype(float) if spec.head == "ternary" else known["target"],
+            (known["target"] >= 0.5).astype(float) if predictor.head == "ternary"
+            else known["target"],
             known["score"],
         )
         report.first_error_accuracy = first_error_accuracy(known)
         report.processbench = processbench_f1(known)
-        tasks = pd.DataFrame({"traj_id": [e.traj_id for e in examples],
-                              "task_id": [e.task_id for e in examples]})
+    # The floors read the same scores: no second scoring.
+    labelled = [e for e in examples if any(x == x for x in e.targets)]
+    report.floors = floor_report(
+        decision_rows(labelled, scores), predictor.error_threshold, setting, n_boot=n_boot,
+        seed=seed) if labelled else {"setting": setting, "n_trajectories": 0, "n_steps": 0,
+                                     "verdict": f"no labelled trajectory in the {split} split"}
+    if len(known):
         report.decisions = {
-            **decision_metrics(known.merge(tasks, on="traj_id"), spec.error_threshold),
-            "error_threshold": spec.error_threshold,
+            **{key: report.floors[key] for key in (
+                "step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
+                "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")},
+            "error_threshold": predictor.error_threshold,
         }
     outcomes = pd.DataFrame(
         {"traj_id": [e.traj_id for e in examples], "run": [e.run for e in examples],

@@ -57,77 +57,22 @@ def evaluate(config: EvalConfig) -> None:
     from prm.evaluate import evaluate_model
     from prm.score import load_predictor
     from prm.stores import open_store
-    from prm.structured import is_structured_folder
 
-    if is_structured_folder(config.model):
-        _evaluate_structured(config)
-        return
-    predictor = load_predictor(config.model, device=config.device,
+    # The model is loaded (and refused, if it must be) before the store is read.
+    predictor = load_predictor(config.model, device=config.device, setting=config.setting,
                                trust_remote_code=config.trust_remote_code)
     con = open_store(config.store)
     try:
         report = evaluate_model(
             con, predictor, split=config.split, labels=config.labels, ks=config.ks,
             aggregate=config.aggregate, device=config.device,
-            trust_remote_code=config.trust_remote_code,
+            trust_remote_code=config.trust_remote_code, setting=config.setting,
+            n_boot=config.n_boot, seed=config.seed,
         )
-        floors = _floors(config, con, predictor)
     finally:
         con.close()
     for line in report.lines():
         click.echo(line)
-    _echo_floors(floors)
     if config.json_out is not None:
         config.json_out.parent.mkdir(parents=True, exist_ok=True)
-        config.json_out.write_text(json.dumps(json_safe({**floors, **report.to_dict()}),
-                                              indent=1))
-
-
-def _floors(config: EvalConfig, con: object, predictor: object) -> dict[str, object]:
-    """The model's decisions beside the floors on the split (scored once more: the report of
-    :func:`prm.evaluate.evaluate_model` does not keep its scores)."""
-    from prm.data import TaskSplit, load_step_examples
-    from prm.metrics import floor_report
-    from prm.spec import SPLIT_FILE
-    from prm.structured import decision_rows
-
-    spec = predictor.spec
-    examples = TaskSplit.load(predictor.model_dir / SPLIT_FILE).select(
-        load_step_examples(con, config.labels or spec.labels, base=spec.label_base),
-        config.split)
-    examples = [e for e in examples if any(x == x for x in e.targets)]
-    setting = config.setting or "blind"
-    if not examples:
-        return {"setting": setting, "n_trajectories": 0, "n_steps": 0}
-    rows = decision_rows(examples, predictor.predict(examples))
-    return floor_report(rows, spec.error_threshold, setting, n_boot=config.n_boot,
-                        seed=config.seed)
-
-
-def _echo_floors(floors: dict[str, object]) -> None:
-    from prm.cv import floor_lines
-
-    click.echo(f"beside the floors ({floors.get('setting')} setting, "
-               f"{floors.get('n_trajectories')} trajectories, {floors.get('n_steps')} turns):")
-    for line in floor_lines(floors):
-        click.echo(line)
-
-
-def _evaluate_structured(config: EvalConfig) -> None:
-    from prm.stores import open_store
-    from prm.structured import evaluate_structured, load_structured
-
-    load_structured(config.model, config.setting)  # refused before the store is read
-    con = open_store(config.store)
-    try:
-        report = evaluate_structured(con, config.model, setting=config.setting,
-                                     split=config.split, labels=config.labels,
-                                     n_boot=config.n_boot, seed=config.seed)
-    finally:
-        con.close()
-    click.echo(f"prm eval: {report['model']} on the {report['split']} split, labels "
-               f"{report['labels']}, error threshold {report['error_threshold']:g}")
-    _echo_floors(report)
-    if config.json_out is not None:
-        config.json_out.parent.mkdir(parents=True, exist_ok=True)
-        config.json_out.write_text(json.dumps(json_safe(report), indent=1))
+        config.json_out.write_text(json.dumps(json_safe(report.to_dict()), indent=1))
