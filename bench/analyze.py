@@ -28,6 +28,14 @@ trajectories, 311 MB), ``n_boot=200``, 5 strata:
     difference surface                                0.18 s   0.25 s
     analysis in all                                   4.3 s    6.4 s
 
+Re-measured on 2026-12-02 after the budget curves at every T, the step caps and the strict
+JSON checks were added (same input, load average about 1.2, one run): ingest 7.49 s wall
+(7.83 s CPU: the repeated-key check of meta values costs the fast path on these files, whose
+turns all carry meta), load frames 1.80 s, S(T) at every T 0.06 s, the budget curve with its
+simultaneous band (200 resamples) 0.11 s, the Pass@ and pass^ grids 0.32 s, descriptive,
+spells, latency, kinds 0.38 s, hazards 0.57 s, model fits 0.32 s, decomposition 2.01 s,
+difference surface 0.25 s: analysis in all 5.8 s (CPU 5.8 s).
+
 The decomposition is the largest part of the analysis (its bootstrap replicates run on two
 threads). On the same input, measured just before the frames' id columns were matched with
 ``analyses.frames.is_in`` (Arrow's ``is_in``) instead of pandas' ``isin`` (which converts every

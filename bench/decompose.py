@@ -18,7 +18,7 @@ smaller horizons, for the speedup; then the model alone on hazards whose mass sp
 the whole horizon (nothing for the recursion to cut: its worst case).
 
     .venv/bin/python bench/decompose.py [--t-max 50,100,200,400] [--reference-t-max 50,100]
-        [--boot 200] [--strata 5] [--repeat 2]
+        [--boot 200] [--strata 5] [--repeat 2] [--report]
 
 Measured on this project's 2-core machine with nothing else running (load average about 1;
 the bootstrap's two threads make CPU exceed wall-clock time)::
@@ -35,6 +35,11 @@ the bootstrap's two threads make CPU exceed wall-clock time)::
      T_max   wall s    CPU s  peak RSS  speedup (CPU)
         50     2.37     4.28    165 MB           7.3x
        100    18.88    20.83    267 MB          13.1x
+
+    the whole report (--report, measured 2026-12-02 with the budget curves at every T, one run,
+    load about 1.3): T_max = 400, 11.19 s wall, 11.46 s CPU, 236 MB peak; S(T) and its change
+    at every T with the simultaneous band (200 resamples) 0.03 s of it; decomposition alone
+    8.77 s. The T grid gains the budgets the headline reads (57 here).
 
     the model alone, 1005 rows of hazards whose mass spreads over the whole horizon (nothing to cut)
      T_max   wall s    CPU s   ratio  peak RSS
@@ -123,6 +128,31 @@ def measure_decompose(
     }
 
 
+def measure_report(t_max: int, n_boot: int, strata: int, repeat: int) -> dict:
+    """The whole report at horizon ``t_max`` (fastest of ``repeat``): S(T) and the change at
+    every T with its simultaneous band, the decomposition at the grid and at the budgets the
+    headline reads, the Pass@(K,T) grids, descriptive numbers and hazards."""
+    import warnings
+
+    from analyses.report import ReportOptions, report_from_frames
+
+    traj, flags = make_runs(t_max)
+    walls, cpus, budget = [], [], []
+    for _ in range(max(repeat, 1)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = report_from_frames(traj, flags, ReportOptions(
+                baseline="base", n_boot=n_boot, strata=strata))
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        budget.append(sum(v for k, v in report.timings.items()
+                          if k.startswith(("S(T) at every T", "budget curve"))))
+    return {"wall": min(walls), "cpu": min(cpus), "peak_mb": peak_mb(),
+            "budget_wall": min(budget), "ts": [t for t in report.ts if t is not None],
+            "headline": report.headline[0]}
+
+
 def measure_worst_case(t_max: int, repeat: int) -> dict:
     """The model alone on ``WORST_ROWS`` rows whose mass spreads over the whole horizon
     (fastest of ``repeat``)."""
@@ -168,13 +198,18 @@ def main() -> None:
     parser.add_argument("--strata", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs per measurement, the fastest kept (the machine may be shared)")
+    parser.add_argument("--report", action="store_true",
+                        help="also time the whole report (recovery analyze's numbers) per T_max")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--what", default="new", choices=["new", "reference", "worst"],
+    parser.add_argument("--what", default="new", choices=["new", "reference", "worst",
+                                                          "report"],
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
         if args.what == "worst":
             print(json.dumps(measure_worst_case(args.one, args.repeat)))
+        elif args.what == "report":
+            print(json.dumps(measure_report(args.one, args.boot, args.strata, args.repeat)))
         else:
             print(json.dumps(measure_decompose(args.one, args.boot, args.strata,
                                                args.what == "reference", args.repeat)))
@@ -205,6 +240,14 @@ def main() -> None:
             mine = new.get(t) or child(["--one", str(t), *common])
             print(f"{t:>6} {r['wall']:>8.2f} {r['cpu']:>8.2f} {r['peak_mb']:>6.0f} MB "
                   f"{r['cpu'] / mine['cpu']:>13.1f}x")
+    if args.report:
+        print(f"\nthe whole report of the same two runs ({args.boot} bootstrap resamples): "
+              "S(T) and its change at every T with the simultaneous band, then everything else")
+        print(f"{'T_max':>6} {'wall s':>8} {'CPU s':>8} {'peak RSS':>9} {'every-T s':>10}  T grid")
+        for t in horizons:
+            r = child(["--one", str(t), "--what", "report", *common])
+            print(f"{t:>6} {r['wall']:>8.2f} {r['cpu']:>8.2f} {r['peak_mb']:>6.0f} MB "
+                  f"{r['budget_wall']:>10.2f}  {', '.join(map(str, r['ts']))}, none")
     print(f"\nthe model alone, {WORST_ROWS} rows of hazards whose mass spreads over the whole "
           "horizon (nothing to cut)")
     print(f"{'T_max':>6} {'wall s':>8} {'CPU s':>8} {'ratio':>7} {'peak RSS':>9}")
