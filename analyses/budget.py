@@ -289,11 +289,28 @@ def budget_shape(diff: BudgetDifference) -> BudgetShape:
                        diff.n_tasks, diff.band, diff.ci)
 
 
-def _range_text(r: BudgetRange, t_max: int) -> str:
-    where = (f"T = {r.first_t}" if r.first_t == r.last_t
-             else f"T >= {r.first_t}" if r.last_t == t_max
-             else f"T = {r.first_t}-{r.last_t}")
-    return f"{'better' if r.sign > 0 else 'worse'} at {where} ({r.extreme:+.3f} at T = {r.extreme_t})"
+def _where(r: BudgetRange, t_max: int) -> str:
+    return (f"T = {r.first_t}" if r.first_t == r.last_t
+            else f"T >= {r.first_t}" if r.last_t == t_max
+            else f"T = {r.first_t}-{r.last_t}")
+
+
+def _ranges_text(ranges: Sequence[BudgetRange], t_max: int) -> list[str]:
+    """One phrase per run of ranges of one sign: ``"better at T = 5 and T >= 7 (+0.228 at
+    T = 40)"`` (a T between them where the band holds 0 keeps them apart, not out of the
+    phrase), with the largest change of the run."""
+    out: list[str] = []
+    group: list[BudgetRange] = []
+    for r in [*ranges, None]:
+        if group and (r is None or r.sign != group[0].sign):
+            top = max(group, key=lambda g: abs(g.extreme))
+            where = " and ".join(_where(g, t_max) for g in group)
+            out.append(f"{'better' if top.sign > 0 else 'worse'} at {where} "
+                       f"({top.extreme:+.3f} at T = {top.extreme_t})")
+            group = []
+        if r is not None:
+            group.append(r)
+    return out
 
 
 def shape_text(shape: BudgetShape) -> str:
@@ -315,7 +332,7 @@ def shape_text(shape: BudgetShape) -> str:
     if not shape.ranges:
         tail = f" ({', '.join(extremes)})" if extremes else ""
         return f"no T from 1 to {shape.t_max} where the band excludes 0{tail}"
-    text = ", ".join(_range_text(r, shape.t_max) for r in shape.ranges)
+    text = ", ".join(_ranges_text(shape.ranges, shape.t_max))
     if shape.crossover_t is not None:
         text += f"; crossover at T = {shape.crossover_t}"
     return text

@@ -146,3 +146,12 @@ def test_sampled_crossover_agrees_with_the_simulators_truth(tmp_path) -> None:
     true_crossover = int(np.argmax(truth > 0)) + 1
     assert abs(shape.crossover_t - true_crossover) <= 5
     assert f"crossover at T = {shape.crossover_t}" in shape_text(shape)
+
+
+def test_ranges_of_one_sign_read_as_one_phrase() -> None:
+    diff = BudgetDifference("A", "B", [1, 2, 3, 4, 5], [0.02, 0.0, 0.05, 0.2, 0.1],
+                            [0.01, -0.1, 0.01, 0.1, 0.05], [0.03, 0.1, 0.1, 0.3, 0.2],
+                            30, 200, 0.95)
+    shape = budget_shape(diff)
+    assert [(r.first_t, r.last_t) for r in shape.ranges] == [(1, 1), (3, 5)]
+    assert shape_text(shape) == "better at T = 1 and T >= 3 (+0.200 at T = 4)"
