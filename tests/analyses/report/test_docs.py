@@ -110,3 +110,29 @@ def test_the_real_comparison_without_a_share(tmp_path: Path):
         assert row.recovery_share != row.recovery_share        # NaN: not given
         assert not row.change_is_clear()
     _in_doc(report.comparisons[0].by_t[0].recovery_share_note.split(" (model delta")[0])
+
+
+def test_the_budget_dependence_example_read_in_the_docs(tmp_path: Path):
+    """docs/concepts.md's crossover example: the headline, its ranges and its crossover, and
+    the simulator's exact crossover it is compared with."""
+    import numpy as np
+
+    from recovery.simulate import load_config
+    from recovery.simulate.tasks import draw_tasks
+    from recovery.simulate.truth import success_curve
+
+    config = load_config("crossover")
+    files = write_runs(config, tmp_path)
+    report = analyze(AnalyzeConfig(files=files, baseline="hasty"))
+    _in_doc(f"- {report.headline[0]}")
+    shape = report.comparisons[0].budget_shape
+    (worse, better) = shape.ranges
+    _in_doc(f"up to {worse.last_t} turns (at worst {-100 * worse.extreme:.1f} points fewer, "
+            f"at T = {worse.extreme_t}), more from {better.first_t} turns on "
+            f"({100 * better.extreme:.1f} points more with no limit)")
+    _in_doc(f"the two curves cross at T = {shape.crossover_t}")
+    tasks = draw_tasks(config)
+    truth = (success_curve(config.policies["careful"], config.tasks, tasks, 60)
+             - success_curve(config.policies["hasty"], config.tasks, tasks, 60))
+    _in_doc(f"exact curves cross at T = {int(np.argmax(truth > 0)) + 1}")
+    _in_doc(f"Between T = {worse.last_t + 1} and {better.first_t - 1} the band holds 0")
