@@ -450,7 +450,7 @@ def _sections(report: Report, prefix: str = "",
                      "holds over every T at once (max-|t| bootstrap over the shared tasks), so "
                      "a range where it leaves 0 is a claim about the whole range. K &gt; 1 is "
                      "read on the T grid.</p>")
-    parts.append(_defs(report, "S(T)", "empirical", "model") + "</section>")
+    parts.append(_defs(report, "S(T)", "budget curve", "empirical", "model") + "</section>")
 
     if report.comparisons:
         parts.append(f'<section id="{prefix}decomposition"><h2>Gain decomposition: single-step '

@@ -104,6 +104,11 @@ def definitions(strata: int = 5, strata_by: str = "clean_success") -> dict[str, 
         "the budget to T costs",
         "S(T)": "S(T) = Pass@(1,T): the share of a task's samples that succeed within T "
         "turns, averaged over tasks",
+        "budget curve": "budget curve: S(T) and a comparison's change of S(T) at every T "
+        "from 1 to the largest turn count (truncation mode), with a 95% band that holds over "
+        "every T at once (max-|t| bootstrap over the shared tasks); K > 1, the difference "
+        "surface and the decomposition are read on the T grid (quantiles of the turn counts, "
+        "and the budgets the headline reads)",
         "empirical": "empirical: counted from the trajectories themselves",
         "model": "model: S(T) of the two-clock hazard model fitted to the run, a "
         "single-step process (error, success and failure chances per clean turn) and a "

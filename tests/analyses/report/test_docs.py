@@ -134,5 +134,12 @@ def test_the_budget_dependence_example_read_in_the_docs(tmp_path: Path):
     tasks = draw_tasks(config)
     truth = (success_curve(config.policies["careful"], config.tasks, tasks, 60)
              - success_curve(config.policies["hasty"], config.tasks, tasks, 60))
-    _in_doc(f"exact curves cross at T = {int(np.argmax(truth > 0)) + 1}")
+    true_crossover = int(np.argmax(truth > 0)) + 1
+    _in_doc(f"exact curves cross at T = {true_crossover}")
+    # the report's headline states the crossover, near the simulator's truth, and every range
+    # it calls significant has the true sign
+    assert f"crossover at T = {shape.crossover_t}" in report.headline[0]
+    assert abs(shape.crossover_t - true_crossover) <= 5
+    for r in shape.ranges:
+        assert np.all(np.sign(truth[r.first_t - 1:r.last_t]) == r.sign)
     _in_doc(f"Between T = {worse.last_t + 1} and {better.first_t - 1} the band holds 0")
