@@ -23,7 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from recovery.formats._common import expect_dict, expect_list, guard, load_document
+from recovery.formats._common import (
+    expect_dict,
+    expect_list,
+    guard,
+    load_document,
+    optional_text,
+)
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_json_char, first_record
 from recovery.schema import RecordError, Trajectory, Turn
@@ -51,14 +57,6 @@ def sniff(path: Path, head: bytes) -> bool:
     return bool(_LONG_RUN.match(head.removeprefix(b"\xef\xbb\xbf")))
 
 
-def _text(value: Any, where: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise RecordError(f"field '{where}': expected string, got {type(value).__name__}")
-    return value
-
-
 def mistake_index(value: Any, n: int) -> int:
     """``mistake_step`` as an index into ``history`` (the files write it as a string)."""
     try:
@@ -82,10 +80,10 @@ def build(raw: Any, run: str) -> Trajectory:
     turns = []
     for i, message in enumerate(history):
         message = expect_dict(message, f"history[{i}]")
-        name = _text(message.get("name"), f"history[{i}].name")
-        role = _text(message.get("role"), f"history[{i}].role")
+        name = optional_text(message.get("name"), f"history[{i}].name")
+        role = optional_text(message.get("role"), f"history[{i}].role")
         label = -1.0 if i == step else 0.0 if i < step else None
-        turns.append(Turn(action=_text(message.get("content"), f"history[{i}].content"),
+        turns.append(Turn(action=optional_text(message.get("content"), f"history[{i}].content"),
                           label=label,
                           meta={"agent": name or role, "name": name, "role": role}))
     task = record.get("question_ID")
@@ -93,7 +91,7 @@ def build(raw: Any, run: str) -> Trajectory:
         raise RecordError("field 'question_ID': expected a question id")
     meta = {k: v for k, v in record.items() if k != "history"}
     return Trajectory(run=run, task_id=str(task), turns=turns, success=False,
-                      prompt=_text(record.get("question"), "question"), meta=meta)
+                      prompt=optional_text(record.get("question"), "question"), meta=meta)
 
 
 def _files(path: Path) -> Iterator[Path]:

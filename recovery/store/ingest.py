@@ -20,6 +20,7 @@ from recovery.formats import (
     get_reader,
     read_file,
 )
+from recovery.formats.files import special_kind
 from recovery.schema import (
     SUCCESS_THRESHOLD,
     RecordError,
@@ -360,7 +361,8 @@ def _ingest_one(
     if not path.exists():
         raise IngestError(f"{path}: no such file")
     if not (path.is_file() or path.is_dir()):
-        raise IngestError(f"{path}: is {_special_file_kind(path)}, not a file; give a regular file")
+        raise IngestError(f"{path}: is {special_kind(path.stat().st_mode)}, not a file; give a "
+                          "regular file")
     fmt = options.format or detect_format(path)
     folder = get_reader(fmt).directory
     if path.is_dir() != folder:
@@ -465,22 +467,6 @@ def _ingest_file(
         return in_transaction(con, lambda: body(fast=False))
     except RecordError as err:
         raise IngestError(f"{err}; nothing from this file was stored") from None
-
-
-def _special_file_kind(path: Path) -> str:
-    """What a path that is neither a regular file nor a directory is, for messages."""
-    import stat
-
-    mode = path.stat().st_mode
-    for test, name in (
-        (stat.S_ISFIFO, "a named pipe (FIFO)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def ingest_files(
