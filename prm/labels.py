@@ -44,6 +44,7 @@ from recovery.store import traj_scope
 
 if TYPE_CHECKING:
     import duckdb
+    import numpy as np
     import pandas as pd
 
 LABEL_SOURCES = ("data", "error", "outcome", "mc", "advantage", "recovery")
@@ -58,8 +59,30 @@ ADVANTAGE_TEMPERATURE = 0.05
 costs 0.14 of success probability (a typical error in the simulator) gets 0.06, one that gains
 0.05 (a typical step of progress) gets 0.73, and one that changes nothing 0.5."""
 
+def label_target_sql(label: str) -> str:
+    """A stored process label (in [-1, 1]) as a training target in [0, 1], in SQL: the one
+    scale, ``(label + 1) / 2`` (its Python twin is :func:`label_target`)."""
+    return f"(({label}) + 1.0) / 2.0"
+
+
+def label_target(label: float | np.ndarray) -> float | np.ndarray:
+    """:func:`label_target_sql` in Python: a stored label in [-1, 1] as a target in [0, 1]."""
+    return (label + 1.0) / 2.0
+
+
+def target_class(targets: np.ndarray) -> np.ndarray:
+    """The ternary class index of targets in [0, 1]: 0 an error (below 0.5), 1 neutral
+    (exactly 0.5), 2 a right step (above): the one rule the heads train on and the metrics
+    read (:func:`prm.metrics.target_classes` is this minus 1). NaN targets give -1."""
+    import numpy as np
+
+    targets = np.asarray(targets, dtype=float)
+    out = (np.sign(targets - 0.5) + 1).astype(np.float64)
+    return np.where(np.isnan(targets), -1, out).astype(np.int64)
+
+
 _SQL_TARGETS = {
-    "data": "(u.label + 1.0) / 2.0",
+    "data": label_target_sql("u.label"),
     "error": "CASE WHEN u.is_error THEN 0.0 ELSE 1.0 END",
     "outcome": "CASE WHEN tr.success THEN 1.0 WHEN NOT tr.success THEN 0.0 END",
 }
@@ -159,15 +182,16 @@ def advantage_targets(
         return con.execute(
             f"""
             WITH start AS (
-                SELECT tr.run, tr.task_id, tr.budget, avg((u.label + 1.0) / 2.0) AS v0
+                SELECT tr.run, tr.task_id, tr.budget, avg({label_target_sql('u.label')}) AS v0
                 FROM turns u JOIN trajectories tr USING (traj_id)
                 WHERE u.t = 1 GROUP BY ALL
             ),
             steps AS (
-                SELECT u.traj_id, u.t, (u.label + 1.0) / 2.0 AS v,
+                SELECT u.traj_id, u.t, {label_target_sql('u.label')} AS v,
                        CASE WHEN u.t = 1 THEN s.v0
-                            ELSE (lag(u.label) OVER (PARTITION BY u.traj_id ORDER BY u.t)
-                                  + 1.0) / 2.0 END AS v_before,
+                            ELSE {label_target_sql(
+                                'lag(u.label) OVER (PARTITION BY u.traj_id ORDER BY u.t)')}
+                            END AS v_before,
                        lag(u.t) OVER (PARTITION BY u.traj_id ORDER BY u.t) AS t_before
                 FROM turns u JOIN trajectories tr USING (traj_id)
                 LEFT JOIN start s ON s.run = tr.run AND s.task_id = tr.task_id

@@ -40,6 +40,7 @@ from prm.checkpoints import (
     unflatten_optimizer,
 )
 from prm.distributed import Distributed, barrier, init_distributed
+from prm.labels import target_class
 from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def validate(scorer: Any, windows: list[Any], pad_id: int, device: str, batch_to
     stacked = np.concatenate(probs)[known]
     targets = frame["target"].to_numpy()[known]
     if stacked.ndim == 2:
-        classes = np.clip(np.round(targets * 2).astype(int), 0, 2)
+        classes = target_class(targets)
         loss = -np.mean(np.log(np.clip(stacked[np.arange(len(classes)), classes], 1e-7, 1)))
     else:
         clipped = np.clip(stacked, 1e-7, 1 - 1e-7)

@@ -304,12 +304,14 @@ ERROR_THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 
 
 
 def target_classes(targets: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Classes of targets in [0, 1]: -1 below 0.5, 0 at exactly 0.5, +1 above (NaN stays NaN)."""
+    """Classes of targets in [0, 1]: -1 below 0.5, 0 at exactly 0.5, +1 above (NaN stays NaN):
+    :func:`prm.labels.target_class` (the class index the heads train on) minus 1."""
     import numpy as np
 
+    from prm.labels import target_class
+
     targets = np.asarray(targets, dtype=float)
-    out = np.sign(targets - 0.5)
-    return np.where(np.isnan(targets), np.nan, out)
+    return np.where(np.isnan(targets), np.nan, target_class(targets) - 1.0)
 
 
 def predict_classes(

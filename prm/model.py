@@ -183,7 +183,12 @@ def step_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if not bool(known.any()):
         return logits.sum() * 0.0
     if logits.dim() == 2:
-        classes = (targets[known] * 2).round().long().clamp(0, 2)
+        import torch
+
+        from prm.labels import target_class
+
+        classes = torch.from_numpy(target_class(targets[known].detach().cpu().numpy())).to(
+            logits.device)
         return F.cross_entropy(logits[known], classes)
     return F.binary_cross_entropy_with_logits(logits[known], targets[known])
 

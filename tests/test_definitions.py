@@ -331,3 +331,32 @@ def test_analyze_and_budgetmix_plan_read_a_store_in_one_mode(budgets: list[int])
     _, info = budget_evidence(con, budgets, mode="auto")
     assert report.mode == info["mode"] == ("budgeted" if len(budgets) > 1 else "truncation")
     con.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The label scale and the ternary class: one home each
+
+
+def test_label_scale_and_class_index_have_one_home() -> None:
+    import duckdb
+    import torch
+
+    from prm.labels import label_target, label_target_sql, target_class
+    from prm.metrics import target_classes
+    from prm.model import step_loss
+
+    labels = np.array([-1.0, -0.4, 0.0, 0.2, 1.0])
+    con = duckdb.connect()
+    sql = [row[0] for row in con.execute(
+        f"SELECT {label_target_sql('x')} FROM unnest(?::DOUBLE[]) AS t(x)", [labels.tolist()]
+    ).fetchall()]
+    assert sql == pytest.approx(label_target(labels).tolist()) == [0.0, 0.3, 0.5, 0.6, 1.0]
+    targets = np.array([0.0, 0.3, 0.5, 0.6, 1.0, np.nan])
+    assert target_class(targets).tolist() == [0, 0, 1, 2, 2, -1]
+    assert np.array_equal(target_classes(targets)[:5], target_class(targets)[:5] - 1)
+    # the ternary head's loss trains on the same classes: a logit row that puts all its mass
+    # on the rule's class costs nothing
+    known = targets[:5]
+    logits = torch.full((5, 3), -30.0)
+    logits[torch.arange(5), torch.from_numpy(target_class(known))] = 30.0
+    assert float(step_loss(logits, torch.tensor(known, dtype=torch.float32))) < 1e-6
