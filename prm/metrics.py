@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from prm.spec import NEVER_AN_ERROR
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -299,8 +301,8 @@ def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
 # Ternary decisions: classes -1 / 0 / +1, first errors, floors, bootstrap intervals over tasks
 
 ERROR_THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8,
-                    0.85, 0.9, 0.95, 1.01)
-"""Error thresholds :func:`choose_error_threshold` tries (1.01: never call an error)."""
+                    0.85, 0.9, 0.95, NEVER_AN_ERROR)
+"""Error thresholds :func:`choose_error_threshold` tries (the last: never call an error)."""
 
 
 def target_classes(targets: Sequence[float] | np.ndarray) -> np.ndarray:

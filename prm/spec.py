@@ -260,6 +260,11 @@ def _whole(path: Path, name: str, value: Any, low: int, high: int) -> None:
         raise UsageProblem(f"{path}: {name} is {value}; it must be at most {high}")
 
 
+NEVER_AN_ERROR = 1.01
+"""The error threshold of a model whose validation chose never to call a step an error (no
+probability reaches it)."""
+
+
 def check_spec(spec: PRMSpec, path: Path) -> None:
     """Check every field of a spec read from a model folder: its type, range and value.
 
@@ -312,9 +317,10 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
         raise UsageProblem(f"{path}: error_threshold is {threshold!r}; it must be a number "
                            f"between 0 and 1")
-    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+    if not (math.isfinite(threshold) and (0.0 <= threshold <= 1.0
+                                           or threshold == NEVER_AN_ERROR)):
         raise UsageProblem(f"{path}: error_threshold is {threshold!r}; it must be between "
-                           f"0 and 1")
+                           f"0 and 1, or {NEVER_AN_ERROR} (the model never calls an error)")
     _choice(path, "pool", spec.pool, POOLS)
     token = spec.step_token
     if not isinstance(token, str):

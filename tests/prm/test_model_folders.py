@@ -388,3 +388,15 @@ def test_baseline_arrays_larger_than_the_vocabularies_are_not_read(store, tmp_pa
     monkeypatch.setattr(np.lib.format, "read_array", lambda fh, *a, **k: pytest.fail(
         "read an array") if "coef" in getattr(fh, "name", "") else real_read(fh, *a, **k))
     _refused_by_score_and_eval(store, folder, "baseline.npz", "coef", exit_code=1)
+
+
+def test_a_model_that_never_calls_an_error_loads(tmp_path: Path) -> None:
+    """Validation may choose the threshold no probability reaches (the last of
+    prm.metrics.ERROR_THRESHOLDS): such a folder must load; a threshold past it must not."""
+    from prm.metrics import ERROR_THRESHOLDS
+    from prm.spec import PRMSpec, check_spec
+
+    check_spec(PRMSpec(error_threshold=ERROR_THRESHOLDS[-1]), tmp_path)
+    for bad in (1.02, -0.1, float("nan")):
+        with pytest.raises(UsageProblem, match="error_threshold"):
+            check_spec(PRMSpec(error_threshold=bad), tmp_path)
