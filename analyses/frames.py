@@ -47,7 +47,7 @@ def trajectories_frame(
     """
     import numpy as np
 
-    from recovery.store.scope import traj_scope
+    from recovery.scope import traj_scope
 
     where, params = _run_filter(runs)
     reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
@@ -73,7 +73,7 @@ def left_out_counts(
     ``unknown`` counts unknown outcomes (``success IS NULL``) whatever their end reason;
     ``crash`` the crashed ones with a known outcome.
     """
-    from recovery.store.scope import traj_scope
+    from recovery.scope import traj_scope
 
     where, params = _run_filter(runs)
     with traj_scope(con, traj_ids) as scope:
@@ -102,7 +102,7 @@ def turn_flags_frame(
 
     Columns: ``traj_id, t, is_error, error_kind``, ordered by ``traj_id, t``.
     """
-    from recovery.store.scope import traj_scope
+    from recovery.scope import traj_scope
 
     where, params = _run_filter(runs)
     with traj_scope(con, traj_ids, "tr.traj_id") as scope:
@@ -204,7 +204,7 @@ def spells_frame(
     """
     import numpy as np
 
-    from recovery.store.scope import traj_scope
+    from recovery.scope import traj_scope
 
     where, params = _run_filter(runs)
     reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
@@ -254,7 +254,7 @@ def group_values(
     Raises:
         ValueError: for a field that is none of these, naming what there is.
     """
-    from recovery.store.scope import traj_scope
+    from recovery.scope import traj_scope
 
     expression, expression_params = group_expression(con, by)
     where, params = _run_filter(runs)

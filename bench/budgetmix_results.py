@@ -120,9 +120,9 @@ def seed_results(seed: int, work: Path, extra: list[str], n_boot: int) -> dict[s
 def behaviour(store: Path) -> dict[str, dict[str, dict[str, float]]]:
     """Per run and budget, from the turns' ground truth: the share of ``fast`` among the
     choices outside a spell and of ``retry`` among those inside one."""
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     try:
         rows = con.execute(
             """

@@ -33,16 +33,16 @@ RECOVERY = [str(Path(sys.executable).with_name("recovery"))]
 
 EACH_FILE = """
 import sys, time
-from recovery.store import connect, ingest_file
+from recovery.store import open_store
 
 def peak_mb():  # this process's own high-water mark (not the forking process's)
     with open("/proc/self/status") as fh:
         return next(int(l.split()[1]) / 1024 for l in fh if l.startswith("VmHWM:"))
 
-con = connect(sys.argv[1])
+con = open_store(sys.argv[1])
 start = time.perf_counter()
 for path in sys.argv[2:]:
-    ingest_file(con, path)
+    con.ingest_file(path)
     print(f"{time.perf_counter() - start:.1f} {peak_mb():.0f}", flush=True)
 con.close()
 """

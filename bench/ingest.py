@@ -55,11 +55,11 @@ def peak_mb():
 
 INGEST_CHILD = PEAK + """
 import sys, time
-from recovery.store import IngestOptions, connect, ingest_file
-con = connect(sys.argv[2])
+from recovery.store import IngestOptions, open_store
+con = open_store(sys.argv[2])
 con.execute("SET enable_progress_bar = false")  # its bar goes to stdout, which is parsed
 start = time.perf_counter()
-result = ingest_file(con, sys.argv[1], IngestOptions(fast=sys.argv[3] == "fast"))
+result = con.ingest_file(sys.argv[1], IngestOptions(fast=sys.argv[3] == "fast"))
 con.close()
 elapsed = time.perf_counter() - start
 print(elapsed, result.n_turns, peak_mb())
@@ -147,15 +147,15 @@ def in_process(source: Path, store: Path, plain: Path) -> tuple[float, float]:
     """Both sides in this process (imports done, built-in rules loaded): (ours, DuckDB) s."""
     import duckdb
 
-    from recovery.store import connect, ingest_file
+    from recovery.store import open_store
 
     for leftover in (store, plain):
         for path in (leftover, Path(f"{leftover}.wal")):
             path.unlink(missing_ok=True)
-    con = connect(store)
+    con = open_store(store)
     con.execute("SET enable_progress_bar = false")
     start = time.perf_counter()
-    ingest_file(con, source)
+    con.ingest_file(source)
     con.close()
     ours = time.perf_counter() - start
     con = duckdb.connect(str(plain))
@@ -206,7 +206,7 @@ def parts(source: Path, work: Path, repeat: int) -> None:
     UPDATE of a few just-inserted rows costs DuckDB's commit."""
     import duckdb
 
-    from recovery.store import connect, file_digest, ingest_file
+    from recovery.store import file_digest, open_store
 
     rows: dict[str, list[float]] = {}
 
@@ -218,11 +218,11 @@ def parts(source: Path, work: Path, repeat: int) -> None:
         start = time.perf_counter()
         file_digest(source)
         digest = time.perf_counter() - start
-        con = _TimedConnection(connect(store))
+        con = _TimedConnection(open_store(store))
         con.execute("SET enable_progress_bar = false")
         con.seconds.clear()
         start = time.perf_counter()
-        ingest_file(con, source)
+        con.ingest_file(source)
         ingested = time.perf_counter() - start
         start = time.perf_counter()
         con.close()

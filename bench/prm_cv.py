@@ -52,15 +52,15 @@ def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] |
     from dataclasses import replace
 
     from recovery.simulate import PRESETS, SimConfig, simulate
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
 
     store = folder / f"sim-{tasks}.duckdb"
-    con = connect(store)
+    con = open_store(store)
     policies = {name: replace(PRESETS[name], **(overrides or {})) for name in ("base", "rl")}
     config = SimConfig(policies=policies, n_tasks=tasks, n_samples=samples,
                        budgets=[30], seed=seed)
     for trajectories in simulate(config).values():
-        ingest_trajectories(con, trajectories)
+        con.ingest_trajectories(trajectories)
     con.execute(TRUTH_LABELS_SQL)
     con.close()
     return store
@@ -69,13 +69,13 @@ def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] |
 def tau_store(folder: Path, tasks: int | None = None) -> Path:
     """The tau-bench airline results, ingested (tool errors marked by the format's rules);
     with ``tasks``, only the first that many tasks (by id) are kept."""
-    from recovery.store import connect, ingest_file
+    from recovery.store import open_store
 
     if not TAU_AIRLINE.exists():
         raise SystemExit(f"{TAU_AIRLINE} not found")
     store = folder / "tau-airline.duckdb"
-    con = connect(store)
-    ingest_file(con, TAU_AIRLINE)
+    con = open_store(store)
+    con.ingest_file(TAU_AIRLINE)
     if tasks is not None:
         keep = ("SELECT traj_id FROM trajectories WHERE task_id IN (SELECT DISTINCT task_id "
                 f"FROM trajectories ORDER BY task_id LIMIT {int(tasks)})")

@@ -88,14 +88,14 @@ def _reset_peak(device: str) -> None:
 def simulator_store(folder: Path, tasks: int) -> Path:
     """Simulator runs (base and rl, 2 samples, budget 30) in a DuckDB store."""
     from recovery.simulate import PRESETS, SimConfig, simulate
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
 
     store = folder / "sim.duckdb"
-    con = connect(store)
+    con = open_store(store)
     config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=tasks,
                        n_samples=2, budgets=[30], seed=0)
     for trajectories in simulate(config).values():
-        ingest_trajectories(con, trajectories)
+        con.ingest_trajectories(trajectories)
     con.close()
     return store
 

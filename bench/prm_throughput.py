@@ -73,15 +73,15 @@ class Measurement:
 
 def build_store(kind: str, directory: Path) -> Path:
     """A store file with the benchmark data: tau-bench airline or simulator runs."""
-    from recovery.store import connect, ingest_file
+    from recovery.store import open_store
 
     store = directory / "bench.duckdb"
-    con = connect(store)
+    con = open_store(store)
     try:
         if kind == "tau":
             if not TAU_AIRLINE.exists():
                 raise SystemExit(f"tau-bench data not found at {TAU_AIRLINE}; use --data sim")
-            ingest_file(con, TAU_AIRLINE)
+            con.ingest_file(TAU_AIRLINE)
         else:
             from recovery.simulate import PRESETS, SimConfig, write_runs
 
@@ -91,7 +91,7 @@ def build_store(kind: str, directory: Path) -> Path:
                 directory / "runs",
             )
             for path in paths:
-                ingest_file(con, path)
+                con.ingest_file(path)
     finally:
         con.close()
     return store
@@ -100,9 +100,9 @@ def build_store(kind: str, directory: Path) -> Path:
 def train_examples(store: Path, seed: int):
     """The training split, as ``prm train`` makes it (outcome labels: every store has them)."""
     from prm.data import TaskSplit, load_step_examples
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     try:
         examples = load_step_examples(con, "outcome")
     finally:

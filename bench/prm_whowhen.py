@@ -40,10 +40,10 @@ def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     from prm.structured import feature_rows
     from recovery.formats.base import ReadOptions
     from recovery.formats.whowhen import read
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
 
-    con = connect(None)
-    ingest_trajectories(con, [t for t in read(folder, ReadOptions()) if hasattr(t, "turns")])
+    con = open_store(None)
+    con.ingest_trajectories([t for t in read(folder, ReadOptions()) if hasattr(t, "turns")])
     table, names, _ = feature_rows(con, "hindsight")
     facts = con.execute(
         """

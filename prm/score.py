@@ -12,7 +12,7 @@ other models read no outcome and no later turn, so they score in either.
 
 Example:
     >>> from prm.score import score_store
-    >>> score_store(con, "prm-ckpt/")          # model name "prm-ckpt"
+    >>> score_store(store, "prm-ckpt/")        # model name "prm-ckpt"
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from prm.data import StepExample
     from prm.spec import PRMSpec
     from recovery.schema import Trajectory
+    from recovery.store import Store
 
 
 def model_name(model_dir: str | Path) -> str:
@@ -275,7 +276,7 @@ class ModelScorer:
         import pandas as pd
 
         from prm.data import load_step_examples
-        from recovery.store import connect, ingest_trajectories
+        from recovery.store import open_store
 
         # Sample numbers made distinct, so that episodes of one task and budget can be stored
         # side by side; each stored trajectory is found again by its number.
@@ -283,14 +284,12 @@ class ModelScorer:
         n_turns = [len(tr.turns) for tr in trajectories]
         if not sum(n_turns):
             return np.zeros(0)
-        con = connect(None)
-        try:
-            ingest_trajectories(con, trajectories, source="prm-scorer")
+        with open_store(None) as store:
+            store.ingest_trajectories(trajectories, source="prm-scorer")
+            con = store.con
             by_sample = dict(con.execute("SELECT sample, traj_id FROM trajectories").fetchall())
             examples = load_step_examples(con, labels=None)
             scores = self.predictor.predict_store(con, examples)
-        finally:
-            con.close()
         if len(by_sample) != len(trajectories):
             raise ValueError(f"{len(trajectories)} trajectories gave {len(by_sample)} stored "
                              "ones")
@@ -319,13 +318,13 @@ class ScoreResult:
     setting: str | None = None
 
 
-def write_step_scores(con: duckdb.DuckDBPyConnection, scores: pd.DataFrame, model: str) -> int:
+def write_step_scores(store: Store, scores: pd.DataFrame, model: str) -> int:
     """Replace ``model``'s rows for the scored trajectories with ``scores``, atomically
-    (:func:`recovery.store.replace_step_scores`: a transaction in a DuckDB store, a file renamed
-    into place in a folder store).
+    (:meth:`recovery.store.Store.replace_step_scores`: a transaction in a DuckDB store, a file
+    renamed into place in a folder store).
 
     Args:
-        con: The store.
+        store: The store.
         scores: Columns ``traj_id, t, score``.
         model: Model name.
 
@@ -349,18 +348,12 @@ def write_step_scores(con: duckdb.DuckDBPyConnection, scores: pd.DataFrame, mode
             "score": pa.array(scores["score"].astype(float).tolist(), pa.float64()),
         }
     )
-    from recovery.store import replace_step_scores
-
-    con.register("_prm_scores", table)
-    try:
-        replace_step_scores(con, "_prm_scores", model)
-    finally:
-        con.unregister("_prm_scores")
+    store.replace_step_scores(table, model)
     return len(scores)
 
 
 def score_store(
-    con: duckdb.DuckDBPyConnection,
+    store: Store,
     model_dir: str | Path | Predictor,
     *,
     name: str | None = None,
@@ -374,7 +367,7 @@ def score_store(
     """Score trajectories of the store and write ``step_scores``.
 
     Args:
-        con: The store (writable).
+        store: The store (writable).
         model_dir: A folder written by ``prm train`` (a structured one too), or a loaded
             :class:`Predictor`.
         name: Model name in ``step_scores``; default :func:`model_name` of ``model_dir``.
@@ -402,10 +395,10 @@ def score_store(
     else:  # refused before the store is read
         predictor = load_predictor(model_dir, device=device, setting=setting,
                                    trust_remote_code=trust_remote_code)
-    examples = load_step_examples(con, labels=None, traj_ids=traj_ids)
-    scores = predictor.predict_store(con, examples, batch_tokens=batch_tokens,
+    examples = load_step_examples(store.con, labels=None, traj_ids=traj_ids)
+    scores = predictor.predict_store(store.con, examples, batch_tokens=batch_tokens,
                                      progress=progress)
     name = name or model_name(predictor.model_dir)
-    n = write_step_scores(con, scores[["traj_id", "t", "score"]], name)
+    n = write_step_scores(store, scores[["traj_id", "t", "score"]], name)
     return ScoreResult(model=name, n_trajectories=len(examples), n_scores=n,
                        setting=predictor.setting)

@@ -5,40 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recovery.errors import InputProblem
-
 if TYPE_CHECKING:
-    import duckdb
+    from recovery.store import Store
 
 
-def open_store(path: str | Path, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
-    """Connect to an existing store; a missing path or a file that is no store is refused.
+def open_store(path: str | Path, *, writable: bool = False) -> Store:
+    """Open an existing store; a missing path or a file that is no store is refused.
 
     Args:
-        path: The store (a DuckDB file).
-        writable: Open for writing (``prm score`` writes ``step_scores``); the store is checked
-            read-only first, so a file that is not a store is never changed.
+        path: The store (a DuckDB file or a folder store).
+        writable: Open for writing (``prm score`` writes ``step_scores``); a DuckDB file is
+            checked read-only first, so a file that is not a store is never changed.
 
     Raises:
         InputProblem: the store does not exist (nothing is created) or is not a store.
     """
-    from recovery.store import connect
+    from recovery.store import open_store as open_any
 
-    path = Path(path)
-    if not path.exists():
-        raise InputProblem(
-            f"store {path} does not exist (prm reads an existing store; "
-            f"`recovery ingest FILES --store {path}` makes one)"
-        )
-    try:
-        con = connect(path, read_only=True)
-    except FileNotFoundError as err:
-        raise InputProblem(str(err)) from None
-    except InputProblem:
-        raise
-    except Exception as err:  # duckdb's IOException for a file that is not a database
-        raise InputProblem(f"{path} cannot be opened as a store ({err})") from None
-    if not writable:
-        return con
-    con.close()
-    return connect(path)
+    return open_any(path, read_only=not writable, must_exist=True)

@@ -10,8 +10,8 @@ share is extreme. ``recovery ingest`` prints :func:`summary_lines`; ``recovery a
 same records into its report.
 
 Example:
-    >>> from recovery.store import connect, ingest_file
-    >>> con = connect(None); ingest_file(con, "runs/base.jsonl")
+    >>> from recovery.store import open_store
+    >>> store = open_store(None); store.ingest_file("runs/base.jsonl"); con = store.con
     >>> quality = run_quality(con)
     >>> quality["base"].empty_action_share
     0.0
@@ -168,7 +168,7 @@ def run_quality(
     Returns:
         Run label -> :class:`RunQuality`, alphabetically; runs without trajectories are absent.
     """
-    from recovery.store.scope import traj_scope
+    from recovery.scope import traj_scope
 
     with traj_scope(con, traj_ids) as scope, \
             traj_scope(con, traj_ids, "tr.traj_id") as tr_scope:

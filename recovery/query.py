@@ -129,11 +129,9 @@ def open_sandboxed(
     Raises:
         InputProblem: when the store or a folder does not exist, or the file is not a store.
     """
-    from recovery.store import connect
+    from recovery.store import open_store
 
     store = Path(store)
-    if not store.exists():
-        raise InputProblem(f"store {store} does not exist")
     folders = []
     for folder in read_dirs:
         resolved = Path(folder).resolve()
@@ -144,7 +142,7 @@ def open_sandboxed(
         from recovery.store.folder import readable_folders
 
         folders.extend(readable_folders(store))
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True).con
     try:
         lock_down(con, folders, temp_dir)
     except BaseException:

@@ -22,11 +22,11 @@ def simulated_store(config, path: str | Path | None = None):
         The open connection; the caller closes it.
     """
     from recovery.simulate import simulate
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
 
-    connection = connect(path)
+    connection = open_store(path)
     for trajectories in simulate(config).values():
-        ingest_trajectories(connection, trajectories)
+        connection.ingest_trajectories(trajectories)
     return connection
 
 
@@ -41,8 +41,8 @@ def tau_airline() -> Path:
 @pytest.fixture
 def con():
     """A fresh in-memory store."""
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    connection = connect(None)
+    connection = open_store(None)
     yield connection
     connection.close()

@@ -23,7 +23,7 @@ from analyses.passkt import pass_at_kt
 from recovery.marking.spells import spells_of_frames
 from recovery.schema import Trajectory, Turn
 from recovery.simulate import PRESETS, SimConfig
-from recovery.store import connect, ingest_file
+from recovery.store import open_store
 from tests.conftest import simulated_store
 
 
@@ -81,19 +81,19 @@ def test_store_spells_equal_the_turn_by_turn_reference_on_the_simulator(sim_con)
 
 
 def test_store_spells_equal_the_reference_on_tau_bench(tau_airline) -> None:
-    con = connect(None)
-    ingest_file(con, tau_airline)
+    con = open_store(None)
+    con.ingest_file(tau_airline)
     spells = store_spells(con)
     assert len(spells) == 67
     assert spells == reference_spells(con)
 
 
 def test_unknown_outcome_open_spell_is_not_fatal() -> None:
-    con = connect(None)
-    from recovery.store import ingest_trajectories
+    con = open_store(None)
+
 
     turns = [Turn("a", "Error: x"), Turn("b", "Error: y")]
-    ingest_trajectories(con, [Trajectory("r", "t", turns, success=None),
+    con.ingest_trajectories([Trajectory("r", "t", turns, success=None),
                               Trajectory("r", "u", list(turns), success=False)])
     fatal = dict(con.execute(
         "SELECT tr.task_id, s.fatal FROM error_spells s JOIN trajectories tr USING (traj_id)"
@@ -142,8 +142,8 @@ def test_spell_membership_one_rule_for_every_consumer(tmp_path: Path) -> None:
 
     path = tmp_path / "odd.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in odd_spell_records()))
-    con = connect(None)
-    ingest_file(con, path)
+    con = open_store(None)
+    con.ingest_file(path)
     spells = con.execute(
         "SELECT tr.task_id, s.start_t, s.end_t, s.recovered, s.recovered_at, s.fatal "
         "FROM error_spells s JOIN trajectories tr USING (traj_id) ORDER BY tr.task_id"
@@ -266,9 +266,9 @@ def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
     plain.write_text("".join(json.dumps(r) + "\n" for r in records))
     gz_like = tmp_path / "runs2.jsonl"  # an unknown key sends this copy to the Python reader
     gz_like.write_text("".join(json.dumps(r | {"extra": 1, "run": "py"}) + "\n" for r in records))
-    con = connect(None)
-    ingest_file(con, plain)
-    ingest_file(con, gz_like)
+    con = open_store(None)
+    con.ingest_file(plain)
+    con.ingest_file(gz_like)
     stored = {(run, task): turn for run, task, turn in con.execute(
         "SELECT run, task_id, success_turn FROM trajectories").fetchall()}
     for run in ("runs", "py"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recovery.errors import InputProblem, UsageProblem
+from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
     import duckdb
@@ -24,15 +24,8 @@ def open_existing_store(path: str | Path | None) -> duckdb.DuckDBPyConnection:
         UsageProblem: when no path is given.
         InputProblem: when the file is missing or is not a store of this toolkit.
     """
-    import duckdb
-
-    from recovery.store import connect
+    from recovery.store import open_store
 
     if path is None:
         raise UsageProblem("--store is required")
-    try:
-        return connect(path, read_only=True)
-    except FileNotFoundError:
-        raise InputProblem(f"store {path} does not exist") from None
-    except duckdb.Error as err:  # not a DuckDB file, or locked by a writer
-        raise InputProblem(f"store {path} cannot be opened: {err}") from None
+    return open_store(path, read_only=True).con

@@ -11,10 +11,10 @@ JSON file (:meth:`Report.to_dict`) and the HTML page (:mod:`analyses.report.html
 :func:`analyses.report.analyze.analyze` is ``recovery analyze`` as a library call.
 
 Example:
-    >>> from recovery.store import connect, ingest_file
-    >>> con = connect(None)
-    >>> ingest_file(con, "runs/base.jsonl"); ingest_file(con, "runs/rl.jsonl")
-    >>> report = build_report(con, options=ReportOptions(baseline="base"))
+    >>> from recovery.store import open_store
+    >>> store = open_store(None)
+    >>> store.ingest_files(["runs/base.jsonl", "runs/rl.jsonl"])
+    >>> report = build_report(store.con, options=ReportOptions(baseline="base"))
     >>> report.runs["rl"].pass_at(1, None)          # Pass@(1, no turn limit)
     >>> print_report(report)                         # rich tables on the terminal
 """

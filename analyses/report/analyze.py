@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from analyses.report.records import GroupedReport, Report
-    from recovery.store import IngestOptions
+    from recovery.store import IngestOptions, Store
 
 Echo = Callable[[str], None]
 """Where progress lines go (ingest results, files written)."""
@@ -286,13 +286,13 @@ def run_names_for(files: list[Path], options: IngestOptions) -> dict[Path, str]:
 
 
 def ingest_inputs(
-    con: duckdb.DuckDBPyConnection,
+    store: Store,
     files: list[Path],
     options: IngestOptions,
     *,
     echo: Echo | None = None,
 ) -> list[str]:
-    """Ingest ``files`` into ``con`` and return the runs they hold.
+    """Ingest ``files`` into ``store`` and return the runs they hold.
 
     Every file is tried (each in its own transaction) and reported, before any failure stops
     the analysis. A file whose digest is already in the store is not read again; its runs are
@@ -306,8 +306,6 @@ def ingest_inputs(
     """
     import dataclasses
 
-    from recovery.store import ingest_files, runs_of
-
     def report(result) -> None:
         if echo is not None:
             echo(result.summary())
@@ -320,14 +318,14 @@ def ingest_inputs(
     for path in files:
         label = names.get(Path(path).resolve())
         file_options = options if label is None else dataclasses.replace(options, run=label)
-        results += ingest_files(con, [path], file_options, on_result=report)
+        results += store.ingest_files([path], file_options, on_result=report)
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise InputProblem(
             f"{len(failed)} of {len(results)} input files could not be ingested (each is "
             "named above); fix or leave them out, nothing was analysed"
         )
-    return runs_of(con, results)
+    return store.runs_of(results)
 
 
 def analyze(
@@ -359,7 +357,7 @@ def analyze(
     from analyses.report.build import build_grouped_report, build_report
     from analyses.report.records import ReportOptions, write_json
     from recovery.marking import load_rules
-    from recovery.store import IngestOptions, connect
+    from recovery.store import IngestOptions, open_store
 
     if not config.files and config.store is None:
         raise UsageProblem("give input FILES, or --store to analyse a store's runs")
@@ -381,10 +379,12 @@ def analyze(
         format=config.format, rules=load_rules(config.rules) if config.rules else None,
         results=config.results,
     )
-    con = connect(config.store)
+    store = open_store(config.store)
+    con = store.con
     try:
         started, cpu_started = time.perf_counter(), time.process_time()
-        runs = ingest_inputs(con, config.files, ingest_options, echo=echo) if config.files else []
+        runs = (ingest_inputs(store, config.files, ingest_options, echo=echo)
+                if config.files else [])
         ingest_seconds = time.perf_counter() - started
         ingest_cpu = time.process_time() - cpu_started
         if config.files and not runs:

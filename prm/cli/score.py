@@ -48,12 +48,9 @@ def score(config: ScoreConfig) -> None:
     # The model is loaded (and refused, if it must be) before the store is opened for writing.
     predictor = load_predictor(config.model, device=config.device, setting=config.setting,
                                trust_remote_code=config.trust_remote_code)
-    con = open_store(config.store, writable=True)
-    try:
-        result = score_store(con, predictor, name=config.name, setting=config.setting,
+    with open_store(config.store, writable=True) as store:
+        result = score_store(store, predictor, name=config.name, setting=config.setting,
                              batch_tokens=config.batch_tokens, progress=config.progress)
-    finally:
-        con.close()
     setting = f" ({result.setting} setting)" if result.setting else ""
     click.echo(
         f"step_scores: {result.n_scores} turns of {result.n_trajectories} trajectories "

@@ -27,14 +27,8 @@ def export() -> None:
 @command_options(ExportParquetConfig)
 def parquet(config: ExportParquetConfig) -> None:
     """Write each table of the store to OUT_DIR/<table>.parquet."""
-    from recovery.store import connect, export_parquet
+    from recovery.store import export_parquet, open_store
 
-    try:
-        con = connect(config.store, read_only=True)
-    except FileNotFoundError as err:
-        raise click.ClickException(str(err)) from None
-    try:
-        for path in export_parquet(con, config.out_dir):
+    with open_store(config.store, read_only=True) as store:
+        for path in export_parquet(store.con, config.out_dir):
             click.echo(str(path))
-    finally:
-        con.close()

@@ -125,7 +125,7 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
             matches).
     """
     from recovery.graph import turn_graph, write_graph
-    from recovery.store import connect
+    from recovery.store import open_store
 
     if (config.traj_id is None) == (config.task is None):
         raise click.UsageError("give either a TRAJ_ID or --task TASK_ID (not both)")
@@ -133,10 +133,7 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         raise click.UsageError(
             f"--out {printable(config.out)}: use one of {', '.join(SUFFIXES)}"
         )
-    try:
-        con = connect(config.store, read_only=True)
-    except FileNotFoundError as err:
-        raise click.UsageError(printable(err)) from None
+    con = open_store(config.store, read_only=True).con
     if config.task is None and config.view != "auto":
         raise click.UsageError("--view applies to a task (--task TASK_ID), not to a trajectory")
     try:

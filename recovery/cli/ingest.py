@@ -59,7 +59,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
 
     from recovery.formats import UnknownFormatError, get_reader
     from recovery.marking import load_rules
-    from recovery.store import IngestOptions, IngestResult, connect, ingest_files
+    from recovery.store import IngestOptions, IngestResult, open_store
 
     if config.format is not None:
         try:
@@ -83,7 +83,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
 
     created = config.store is not None and not Path(config.store).exists()
     try:
-        con = connect(config.store)
+        store = open_store(config.store)
     except duckdb.Error as err:  # e.g. the store's folder does not exist, or the file is locked
         raise click.ClickException(f"cannot open store {config.store}: {err}") from None
     files = tqdm(
@@ -106,7 +106,7 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
 
         names = run_names_for(config.files, options)
     except UsageProblem as err:
-        con.close()
+        store.close()
         raise click.UsageError(printable(str(err))) from None
     if names:
         echo(printable("run names given to inputs of the same name: " + ", ".join(
@@ -116,22 +116,23 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         for path in files:
             label = names.get(Path(path).resolve())
             file_options = options if label is None else dataclasses.replace(options, run=label)
-            results += ingest_files(con, [path], file_options, on_result=report)
-        total = con.execute(
+            results += store.ingest_files([path], file_options, on_result=report)
+        total = store.con.execute(
             "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
         ).fetchone()
         from recovery.quality import run_quality, summary_lines
-        from recovery.store import runs_of
 
         # The runs this command stored (or found already stored), not the whole store: the
         # check costs what the input costs.
-        touched = runs_of(con, results)
-        quality_lines = summary_lines(run_quality(con, touched)) if touched else []
-    finally:
-        con.close()
-    failed = sum(r.status == "failed" for r in results)
-    if created and total[0] == 0 and failed and _remove_made_store(config.store):
+        touched = store.runs_of(results)
+        quality_lines = summary_lines(run_quality(store.con, touched)) if touched else []
+        failed = sum(r.status == "failed" for r in results)
         # Nothing could be stored: leave no empty store behind for a wrong --format or path.
+        removed = (created and total[0] == 0 and failed and config.store is not None
+                   and store.remove_if_unused())
+    finally:
+        store.close()
+    if removed:
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:
         echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
@@ -140,23 +141,6 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     if failed:
         echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
     return failed
-
-
-def _remove_made_store(store: str) -> bool:
-    """Remove the store this command made and could store nothing in; whether it is gone.
-
-    A folder store goes only when, under its writer's lock (not waited for), it still holds
-    nothing but its empty layout: another command that is writing to it, or has committed a
-    file to it, keeps it.
-    """
-    from recovery.store.folder import is_folder_store, remove_unused_folder
-
-    if is_folder_store(store):
-        return remove_unused_folder(store)
-    for leftover in (Path(store), Path(f"{store}.wal")):
-        if not leftover.is_dir():
-            leftover.unlink(missing_ok=True)
-    return True
 
 
 @click.command()

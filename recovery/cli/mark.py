@@ -34,60 +34,29 @@ class MarkConfig:
 
 
 def run_mark(config: MarkConfig, *, echo=click.echo) -> dict[str, int]:
-    """Re-mark the store of ``config`` in one transaction; print and return counts per kind."""
-    from recovery.marking import RuleError, load_rules, mark_store
-    from recovery.store import connect, in_transaction
-    from recovery.store.folder import folder_root, mark_folder
+    """Re-mark the store of ``config`` atomically; print and return counts per kind."""
+    from recovery.marking import RuleError, load_rules
+    from recovery.marking.mark import mark_summary
+    from recovery.store import open_store
 
     try:
         rules = load_rules(config.rules) if config.rules else None
     except RuleError as err:
         raise click.UsageError(printable(err, keep_newlines=True)) from None
-    if not Path(config.store).exists():
-        raise click.UsageError(f"store {printable(config.store)} does not exist")
-    con = connect(config.store)
-    try:
-        traj_ids = None
-        if config.run:
-            marks = ", ".join("?" for _ in config.run)
-            traj_ids = [
-                row[0]
-                for row in con.execute(
-                    f"SELECT traj_id FROM trajectories WHERE run IN ({marks})", config.run
-                ).fetchall()
-            ]
-        if folder_root(con) is not None:
-            # each ingested file's partitions are rewritten re-marked, one file at a time
-            counts = mark_folder(
-                con, rules=rules, runs=config.run,
-                prm_model=config.prm_model, prm_threshold=config.prm_threshold,
-            )
-        else:
-            counts = in_transaction(con, lambda: mark_store(
-                con, rules=rules, traj_ids=traj_ids,
-                prm_model=config.prm_model, prm_threshold=config.prm_threshold,
-            ))
-        scope = "TRUE" if traj_ids is None else "tr.run IN (" + ", ".join(
-            "?" for _ in config.run) + ")"
-        n_traj, n_turns = con.execute(
-            f"SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories tr WHERE {scope}",
-            config.run,
-        ).fetchall()[0]
-        n_spells, n_recovered, n_fatal = con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE s.recovered), count(*) FILTER (WHERE s.fatal) "
-            f"FROM error_spells s JOIN trajectories tr USING (traj_id) WHERE {scope}",
-            config.run,
-        ).fetchall()[0]
-    finally:
-        con.close()
-    echo(f"marked {n_traj} trajectories, {n_turns} turns")
+    with open_store(config.store, must_exist=True) as store:
+        traj_ids = store.trajectories_of_runs(config.run) if config.run else None
+        counts = store.mark(rules=rules, traj_ids=traj_ids, prm_model=config.prm_model,
+                            prm_threshold=config.prm_threshold)
+        summary = mark_summary(store.con, traj_ids)
+    echo(f"marked {summary.n_trajectories} trajectories, {summary.n_turns} turns")
     kinds = {printable(kind): n for kind, n in counts.items()}
     width = max((len(k) for k in kinds), default=0)
     for kind, n in kinds.items():
         echo(f"  {kind:<{width}}  {n} turns")
     if not counts:
         echo("  no error turns")
-    echo(f"spells: {n_spells} ({n_recovered} recovered, {n_fatal} fatal)")
+    echo(f"spells: {summary.n_spells} ({summary.n_recovered} recovered, "
+         f"{summary.n_fatal} fatal)")
     return counts
 
 

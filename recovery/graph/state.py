@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-from recovery.store.scope import traj_scope
+from recovery.scope import traj_scope
 
 Normaliser = str | Callable[["pd.Series"], "pd.Series"] | None
 """A preset name (``mask``, ``lower``, ``exact``), a Series -> Series function, or None."""

@@ -2,12 +2,13 @@
 
 - :mod:`recovery.marking.rules`: the rule model, TOML rule files, the built-in rule sets;
 - :mod:`recovery.marking.compile`: rules to one SQL ``CASE`` expression;
-- :mod:`recovery.marking.mark`: marking the store's turns (:func:`mark_store`);
+- :mod:`recovery.marking.mark`: what marking says of the store's turns (:func:`marks_query`;
+  the store writes it: :meth:`recovery.store.Store.mark`);
 - :mod:`recovery.marking.spells`: the one definition of an error spell.
 
 Example:
-    >>> from recovery.marking import load_rules, mark_store
-    >>> counts = mark_store(con, rules=load_rules("my_rules.toml"))
+    >>> from recovery.marking import load_rules
+    >>> counts = store.mark(rules=load_rules("my_rules.toml"))
     >>> counts
     {'tool_error': 73}
 """
@@ -15,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from recovery.marking.compile import CompiledRules, compile_rules, rule_condition
-from recovery.marking.mark import mark_counts, mark_store, rule_marks, rule_matches
+from recovery.marking.mark import MARK_COLUMNS, mark_counts, marks_query, rule_marks, rule_matches
 from recovery.marking.rules import (
     BUILTIN_RULE_FILES,
     KINDS,
@@ -31,13 +32,13 @@ from recovery.marking.rules import (
 from recovery.marking.spells import (
     SPELL_COLUMNS,
     error_spells_sql,
-    rebuild_spells,
     spells_of_frames,
 )
 
 __all__ = [
     "BUILTIN_RULE_FILES",
     "KINDS",
+    "MARK_COLUMNS",
     "NOT_AN_ERROR",
     "SPELL_COLUMNS",
     "CompiledRules",
@@ -49,8 +50,7 @@ __all__ = [
     "error_spells_sql",
     "load_rules",
     "mark_counts",
-    "mark_store",
-    "rebuild_spells",
+    "marks_query",
     "rule_condition",
     "rule_from_dict",
     "rule_marks",

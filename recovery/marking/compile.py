@@ -131,7 +131,7 @@ def compile_rules(
 ) -> CompiledRules:
     """Compile explicit marks, labels and content rules, in precedence order, to SQL.
 
-    The row-wise ``repeat`` and ``prm`` rules come after (see :func:`mark_store`).
+    The row-wise ``repeat`` and ``prm`` rules come after (see :func:`recovery.marking.mark.marks_query`).
 
     Args:
         rules: User rules then built-in rules, in precedence order.

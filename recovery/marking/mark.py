@@ -1,8 +1,10 @@
 """Marking: which turns are errors, of which kind, in one set-wise pass over the store.
 
-Marking fills ``turns.error_kind``, ``turns.is_error``, ``turns.recovery_of`` and the
-``error_spells`` table for a set of trajectories. Every rule is compiled into one SQL ``CASE``
-expression evaluated over the turns in a single pass; no Python runs per turn.
+Marking says, for each turn of a set of trajectories, whether it is an error and of which
+kind (:func:`marks_query`); the store writes what it says (``turns.error_kind``,
+``turns.is_error``, ``turns.recovery_of`` and the ``error_spells`` table:
+:meth:`recovery.store.Store.mark`). Every rule is compiled into one SQL ``CASE`` expression
+evaluated over the turns in a single pass; no Python runs per turn.
 
 Precedence (the first source that fires names the kind; see ``docs/errors.md``):
 
@@ -21,12 +23,12 @@ later sources (3 to 6), which is how a built-in rule that mis-fires on some data
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recovery.marking.compile import applicable, compile_rules, rule_condition, sql_str
+from recovery.marking.compile import applicable, compile_rules, rule_condition
 from recovery.marking.rules import Rule, RuleSet, builtin_rules
-from recovery.marking.spells import SPELL_ROWS, stage_spells, write_spells_and_turns
-from recovery.store.scope import traj_scope
+from recovery.scope import traj_scope
 
 if TYPE_CHECKING:
     import duckdb
@@ -46,7 +48,6 @@ def _kinds_query(
     *,
     labels: bool = True,
     prm_model: str | None = None,
-    prm_threshold: float = 0.5,
     keep: Sequence[tuple[str, str]] = (),
     source: str = "turns",
     key: str = "traj_id",
@@ -81,12 +82,13 @@ def _kinds_query(
         later.append("WHEN step_hash = lag(step_hash) OVER w THEN 'repeat'")
     prm_column = ""
     if prm_model is not None:
+        # the model and the threshold are the query's named parameters (see marks_query)
         sources += (
             " LEFT JOIN (SELECT traj_id, t, score AS prm_score FROM step_score_means "
-            f"WHERE model = {sql_str(prm_model)}) USING (traj_id, t)"
+            "WHERE model = $prm_model) USING (traj_id, t)"
         )
         prm_column = ", prm_score"
-        later.append(f"WHEN prm_score < {float(prm_threshold)!r} THEN 'prm'")
+        later.append("WHEN prm_score < $prm_threshold THEN 'prm'")
     hash_column = ""
     if rules.repeat:
         hash_column = (", step_hash, prev_hash" if hashes_given
@@ -137,7 +139,7 @@ def rule_marks(
     Args:
         con: The store (a read-only connection will do).
         traj_ids: The trajectories.
-        rules: As for :func:`mark_store`.
+        rules: As for :func:`marks_query`.
 
     Returns:
         Columns ``traj_id, t, kind`` (``None`` where no rule fires), one row per turn.
@@ -149,66 +151,45 @@ def rule_marks(
     return frame
 
 
-def mark_store(
+MARK_COLUMNS = ("traj_id", "t", "kind", "old_kind", "old_is_error", "old_recovery_of")
+"""The columns of :func:`marks_query`: the new kind (``NULL`` = no error) and the turn's
+current marks."""
+
+
+def marks_query(
     con: duckdb.DuckDBPyConnection,
-    rules: RuleSet | None = None,
-    traj_ids: Sequence[str] | None = None,
+    rules: RuleSet,
+    scope: str,
     *,
     prm_model: str | None = None,
     prm_threshold: float = 0.5,
-) -> dict[str, int]:
-    """Mark error turns and rebuild error spells for some or all trajectories.
-
-    Re-marking is idempotent, and scoped: trajectories outside ``traj_ids`` are not touched.
-    Runs inside the caller's transaction when there is one (ingest marks inside its own).
+) -> tuple[str, dict[str, object]]:
+    """What marking says of the stored turns of some trajectories, as a query to write from.
 
     Args:
-        con: The store.
-        rules: User rules and switches; ``None`` = the built-in rules and ``repeat`` only.
-        traj_ids: Trajectories to (re)mark; ``None`` = the whole store.
+        con: The store's connection (read for the trajectories' formats).
+        rules: User rules and switches.
+        scope: A SQL predicate over ``traj_id`` choosing the trajectories
+            (:func:`recovery.scope.traj_scope`).
         prm_model: Also mark ``prm`` errors: turns whose score from this model in
             ``step_scores`` is below ``prm_threshold``. ``None`` = no ``prm`` marks.
         prm_threshold: The score below which a turn is a ``prm`` error.
 
     Returns:
-        The number of error turns of each kind among the marked trajectories.
+        The query and its named parameters: :data:`MARK_COLUMNS`, one row per turn that is,
+        or was, marked (the others need no write).
     """
-    with traj_scope(con, traj_ids) as scope:
-        return _mark_scoped(con, rules or RuleSet(), scope, prm_model, prm_threshold)
-
-
-def _mark_scoped(
-    con: duckdb.DuckDBPyConnection,
-    rules: RuleSet,
-    scope: str,
-    prm_model: str | None,
-    prm_threshold: float,
-) -> dict[str, int]:
-    try:
-        kinds = _kinds_query(
-            con, rules, scope, prm_model=prm_model, prm_threshold=prm_threshold,
-            keep=(("error_kind", "old_kind"), ("is_error", "old_is_error"),
-                  ("recovery_of", "old_recovery_of")),
-        )
-        # Only the rows that are or were marked are kept: the spells and the update need
-        # nothing else.
-        con.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _marks AS
-            SELECT * FROM ({kinds})
-            WHERE kind IS NOT NULL OR old_kind IS NOT NULL OR old_is_error
-                  OR old_recovery_of IS NOT NULL
-            """
-        )
-        write_spells_and_turns(con, scope)
-        return dict(
-            con.execute(
-                "SELECT kind, count(*) FROM _marks WHERE kind IS NOT NULL "
-                "GROUP BY kind ORDER BY count(*) DESC, kind"
-            ).fetchall()
-        )
-    finally:
-        con.execute("DROP TABLE IF EXISTS _marks")
+    kinds = _kinds_query(
+        con, rules, scope, prm_model=prm_model,
+        keep=(("error_kind", "old_kind"), ("is_error", "old_is_error"),
+              ("recovery_of", "old_recovery_of")),
+    )
+    query = (f"SELECT * FROM ({kinds}) WHERE kind IS NOT NULL OR old_kind IS NOT NULL "
+             "OR old_is_error OR old_recovery_of IS NOT NULL")
+    params: dict[str, object] = {}
+    if prm_model is not None:
+        params = {"prm_model": prm_model, "prm_threshold": float(prm_threshold)}
+    return query, params
 
 
 def staged_kinds_sql(
@@ -222,9 +203,10 @@ def staged_kinds_sql(
 ) -> str:
     """A query marking turns that are not stored yet, so that they go in marked.
 
-    The same rules and precedence as :func:`mark_store` on a store holding only these turns,
+    The same rules and precedence as :func:`marks_query` on a store holding only these turns,
     without ``prm`` marks (a new turn has no PRM score): explicit marks, labels, content
-    rules, then ``repeat``. Store the result, then call :func:`mark_new_turns` for the spells.
+    rules, then ``repeat``. The store writes the result, then the spells
+    (:func:`recovery.store.marks.mark_new_turns`).
 
     Args:
         con: The connection.
@@ -235,7 +217,7 @@ def staged_kinds_sql(
             turn and of the turn before it in its trajectory (NULL for the first).
         key: The column naming a staged trajectory.
         formats: The formats of the staged trajectories.
-        rules: As for :func:`mark_store`.
+        rules: As for :func:`marks_query`.
         keep: Source columns to pass through, as ``(expression, alias)`` pairs.
 
     Returns:
@@ -247,36 +229,6 @@ def staged_kinds_sql(
     )
 
 
-def mark_new_turns(con: duckdb.DuckDBPyConnection, trajectories: str) -> None:
-    """The error spells and ``recovery_of`` of trajectories whose turns were stored marked.
-
-    Args:
-        con: The store.
-        trajectories: A relation with ``traj_id`` of those trajectories, which are stored
-            in ``trajectories`` and have no ``error_spells`` rows yet.
-    """
-    stored = ("(SELECT traj_id, n_turns, success, success_turn FROM trajectories "
-              f"WHERE traj_id IN (SELECT traj_id FROM {trajectories}))")
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _new_errors AS "
-        "SELECT traj_id, t, error_kind AS kind FROM turns "
-        f"WHERE is_error AND traj_id IN (SELECT traj_id FROM {trajectories})"
-    )
-    try:
-        if stage_spells(con, "_new_errors", stored):
-            con.execute(f"INSERT INTO error_spells BY NAME SELECT * FROM {SPELL_ROWS}")
-            con.execute(
-                f"""
-                UPDATE turns SET recovery_of = s.start_t
-                FROM (SELECT traj_id, recovered_at, start_t FROM {SPELL_ROWS} WHERE recovered) s
-                WHERE turns.traj_id = s.traj_id AND turns.t = s.recovered_at
-                """
-            )
-    finally:
-        con.execute("DROP TABLE IF EXISTS _new_errors")
-        con.execute(f"DROP TABLE IF EXISTS {SPELL_ROWS}")
-
-
 def mark_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Error turns per kind in the whole store, most frequent first."""
     return dict(
@@ -285,6 +237,32 @@ def mark_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
             "GROUP BY error_kind ORDER BY count(*) DESC, error_kind"
         ).fetchall()
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MarkSummary:
+    """What the marks of some trajectories amount to (what ``recovery mark`` prints)."""
+
+    n_trajectories: int
+    n_turns: int
+    n_spells: int
+    n_recovered: int
+    n_fatal: int
+
+
+def mark_summary(
+    con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None = None
+) -> MarkSummary:
+    """Trajectories, turns and error spells (recovered, fatal) of ``traj_ids`` (all: None)."""
+    with traj_scope(con, traj_ids) as scope:
+        n_traj, n_turns = con.execute(
+            f"SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories WHERE {scope}"
+        ).fetchone()
+        n_spells, n_recovered, n_fatal = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE recovered), count(*) FILTER (WHERE fatal) "
+            f"FROM error_spells WHERE {scope}"
+        ).fetchone()
+    return MarkSummary(int(n_traj), int(n_turns), int(n_spells), int(n_recovered), int(n_fatal))
 
 
 def rule_matches(
@@ -311,15 +289,17 @@ def rule_matches(
         return {}
     with traj_scope(con, traj_ids) as scope:
         counts = []
-        for rule in rules:
+        formats: dict[str, list[str]] = {}
+        for i, rule in enumerate(rules):
             condition = rule_condition(rule)
             if rule.formats:
-                names = ", ".join(sql_str(f) for f in rule.formats)
-                condition = f"format IN ({names}) AND {condition}"
+                formats[f"formats_{i}"] = list(rule.formats)
+                condition = f"list_contains($formats_{i}, format) AND {condition}"
             counts.append(f"count(*) FILTER (WHERE {condition})")
         row = con.execute(
             f"SELECT {', '.join(counts)} FROM turns "
             "JOIN (SELECT traj_id, format FROM trajectories) USING (traj_id) "
-            f"WHERE {scope}"
+            f"WHERE {scope}",
+            formats or None,
         ).fetchall()[0]
     return {f"{rule.source}: {rule.name}": int(n) for rule, n in zip(rules, row, strict=True)}

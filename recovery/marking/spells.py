@@ -17,19 +17,17 @@ descriptive numbers, the report, the spells table and the PRM's features all rea
 
 :func:`error_spells_sql` is that definition as one DuckDB query over a relation of error turns
 (consecutive turns are found as islands: ``t - row_number()`` is constant along a run of
-consecutive error turns). Marking runs it inside the store (:func:`stage_spells`), so ingest
-moves no turn into Python; analyses either read the ``error_spells`` table
+consecutive error turns). The store runs it over its own turns when it writes marks
+(:mod:`recovery.store.marks`), so ingest moves no turn into Python; analyses either read the ``error_spells`` table
 (:func:`analyses.frames.spells_frame`) or, on frames built without a store, call
 :func:`spells_of_frames`, which runs the same query over the frames.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import duckdb
     import numpy as np
     import pandas as pd
 
@@ -208,104 +206,3 @@ def spells_of_frames(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
         run_of = dict(zip(traj["traj_id"], traj["run"], strict=True))
         frame.insert(0, "run", frame["traj_id"].map(run_of))
     return frame
-
-
-SPELL_ROWS = "_spell_rows"
-"""The temporary table :func:`stage_spells` fills."""
-
-
-def stage_spells(con: duckdb.DuckDBPyConnection, errors: str, trajectories: str) -> int:
-    """:func:`error_spells_sql` of the error turns of a relation, into a temporary table.
-
-    Args:
-        con: The store.
-        errors: A relation of error turns: ``traj_id, t, kind``.
-        trajectories: A relation with ``traj_id, n_turns, success, success_turn`` for (at
-            least) those trajectories.
-
-    Returns:
-        The number of spells written to :data:`SPELL_ROWS` (columns :data:`SPELL_COLUMNS`);
-        the caller drops the table.
-    """
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE {SPELL_ROWS} AS {error_spells_sql(errors, trajectories)}"
-    )
-    (count,) = con.execute(f"SELECT count(*) FROM {SPELL_ROWS}").fetchone()
-    return int(count)
-
-
-def write_spells_and_turns(con: duckdb.DuckDBPyConnection, scope: str) -> None:
-    """Spells from the error rows of the temporary table ``_marks``, then the turns' marks.
-
-    ``_marks`` holds ``traj_id, t, kind`` (``kind`` NULL = not an error) and the turns' old
-    marks (``old_kind``, ``old_is_error``, ``old_recovery_of``) for every turn that is or was
-    marked; ``scope`` is a SQL predicate over ``traj_id`` choosing the trajectories. Replaces
-    their rows of ``error_spells`` and updates ``turns.error_kind``, ``is_error`` and
-    ``recovery_of`` where they changed.
-    """
-    con.execute(f"DELETE FROM error_spells WHERE {scope}")
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _mark_errors AS "
-        "SELECT traj_id, t, kind FROM _marks WHERE kind IS NOT NULL"
-    )
-    try:
-        if stage_spells(con, "_mark_errors", "trajectories"):
-            con.execute(f"INSERT INTO error_spells BY NAME SELECT * FROM {SPELL_ROWS}")
-    finally:
-        con.execute("DROP TABLE IF EXISTS _mark_errors")
-        con.execute(f"DROP TABLE IF EXISTS {SPELL_ROWS}")
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _mark_delta AS
-        SELECT coalesce(m.traj_id, r.traj_id) AS traj_id, coalesce(m.t, r.t) AS t,
-               m.kind AS kind, r.start_t AS recovery_of
-        FROM _marks m
-        FULL JOIN (SELECT traj_id, recovered_at AS t, start_t FROM error_spells
-                   WHERE recovered AND ({scope})) r
-             ON m.traj_id = r.traj_id AND m.t = r.t
-        WHERE m.kind IS DISTINCT FROM m.old_kind
-           OR (m.kind IS NOT NULL) IS DISTINCT FROM coalesce(m.old_is_error, false)
-           OR r.start_t IS DISTINCT FROM m.old_recovery_of
-        """
-    )
-    con.execute(
-        """
-        UPDATE turns SET error_kind = d.kind, is_error = d.kind IS NOT NULL,
-                         recovery_of = d.recovery_of
-        FROM _mark_delta d
-        WHERE turns.traj_id = d.traj_id AND turns.t = d.t
-        """
-    )
-    con.execute("DROP TABLE IF EXISTS _mark_delta")
-
-
-def rebuild_spells(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None = None) -> None:
-    """Recompute ``error_spells`` and ``turns.recovery_of`` from the turns' current marks.
-
-    Use after editing ``turns.error_kind``/``is_error`` by hand.
-
-    Args:
-        con: The store.
-        traj_ids: The trajectories; ``None`` = all.
-    """
-    from recovery.store.scope import traj_scope
-
-    with traj_scope(con, traj_ids) as scope:
-        try:
-            con.execute(
-                f"""
-                CREATE OR REPLACE TEMP TABLE _marks AS
-                SELECT traj_id, t,
-                       CASE WHEN is_error THEN coalesce(error_kind, 'explicit') END AS kind,
-                       error_kind AS old_kind, is_error AS old_is_error,
-                       recovery_of AS old_recovery_of
-                FROM turns
-                WHERE ({scope})
-                      AND (is_error OR error_kind IS NOT NULL OR recovery_of IS NOT NULL)
-                """
-            )
-            write_spells_and_turns(con, scope)
-        finally:
-            con.execute("DROP TABLE IF EXISTS _marks")
-
-

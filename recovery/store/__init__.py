@@ -1,20 +1,24 @@
 """The store: tables, views, and atomic, idempotent ingest.
 
 A store is one DuckDB file, or a folder of Hive-partitioned Parquet files with the same tables
-(:mod:`recovery.store.folder`). One DuckDB connection is opened with :func:`connect` and passed
-to every function that touches the store. Ingest is atomic per file: a file that fails leaves
-the store exactly as it was, and a file whose sha256 is already recorded is skipped.
+(:mod:`recovery.store.folder`), opened with :func:`open_store` as one :class:`Store` object.
+It is read through its one DuckDB connection (``store.con``, or the store itself:
+``store.sql(...)``), and written through its methods: ingest is atomic per file (a file that
+fails leaves the store exactly as it was, and a file whose sha256 is already recorded is
+skipped), re-marking and replacing a PRM's scores are atomic too.
 
 Example:
-    >>> from recovery.store import connect, ingest_file
-    >>> con = connect("runs.duckdb")
-    >>> ingest_file(con, "runs/base.jsonl")
-    >>> con.sql("SELECT run, avg(success::INT) FROM trajectories GROUP BY run").fetchall()
+    >>> from recovery.store import open_store
+    >>> with open_store("runs.duckdb") as store:
+    ...     store.ingest_file("runs/base.jsonl")
+    ...     store.sql("SELECT run, avg(success::INT) FROM trajectories GROUP BY run").fetchall()
 """
 
 from __future__ import annotations
 
-from recovery.store.connection import connect
+from recovery.scope import traj_scope
+from recovery.store.base import Store
+from recovery.store.columns import TRAJECTORY_COLUMNS, TURN_COLUMNS
 from recovery.store.ddl import (
     SCHEMA_VERSION,
     TABLES_DDL,
@@ -29,22 +33,12 @@ from recovery.store.digest import (
     file_sha256,
     make_traj_id,
 )
+from recovery.store.duckdb_store import DuckDBStore
 from recovery.store.errors import IngestError
 from recovery.store.export import export_parquet
-from recovery.store.folder import is_folder_store, mark_folder, views_sql
-from recovery.store.ingest import (
-    TRAJECTORY_COLUMNS,
-    TURN_COLUMNS,
-    IngestOptions,
-    IngestResult,
-    in_transaction,
-    ingest_file,
-    ingest_files,
-    ingest_trajectories,
-    runs_of,
-)
-from recovery.store.scope import traj_scope
-from recovery.store.scores import replace_step_scores
+from recovery.store.folder import FolderStore, is_folder_store, views_sql
+from recovery.store.ingest import IngestOptions, IngestResult, in_transaction
+from recovery.store.opening import open_store
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -52,26 +46,23 @@ __all__ = [
     "TRAJECTORY_COLUMNS",
     "TURN_COLUMNS",
     "VIEWS_DDL",
+    "DuckDBStore",
     "FileDigest",
+    "FolderStore",
     "IngestError",
     "IngestOptions",
     "IngestResult",
+    "Store",
     "check_schema",
-    "connect",
     "directory_digest",
     "ensure_schema",
     "export_parquet",
     "file_digest",
     "file_sha256",
     "in_transaction",
-    "ingest_file",
-    "ingest_files",
-    "ingest_trajectories",
     "is_folder_store",
     "make_traj_id",
-    "mark_folder",
-    "replace_step_scores",
-    "runs_of",
+    "open_store",
     "traj_scope",
     "views_sql",
 ]

@@ -1,6 +1,6 @@
 """The store's tables and views: their DDL, creating them, and checking an opened store.
 
-Every open (:func:`recovery.store.connect`) first reads the schema version
+Every open (:func:`recovery.store.open_store`) first reads the schema version
 (:func:`store_version`) and refuses, before touching the file, a DuckDB database that is not a
 store (it has tables but no ``store_info``) or a store newer than this toolkit. A write open
 then creates or upgrades the schema in one transaction (:func:`ensure_schema`); a read-only
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from recovery.errors import InputProblem
 from recovery.schema import end_reason_sql, success_turn_sql
+from recovery.store.columns import TABLES, table_ddl
 
 if TYPE_CHECKING:
     import duckdb
@@ -25,67 +26,8 @@ trajectory ids hash length-prefixed parts (a run or task holding the old separat
 two trajectories one id), recomputed on upgrade from each trajectory's run, task, budget and
 sample in every table."""
 
-TABLES_DDL = """
-CREATE TABLE IF NOT EXISTS ingests (
-    file            VARCHAR NOT NULL,
-    sha256          VARCHAR NOT NULL,
-    format          VARCHAR NOT NULL,
-    n_trajectories  INTEGER NOT NULL,
-    n_turns         BIGINT  NOT NULL,
-    n_skipped       INTEGER NOT NULL,
-    ingested_at     TIMESTAMP NOT NULL
-);
-CREATE TABLE IF NOT EXISTS trajectories (
-    traj_id       VARCHAR NOT NULL,
-    run           VARCHAR NOT NULL,
-    task_id       VARCHAR NOT NULL,
-    sample        INTEGER NOT NULL,
-    budget        INTEGER,
-    success       BOOLEAN,
-    reward        DOUBLE,
-    n_turns       INTEGER NOT NULL,
-    success_turn  INTEGER,
-    end_reason    VARCHAR NOT NULL,
-    format        VARCHAR NOT NULL,
-    prompt        VARCHAR,
-    source_file   VARCHAR,
-    source_line   INTEGER,
-    meta          JSON
-);
-CREATE TABLE IF NOT EXISTS turns (
-    traj_id           VARCHAR NOT NULL,
-    t                 INTEGER NOT NULL,
-    action            VARCHAR,
-    action_json       JSON,
-    observation       VARCHAR,
-    observation_json  JSON,
-    reward            DOUBLE,
-    explicit_error    VARCHAR,
-    error_kind        VARCHAR,
-    is_error          BOOLEAN NOT NULL DEFAULT false,
-    recovery_of       INTEGER,
-    label             DOUBLE,
-    done              BOOLEAN NOT NULL DEFAULT false,
-    meta              JSON
-);
-CREATE TABLE IF NOT EXISTS error_spells (
-    traj_id       VARCHAR NOT NULL,
-    start_t       INTEGER NOT NULL,
-    end_t         INTEGER NOT NULL,
-    kind          VARCHAR,
-    recovered     BOOLEAN NOT NULL,
-    recovered_at  INTEGER,
-    latency       INTEGER,
-    fatal         BOOLEAN NOT NULL
-);
-CREATE TABLE IF NOT EXISTS step_scores (
-    traj_id  VARCHAR NOT NULL,
-    t        INTEGER NOT NULL,
-    model    VARCHAR NOT NULL,
-    score    DOUBLE NOT NULL
-);
-CREATE TABLE IF NOT EXISTS store_info (key VARCHAR, value VARCHAR);
-"""
+TABLES_DDL = table_ddl()
+"""Every table of the store (from the column registry, :mod:`recovery.store.columns`)."""
 
 VIEWS_DDL = """
 -- One score per scored turn and model: duplicate rows of step_scores (a turn scored twice by
@@ -214,7 +156,7 @@ FROM pass_kt_values_at(t_limit) ORDER BY run, k;
 )
 
 
-STORE_TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores", "store_info")
+STORE_TABLES = tuple(TABLES)
 """The tables of a store (:data:`TABLES_DDL`)."""
 
 

@@ -513,7 +513,7 @@ def _ingest(
     )
     (n_turns,) = con.execute("SELECT coalesce(sum(n_turns), 0) FROM _fast_counts").fetchone()
     if mark and n_turns:
-        from recovery.marking.mark import mark_new_turns
+        from recovery.store.marks import mark_new_turns
 
         mark_new_turns(con, "_fast_counts")
     # Only now are the reads' rows known to hold what the file holds: the detection, which

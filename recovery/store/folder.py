@@ -34,25 +34,29 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import json
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recovery.display import printable
 from recovery.errors import InputProblem
+from recovery.store.base import Store, relation_of
+from recovery.store.ingest import IngestOptions, IngestResult
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
     import duckdb
 
     from recovery.marking import RuleSet
-    from recovery.store.ingest import IngestOptions, IngestResult
+    from recovery.schema import Trajectory
 
 MARKER = "_store.json"
 """The store's manifest: the file that makes a folder a store and lists what is committed."""
@@ -64,9 +68,6 @@ DATA_TABLES = ("trajectories", "turns", "error_spells")
 """Tables partitioned by run, then by ingested file."""
 
 TABLES = ("ingests", *DATA_TABLES, "step_scores")
-
-_VARIABLE = "recovery_folder_store"
-"""The DuckDB variable a folder store's connection carries: the folder's path."""
 
 _KEYS = {"ingests": ("sha256", "gen"), "step_scores": ("model",)}
 """Each table's partition keys (the others: run, sha256, gen)."""
@@ -154,20 +155,11 @@ def _literal(path: str) -> str:
     return "".join(f"[{c}]" if c in _GLOB else c for c in path)
 
 
-@functools.cache
 def _columns() -> dict[str, tuple[tuple[str, str], ...]]:
-    """The columns of every table of the DuckDB store, with their types (read once per
-    process from the tables' DDL; do not modify the result)."""
-    import duckdb
+    """The columns of every table of the store, with their types (the column registry)."""
+    from recovery.store.columns import TABLES as COLUMNS
 
-    from recovery.store.ddl import TABLES_DDL
-
-    with duckdb.connect() as con:
-        con.execute(TABLES_DDL)
-        return {
-            table: tuple((row[0], row[1]) for row in con.execute(f"DESCRIBE {table}").fetchall())
-            for table in TABLES
-        }
+    return {table: tuple((c.name, c.sql_type) for c in COLUMNS[table]) for table in TABLES}
 
 
 def _select(columns: Sequence[tuple[str, str]]) -> str:
@@ -642,8 +634,9 @@ def _refresh(con: duckdb.DuckDBPyConnection, root: Path, manifest: Manifest) -> 
 # Opening
 
 
-def connect_folder(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection (in memory) whose tables are views over the folder store ``path``.
+def open_folder(path: str | Path, *, read_only: bool = False) -> FolderStore:
+    """The folder store ``path``: a DuckDB connection (in memory) whose tables are views over
+    its Parquet files.
 
     The views read the store as it was when it was opened (and after each write made through
     this connection); open it again to see another process's later writes.
@@ -678,7 +671,6 @@ def connect_folder(path: str | Path, *, read_only: bool = False) -> duckdb.DuckD
             if not read_only:
                 create_folder(root)
             manifest, _ = _open(Path(root))
-        con.execute(f"SET VARIABLE {_VARIABLE} = ?", [root])
         try:
             con.execute(_views_sql(root, manifest))
         except duckdb.Error as err:
@@ -691,18 +683,88 @@ def connect_folder(path: str | Path, *, read_only: bool = False) -> duckdb.DuckD
         f"('schema_version', '{SCHEMA_VERSION}'), ('layout', 'parquet')) AS info(key, value)"
     )
     con.execute(VIEWS_DDL)
-    return con
+    return FolderStore(con, str(path), root=root, read_only=read_only)
 
 
-def folder_root(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The folder of a folder store's connection; ``None`` for a DuckDB store."""
-    import duckdb
+class FolderStore(Store):
+    """A folder of Parquet files read through views: each write stages its rows in an
+    in-memory DuckDB store, writes them as new Parquet files, and commits them by replacing
+    the manifest.
 
-    try:
-        (root,) = con.execute(f"SELECT getvariable('{_VARIABLE}')").fetchone()
-    except duckdb.Error:
-        return None
-    return root
+    Attributes:
+        root: The store's folder (resolved), or its object-storage URL.
+    """
+
+    kind = "folder"
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, location: str, *, root: str,
+                 read_only: bool = False) -> None:
+        super().__init__(con, location, read_only=read_only)
+        self.root = root
+
+    def _writable_root(self, what: str) -> Path:
+        self._check_writable(what)
+        return Path(self.root)
+
+    def ingest_file(self, path: str | Path, options: IngestOptions | None = None) -> IngestResult:
+        """See :meth:`recovery.store.Store.ingest_file`: the file is staged in an in-memory
+        DuckDB store (the same code as a DuckDB store), then its partitions are written and
+        committed."""
+        return _ingest_into_folder(self.con, self._writable_root("ingest"), Path(path),
+                                   options or IngestOptions())
+
+    def ingest_trajectories(
+        self,
+        trajectories: Iterable[Trajectory],
+        *,
+        source: str = "<python>",
+        options: IngestOptions | None = None,
+    ) -> IngestResult:
+        """Refused: a folder store is partitioned by ingested file (write the trajectories as
+        canonical JSONL with :func:`recovery.schema.trajectory_to_dict` and ingest the file).
+
+        Raises:
+            IngestError: always.
+        """
+        from recovery.store.errors import IngestError
+
+        raise IngestError(
+            f"{source}: trajectories built in Python go into a DuckDB store; a folder store "
+            "takes files (write them as canonical JSONL, then ingest the file)"
+        )
+
+    def mark(
+        self,
+        rules: RuleSet | None = None,
+        traj_ids: Sequence[str] | None = None,
+        *,
+        prm_model: str | None = None,
+        prm_threshold: float = 0.5,
+    ) -> dict[str, int]:
+        """See :meth:`recovery.store.Store.mark`: every ingested file holding some of the
+        trajectories gets its partitions rewritten, re-marked, as a new generation, committed
+        file by file (a mark stopped midway leaves each file marked the old way or the new
+        way, never a mix; running it again finishes it)."""
+        return _mark_folder(self.con, self._writable_root("mark"), rules=rules,
+                            traj_ids=traj_ids, prm_model=prm_model, prm_threshold=prm_threshold)
+
+    def replace_step_scores(self, scores: Any, model: str) -> None:
+        """See :meth:`recovery.store.Store.replace_step_scores`: the model's file is
+        rewritten whole, then renamed over the old one (a new model's file is committed in
+        ``_store.json``)."""
+        root = self._writable_root("write step scores")
+        name, done = relation_of(self.con, scores)
+        try:
+            _replace_folder_step_scores(self.con, root, name, model)
+        finally:
+            done()
+
+    def remove_if_unused(self) -> bool:
+        """See :meth:`recovery.store.Store.remove_if_unused`: the folder goes only when,
+        under its writer's lock (not waited for), it still holds nothing but its empty
+        layout."""
+        self.close()
+        return remove_unused_folder(self.root)
 
 
 def _check_new_folder(root: Path) -> None:
@@ -981,22 +1043,20 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def ingest_into_folder(
+def _ingest_into_folder(
     con: duckdb.DuckDBPyConnection,
+    root: Path,
     path: Path,
     options: IngestOptions,
-    *,
-    ingest: Callable[..., IngestResult],
 ) -> IngestResult:
-    """Ingest one file into the folder store of ``con``: stage it in an in-memory DuckDB store
+    """Ingest one file into the folder store ``root``: stage it in an in-memory DuckDB store
     (the same code as a DuckDB store), then write its partitions and commit them.
 
     Args:
         con: The folder store's connection (its views are brought up to date).
+        root: The store's folder.
         path: The input.
         options: Ingest options.
-        ingest: The DuckDB store's ingest of one file (``ingest_file``'s body), called as
-            ``ingest(stage, path, options, seen_in=con)``.
 
     Raises:
         IngestError: as for a DuckDB store; nothing is written then.
@@ -1005,15 +1065,15 @@ def ingest_into_folder(
     import duckdb
 
     from recovery.store.errors import IngestError
+    from recovery.store.ingest import ingest_into
 
-    root = Path(folder_root(con))
     with writer_lock(root) as manifest:
         _refresh(con, root, manifest)  # what other writers committed since it was opened
         work = root / "_tmp" / uuid.uuid4().hex
         work.mkdir(parents=True)
         stage = _stage_connection(root, work, manifest)
         try:
-            result = ingest(stage, path, options, seen_in=con)
+            result = ingest_into(stage, path, options, seen_in=con)
             if result.status != "ingested":
                 return result
             clash = stage.execute(
@@ -1057,25 +1117,24 @@ def ingest_into_folder(
 # Re-marking: each ingested file's partitions rewritten as a new generation
 
 
-def mark_folder(
+def _mark_folder(
     con: duckdb.DuckDBPyConnection,
+    root: Path,
     *,
-    rules: RuleSet | None = None,
-    runs: Sequence[str] = (),
-    prm_model: str | None = None,
-    prm_threshold: float = 0.5,
+    rules: RuleSet | None,
+    traj_ids: Sequence[str] | None,
+    prm_model: str | None,
+    prm_threshold: float,
 ) -> dict[str, int]:
-    """:func:`recovery.marking.mark_store` for a folder store: every ingested file holding
-    trajectories of ``runs`` (all when empty) gets its partitions rewritten, re-marked, as a
-    new generation, committed file by file (a mark stopped midway leaves each file marked the
-    old way or the new way, never a mix; running it again finishes it).
+    """:meth:`FolderStore.mark`: each ingested file's rows are staged, marked by the DuckDB
+    store's code (:func:`recovery.store.marks.write_marks`), and written as a new generation.
 
     Returns:
         Error turns per kind among the re-marked trajectories.
     """
-    from recovery.marking import mark_store
+    from recovery.store.ingest import in_transaction
+    from recovery.store.marks import write_marks
 
-    root = Path(folder_root(con))
     counts: dict[str, int] = {}
     with writer_lock(root) as manifest:
         for sha, (gen, parts) in sorted(manifest.files.items()):
@@ -1083,19 +1142,12 @@ def mark_folder(
             work.mkdir(parents=True)
             stage = _stage_connection(root, work, manifest)
             try:
-                if not _load_file(stage, root, sha, gen, parts, runs,
+                if not _load_file(stage, root, sha, gen, parts, traj_ids,
                                   scores=prm_model is not None):
                     continue
-                traj_ids = None
-                if runs:
-                    marks = ", ".join("?" for _ in runs)
-                    traj_ids = [row[0] for row in stage.execute(
-                        f"SELECT traj_id FROM trajectories WHERE run IN ({marks})", list(runs)
-                    ).fetchall()]
-                for kind, n in mark_store(
-                    stage, rules=rules, traj_ids=traj_ids,
-                    prm_model=prm_model, prm_threshold=prm_threshold,
-                ).items():
+                for kind, n in in_transaction(stage, lambda stage=stage: write_marks(
+                    stage, rules, traj_ids, prm_model=prm_model, prm_threshold=prm_threshold,
+                )).items():
                     counts[kind] = counts.get(kind, 0) + n
                 renames, new_parts = _write_partitions(stage, work / "new", sha, gen + 1)
                 manifest = manifest.with_file(sha, gen + 1, new_parts)
@@ -1109,18 +1161,18 @@ def mark_folder(
 
 def _load_file(
     stage: duckdb.DuckDBPyConnection, root: Path, sha: str, gen: int, parts: Sequence[Part],
-    runs: Sequence[str], *, scores: bool,
+    traj_ids: Sequence[str] | None, *, scores: bool,
 ) -> bool:
     """Copy one ingested file's committed rows from the store into the stage; ``False`` (and
-    nothing copied) when ``runs`` are given and the file holds none of them."""
+    nothing copied) when ``traj_ids`` are given and the file holds none of them."""
     for table in ("ingests", *DATA_TABLES):
         files = [(part, sha, gen) for part in parts if part.table == table]
         if files:
             stage.execute(f"INSERT INTO {table} {_source(str(root), table, files)}")
-        if table == "trajectories" and runs:
-            marks = ", ".join("?" for _ in runs)
+        if table == "trajectories" and traj_ids is not None:
             (n,) = stage.execute(
-                f"SELECT count(*) FROM trajectories WHERE run IN ({marks})", list(runs)
+                "SELECT count(*) FROM trajectories WHERE list_contains(?, traj_id)",
+                [list(traj_ids)],
             ).fetchone()
             if not n:
                 return False
@@ -1136,15 +1188,13 @@ def _load_file(
 # Step scores: one file per model, replaced whole
 
 
-def replace_folder_step_scores(
-    con: duckdb.DuckDBPyConnection, scores: str, model: str
+def _replace_folder_step_scores(
+    con: duckdb.DuckDBPyConnection, root: Path, scores: str, model: str
 ) -> None:
-    """Replace ``model``'s scores of the trajectories in ``scores`` (a relation of ``traj_id,
-    t, score`` on ``con``) in a folder store: the model's file is rewritten whole, then renamed
-    over the old one (a new model's file is committed in ``_store.json``)."""
+    """:meth:`FolderStore.replace_step_scores` of the relation ``scores`` (``traj_id, t,
+    score`` on ``con``)."""
     if not model:
         raise InputProblem("a PRM model of a folder store needs a name (got an empty one)")
-    root = Path(folder_root(con))
     with writer_lock(root) as manifest:
         _refresh(con, root, manifest)
         work = root / "_tmp" / uuid.uuid4().hex
@@ -1154,14 +1204,15 @@ def replace_folder_step_scores(
                 f"""
                 COPY (
                     SELECT traj_id, t, score, model FROM step_scores
-                    WHERE model = {_sql(model)}
+                    WHERE model = $model
                       AND traj_id NOT IN (SELECT DISTINCT traj_id FROM {scores})
                     UNION ALL
-                    SELECT traj_id::VARCHAR, t::INTEGER, score::DOUBLE, {_sql(model)}
+                    SELECT traj_id::VARCHAR, t::INTEGER, score::DOUBLE, $model::VARCHAR
                     FROM {scores}
                 ) TO {_sql(str(work / "step_scores"))}
                 (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (model))
-                """
+                """,
+                {"model": model},
             )
             name = f"model={_encode(model)}"
             written_dirs = _written(work / "step_scores", {name: model})

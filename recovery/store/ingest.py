@@ -28,6 +28,7 @@ from recovery.schema import (
     compact_json,
     text_problem,
 )
+from recovery.store.columns import TRAJECTORY_COLUMNS, TURN_COLUMNS, arrow_schema
 from recovery.store.digest import FileDigest, directory_digest, file_digest, make_traj_id
 from recovery.store.errors import IngestError
 
@@ -36,16 +37,6 @@ if TYPE_CHECKING:
 
     from recovery.marking import RuleSet
     from recovery.store.fast_canonical import FastIngest, SchemaProbe
-
-TRAJECTORY_COLUMNS = (
-    "traj_id", "run", "task_id", "sample", "budget", "success", "reward", "n_turns",
-    "success_turn", "end_reason", "format", "prompt", "source_file", "source_line", "meta",
-)
-TURN_COLUMNS = (
-    "traj_id", "t", "action", "action_json", "observation", "observation_json", "reward",
-    "explicit_error", "label", "done", "meta",
-)
-
 
 @dataclass(slots=True)
 class IngestOptions:
@@ -236,7 +227,7 @@ class _BatchWriter:
         if not self.traj_cols["traj_id"]:
             return
         trajectories = pa.table(self.traj_cols)
-        turns = pa.table(self.turn_cols, schema=_turn_arrow_schema())
+        turns = pa.table(self.turn_cols, schema=arrow_schema("turns", TURN_COLUMNS))
         self.con.register("_batch_trajectories", trajectories)
         self.con.register("_batch_turns", turns)
         try:
@@ -261,26 +252,6 @@ class _BatchWriter:
             self.con.unregister("_batch_trajectories")
             self.con.unregister("_batch_turns")
         self._reset()
-
-
-def _turn_arrow_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("traj_id", pa.string()),
-            ("t", pa.int32()),
-            ("action", pa.string()),
-            ("action_json", pa.string()),
-            ("observation", pa.string()),
-            ("observation_json", pa.string()),
-            ("reward", pa.float64()),
-            ("explicit_error", pa.string()),
-            ("label", pa.float64()),
-            ("done", pa.bool_()),
-            ("meta", pa.string()),
-        ]
-    )
 
 
 def _write_trajectories(
@@ -320,44 +291,16 @@ def in_transaction(con: duckdb.DuckDBPyConnection, body: Callable[[], Any]) -> A
     return result
 
 
-def ingest_file(
-    con: duckdb.DuckDBPyConnection,
-    path: str | Path,
-    options: IngestOptions | None = None,
-) -> IngestResult:
-    """Ingest one file atomically and idempotently.
-
-    Args:
-        con: The store.
-        path: Input file in any registered format.
-        options: Ingest options; defaults when ``None``.
-
-    Returns:
-        What was stored, or that the file was skipped because its sha256 is already recorded.
-
-    Raises:
-        IngestError: for a bad record (unless ``skip_bad``), naming file and line; the store
-            is left exactly as it was.
-        recovery.formats.UnknownFormatError: when the format is unknown or cannot be detected.
-    """
-    options = options or IngestOptions()
-    path = Path(path)
-    from recovery.store.folder import folder_root, ingest_into_folder
-
-    if folder_root(con) is not None:
-        return ingest_into_folder(con, path, options, ingest=_ingest_one)
-    return _ingest_one(con, path, options)
-
-
-def _ingest_one(
+def ingest_into(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     options: IngestOptions,
     *,
     seen_in: duckdb.DuckDBPyConnection | None = None,
 ) -> IngestResult:
-    """:func:`ingest_file` into a DuckDB store; a file whose sha256 is in the ``ingests`` of
-    ``seen_in`` (default: this store) is skipped."""
+    """:meth:`recovery.store.Store.ingest_file` into a DuckDB store's connection, in a
+    transaction of its own; a file whose sha256 is in the ``ingests`` of ``seen_in``
+    (default: this store) is skipped."""
     if not path.exists():
         raise IngestError(f"{path}: no such file")
     if not (path.is_file() or path.is_dir()):
@@ -437,9 +380,9 @@ def _ingest_file(
             )
             n_trajectories, n_turns = len(writer.traj_ids), writer.n_turns
             if options.mark and writer.traj_ids:
-                from recovery.marking import mark_store
+                from recovery.store.marks import write_marks
 
-                mark_store(con, rules=options.rules, traj_ids=writer.traj_ids)
+                write_marks(con, rules=options.rules, traj_ids=writer.traj_ids)
         con.execute(
             "INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
             [str(path), sha, fmt, n_trajectories, n_turns, len(skipped)],
@@ -469,67 +412,6 @@ def _ingest_file(
         raise IngestError(f"{err}; nothing from this file was stored") from None
 
 
-def ingest_files(
-    con: duckdb.DuckDBPyConnection,
-    paths: Iterable[str | Path],
-    options: IngestOptions | None = None,
-    *,
-    on_result: Callable[[IngestResult], Any] | None = None,
-) -> list[IngestResult]:
-    """Ingest several files, each in its own transaction; one failing file stops none.
-
-    Args:
-        con: The store.
-        paths: Input files (or directories, for formats that read one).
-        options: Ingest options for every file.
-        on_result: Called with each file's result as soon as it is known (for progress).
-
-    Returns:
-        One result per path, in order; a failed file has ``status == "failed"`` and its
-        ``error``, and left the store as it was.
-    """
-    import duckdb
-
-    from recovery.formats import UnknownFormatError
-
-    results = []
-    for path in paths:
-        try:
-            result = ingest_file(con, path, options)
-        except (IngestError, UnknownFormatError) as err:
-            result = IngestResult(file=str(path), format="", status="failed", error=str(err))
-        except duckdb.Error as err:  # the transaction was rolled back
-            result = IngestResult(
-                file=str(path), format="", status="failed",
-                error=f"{path}: the store refused the file: {err}; nothing from it was stored",
-            )
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-    return results
-
-
-def runs_of(con: duckdb.DuckDBPyConnection, results: Iterable[IngestResult]) -> list[str]:
-    """The runs of the trajectories that ``results`` stored, or that an earlier ingest of the
-    same bytes stored (a skipped input's runs are those of the file the store recorded for its
-    digest). Failed inputs hold none."""
-    sources: list[str] = []
-    for result in results:
-        if result.status == "ingested":
-            sources.append(result.file)
-        elif result.status == "skipped":
-            sources += [row[0] for row in con.execute(
-                "SELECT file FROM ingests WHERE sha256 = ?", [result.sha256]).fetchall()]
-    if not sources:
-        return []
-    rows = con.execute(
-        f"SELECT DISTINCT run FROM trajectories WHERE source_file IN "
-        f"({', '.join('?' for _ in sources)}) ORDER BY run",
-        sources,
-    ).fetchall()
-    return [row[0] for row in rows]
-
-
 def _ingest_canonical_fast(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -555,35 +437,22 @@ def _ingest_canonical_fast(
     )
 
 
-def ingest_trajectories(
+def store_trajectories(
     con: duckdb.DuckDBPyConnection,
     trajectories: Iterable[Trajectory],
     *,
-    source: str = "<python>",
-    options: IngestOptions | None = None,
+    source: str,
+    options: IngestOptions,
 ) -> IngestResult:
-    """Ingest trajectories built in Python (e.g. by the simulator), atomically.
-
-    Unlike :func:`ingest_file` there is no sha256 to make this idempotent; a trajectory whose
-    (run, task, budget, sample) is already stored is an error. A DuckDB store only: a folder
-    store is partitioned by ingested file (write the trajectories as canonical JSONL with
-    :func:`recovery.schema.trajectory_to_dict` and ingest the file).
-    """
-    from recovery.store.folder import folder_root
-
-    if folder_root(con) is not None:
-        raise IngestError(
-            f"{source}: trajectories built in Python go into a DuckDB store; a folder store "
-            "takes files (write them as canonical JSONL, then ingest the file)"
-        )
-    options = options or IngestOptions()
+    """:meth:`recovery.store.Store.ingest_trajectories` into a DuckDB store's connection, in a
+    transaction of its own."""
 
     def body() -> IngestResult:
         writer, skipped = _write_trajectories(con, trajectories, fmt="python", options=options)
         if options.mark and writer.traj_ids:
-            from recovery.marking import mark_store
+            from recovery.store.marks import write_marks
 
-            mark_store(con, rules=options.rules, traj_ids=writer.traj_ids)
+            write_marks(con, rules=options.rules, traj_ids=writer.traj_ids)
         return IngestResult(
             file=source,
             format="python",

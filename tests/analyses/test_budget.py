@@ -128,12 +128,12 @@ def test_sampled_crossover_agrees_with_the_simulators_truth(tmp_path) -> None:
     from recovery.simulate import load_config, write_runs
     from recovery.simulate.tasks import draw_tasks
     from recovery.simulate.truth import success_curve
-    from recovery.store import connect, ingest_file
+    from recovery.store import open_store
 
     config = load_config("crossover")
-    con = connect(None)
+    con = open_store(None)
     for path in write_runs(config, tmp_path):
-        ingest_file(con, path)
+        con.ingest_file(path)
     traj = trajectories_frame(con)
     tasks = draw_tasks(config)
     diff = budget_difference(traj, "hasty", "careful", t_max=60, n_boot=200)

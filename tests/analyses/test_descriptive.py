@@ -125,9 +125,9 @@ def test_matched_state_errors_by_hand():
 
 def test_real_tau_bench_airline(tau_airline, con):
     from analyses.frames import spells_frame, trajectories_frame, turn_flags_frame
-    from recovery.store import ingest_file
 
-    ingest_file(con, tau_airline)
+
+    con.ingest_file(tau_airline)
     traj, flags = trajectories_frame(con), turn_flags_frame(con)
     run = traj["run"].iloc[0]
     desc = descriptive(traj, flags, [None]).iloc[0]

@@ -418,9 +418,9 @@ def test_default_grid_when_ks_and_ts_are_not_given() -> None:
 
 def test_tau_bench_airline_pass_at_k_and_pass_hat_k(tau_airline, con) -> None:
     from analyses.frames import trajectories_frame
-    from recovery.store import IngestOptions, ingest_file
+    from recovery.store import IngestOptions
 
-    ingest_file(con, tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
+    con.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
     frame = trajectories_frame(con)
     ks = [1, 2, 3, 4]
     at = pass_at_kt(frame, ks=ks, ts=[None], n_boot=200)
@@ -472,9 +472,9 @@ def python_vs_view(con, frame: pd.DataFrame) -> int:
 
 def test_sql_view_agrees_with_python_on_real_data(tau_airline, con) -> None:
     from analyses.frames import trajectories_frame
-    from recovery.store import IngestOptions, ingest_file
+    from recovery.store import IngestOptions
 
-    ingest_file(con, tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
+    con.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
     assert python_vs_view(con, trajectories_frame(con)) > 0
     no_limit = con.execute(
         "SELECT round(value, 4) FROM pass_at_kt WHERE t IS NULL ORDER BY k"

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from prm.cli import main
-from recovery.store import connect
+from recovery.store import open_store
 
 TINY = ["--vocab-size", "320", "--hidden-size", "32", "--num-layers", "2", "--num-heads", "2",
         "--intermediate-size", "64", "--max-length", "256", "--threads", "1", "--no-progress"]
@@ -44,7 +44,7 @@ def test_baseline_train_score_eval_and_export(store, tmp_path):
             "--labels", "recovery")
     output = _invoke("score", "--store", str(store), "--model", str(out), "--name", "tfidf")
     assert "as model 'tfidf'" in output
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     n_scores, n_turns = con.execute(
         "SELECT (SELECT count(*) FROM step_scores WHERE model = 'tfidf'), "
         "(SELECT count(*) FROM turns)").fetchone()

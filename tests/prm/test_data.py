@@ -16,7 +16,7 @@ from prm.data import (
     step_text,
     trl_records,
 )
-from recovery.store import connect, ingest_trajectories
+from recovery.store import open_store
 from tests.prm.conftest import make_trajectory
 
 
@@ -37,7 +37,7 @@ def test_split_gives_every_split_a_task_when_there_are_three():
 
 
 def test_examples_hold_every_turn_in_order_and_samples_of_a_task_share_a_split(con):
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         make_trajectory(f"t{task}", sample, ["ok", "err", "ok"], prompt=f"task {task}")
         for task in range(12) for sample in range(3)
     ])
@@ -68,7 +68,7 @@ def test_task_split_round_trips_and_counts_new_tasks_as_test(tmp_path):
 
 
 def test_trl_records_use_boolean_labels_and_leave_out_unknown_steps(con):
-    ingest_trajectories(con, [make_trajectory("t", 0, ["ok", "err"]),
+    con.ingest_trajectories([make_trajectory("t", 0, ["ok", "err"]),
                               make_trajectory("u", 0, ["ok", "label-"])])
     examples = load_step_examples(con, "data")
     records, left_out = trl_records(examples)
@@ -83,7 +83,7 @@ def test_trl_records_use_boolean_labels_and_leave_out_unknown_steps(con):
 def test_export_trl_loads_and_matches_the_store(sim_store, tmp_path):
     load_dataset = pytest.importorskip("datasets", reason="the bench extra").load_dataset
 
-    con = connect(sim_store, read_only=True)
+    con = open_store(sim_store, read_only=True)
     out = tmp_path / "trl.jsonl"
     written, left_out = export_trl(con, out, labels="recovery")
     assert left_out == 0
@@ -115,7 +115,7 @@ def test_trl_prm_trainer_tokenises_an_exported_row(sim_store, tmp_path):
 
     from prm.tokenize import train_tokenizer
 
-    con = connect(sim_store, read_only=True)
+    con = open_store(sim_store, read_only=True)
     export_trl(con, tmp_path / "trl.jsonl")
     con.close()
     row = json.loads((tmp_path / "trl.jsonl").read_text().splitlines()[0])

@@ -101,9 +101,9 @@ def test_the_threshold_is_cautious_without_signal_and_follows_a_real_one():
 def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, tmp_path):
     from prm.cv import fold_of_tasks
     from prm.data import load_step_examples
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    con = connect(sim_store, read_only=True)
+    con = open_store(sim_store, read_only=True)
     examples = load_step_examples(con, "error")
     con.close()
     folds = fold_of_tasks(examples, 4, seed=1)
@@ -133,11 +133,11 @@ def test_an_action_holding_the_separator_stays_whole(tmp_path):
     from prm.tokenize import train_tokenizer
     from prm.windows import encode_examples
     from recovery.schema import Trajectory, Turn
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
 
     action = f"say('fine{OBSERVATION_SEPARATOR}all good')"
-    con = connect(None)
-    ingest_trajectories(con, [Trajectory(run="r", task_id="t", success=True, turns=[
+    con = open_store(None)
+    con.ingest_trajectories([Trajectory(run="r", task_id="t", success=True, turns=[
         Turn(action=action, observation="Error: quoting"), Turn(action="a", observation="o")])])
     (example,) = load_step_examples(con, labels="outcome")
     con.close()
@@ -162,9 +162,9 @@ def test_score_shows_progress_on_stderr_only(trained_tiny, sim_store, tmp_path):
                                        str(model_dir)])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().count("\n") == 0 and "step_scores:" in result.stdout
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]
     con.close()
     assert f"{n_turns}/{n_turns}" in result.stderr and "turn" in result.stderr

@@ -22,7 +22,7 @@ from prm.metrics import (
     step_auroc,
     trajectory_scores,
 )
-from recovery.store import connect
+from recovery.store import open_store
 
 
 def _pairwise_auroc(targets, scores) -> float:
@@ -114,7 +114,7 @@ def test_best_of_k_over_groups_and_trajectory_scores():
 
 def test_evaluate_model_reports_every_metric(trained_tiny, sim_store):
     model_dir, _ = trained_tiny
-    con = connect(sim_store, read_only=True)
+    con = open_store(sim_store, read_only=True)
     try:
         report = evaluate_model(con, model_dir, split="all", ks=(1, 3))
         test_only = evaluate_model(con, model_dir, split="test", ks=(1,))

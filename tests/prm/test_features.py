@@ -169,10 +169,10 @@ def test_step_features_table_has_every_family_and_no_duplicate_column():
 
 
 def test_load_turn_frame_reads_marks_from_a_store(con):
-    from recovery.store import ingest_trajectories
+
     from tests.prm.conftest import make_trajectory
 
-    ingest_trajectories(con, [make_trajectory("t1", 0, ["ok", "err", "ok"])])
+    con.ingest_trajectories([make_trajectory("t1", 0, ["ok", "err", "ok"])])
     frame = F.load_turn_frame(con)
     assert list(frame.columns) == list(F.FRAME_COLUMNS)
     assert list(frame["is_error"]) == [False, True, False]

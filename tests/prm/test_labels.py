@@ -8,7 +8,6 @@ import pytest
 
 from prm.labels import LABEL_SOURCES, mc_targets, step_targets
 from recovery.schema import Trajectory, Turn
-from recovery.store import ingest_trajectories
 from tests.prm.conftest import make_trajectory
 
 
@@ -21,7 +20,7 @@ def _targets(con, source: str, **kwargs) -> dict[tuple[str, int], float]:
 def test_data_labels_map_minus_one_one_to_zero_one_and_keep_soft_values(con):
     turns = [Turn("a", "x", label=-1.0), Turn("b", "y", label=1.0), Turn("c", "z", label=0.46),
              Turn("d", "w")]
-    ingest_trajectories(con, [Trajectory(run="p", task_id="t", turns=turns, success=True,
+    con.ingest_trajectories([Trajectory(run="p", task_id="t", turns=turns, success=True,
                                          sample=0)])
     got = _targets(con, "data")
     assert got[("t/0", 1)] == 0.0
@@ -31,7 +30,7 @@ def test_data_labels_map_minus_one_one_to_zero_one_and_keep_soft_values(con):
 
 
 def test_error_and_outcome_labels(con):
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         make_trajectory("a", 0, ["ok", "err", "ok"], success=True),
         make_trajectory("a", 1, ["ok", "ok"], success=False),
         Trajectory(run="p", task_id="b", turns=[Turn("x", "y")], success=None, sample=0),
@@ -58,7 +57,7 @@ def _mc_task() -> list[Trajectory]:
 
 
 def test_mc_labels_are_the_success_rate_of_the_same_action_from_the_same_state(con):
-    ingest_trajectories(con, _mc_task())
+    con.ingest_trajectories(_mc_task())
     got = _targets(con, "mc")
     # Counted by hand: from the root, "search" was taken by samples 0, 1, 3 (one success);
     # after "found alpha", "book" by 0 and 3 (one success), "cancel" by 1 (failure).
@@ -72,7 +71,7 @@ def test_mc_labels_are_the_success_rate_of_the_same_action_from_the_same_state(c
 
 
 def test_mc_labels_of_a_subset_still_count_every_sample_of_the_task(con):
-    ingest_trajectories(con, _mc_task())
+    con.ingest_trajectories(_mc_task())
     first = con.execute("SELECT traj_id FROM trajectories WHERE sample = 0").fetchone()[0]
     frame = mc_targets(con, [first])
     assert frame["traj_id"].unique().tolist() == [first]
@@ -81,7 +80,7 @@ def test_mc_labels_of_a_subset_still_count_every_sample_of_the_task(con):
 
 
 def test_recovery_labels(con):
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         make_trajectory("r", 0, ["ok", "err", "err", "ok", "ok"], success=True),
         make_trajectory("r", 1, ["ok", "ok", "err", "err"], success=False),
         make_trajectory("r", 2, ["ok", "err", "ok", "ok"], success=False),
@@ -96,7 +95,7 @@ def test_recovery_labels(con):
 
 
 def test_recovery_labels_take_other_turns_from_mc(con):
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         make_trajectory("r", 0, ["ok", "err", "ok", "ok"], success=True),
         make_trajectory("r", 1, ["ok", "ok", "ok"], success=False),
     ])
@@ -117,7 +116,7 @@ def test_advantage_labels_are_the_squashed_change_in_monte_carlo_value(con):
                  for i, v in enumerate(values)]
         return Trajectory(run=run, task_id="m", sample=sample, success=True, turns=turns)
 
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         traj("p", 0, [0.6, 0.4, 0.4, 1.0]),
         traj("p", 1, [0.2, None, 0.5]),
         traj("q", 0, [0.9]),  # another run: its own start value

@@ -73,7 +73,7 @@ def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, 
     probabilities, and prm cv reports every field with intervals and per-fold values."""
     from prm.data import load_step_examples
     from prm.score import predict_steps
-    from recovery.store import connect
+    from recovery.store import open_store
 
     out = tmp_path / "frozen"
     result = CliRunner().invoke(main, [
@@ -84,7 +84,7 @@ def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, 
     spec = json.loads((out / "prm_config.json").read_text())
     assert (spec["mode"], spec["head"], spec["step_token"]) == ("frozen", "ternary", "[SEP]")
     assert (out / "model.safetensors").stat().st_size < 100_000  # the head alone
-    con = connect(ternary_store, read_only=True)
+    con = open_store(ternary_store, read_only=True)
     examples = load_step_examples(con, "data")
     con.close()
     scores = predict_steps(out, examples[:4], device="cpu")
@@ -150,13 +150,13 @@ def test_lora_trains_adapters_only_and_saves_plain_merged_weights(sim_store, tmp
 def test_ternary_tiny_head_and_eval_decisions(ternary_store, tmp_path):
     from prm.evaluate import evaluate_model
     from prm.train import train
-    from recovery.store import connect
+    from recovery.store import open_store
 
     config = tiny_train_config(ternary_store, tmp_path / "t", labels="data", epochs=2)
     train(config, echo=lambda *_: None)
     spec = json.loads((tmp_path / "t" / "prm_config.json").read_text())
     assert spec["head"] == "ternary" and 0.2 <= spec["error_threshold"] <= 1.01
-    con = connect(ternary_store, read_only=True)
+    con = open_store(ternary_store, read_only=True)
     report = evaluate_model(con, tmp_path / "t", split="all", ks=[1])
     con.close()
     decisions = report.decisions

@@ -8,14 +8,14 @@ import pytest
 
 from prm.data import load_step_examples
 from prm.score import model_name, predict_steps, score_store, write_step_scores
-from recovery.store import connect
+from recovery.store import open_store
 
 
 @pytest.fixture
 def store_copy(sim_store, tmp_path):
     target = tmp_path / "copy.duckdb"
     shutil.copy(sim_store, target)
-    con = connect(target)
+    con = open_store(target)
     yield con
     con.close()
 

@@ -116,10 +116,10 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
     that blind features cannot see."""
     from prm.cv import CVConfig, cross_validate
     from recovery.schema import Trajectory, Turn
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
 
     store = tmp_path / "ends.duckdb"
-    con = connect(store)
+    con = open_store(store)
     trajectories = []
     for task in range(12):
         for sample in range(2):
@@ -130,7 +130,7 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
                 turns[-1].label = -1.0
             trajectories.append(Trajectory(run="p", task_id=f"t{task}", turns=turns,
                                            success=not failed, sample=sample))
-    ingest_trajectories(con, trajectories)
+    con.ingest_trajectories(trajectories)
     con.close()
     reports = {s: cross_validate(CVConfig(store=store, folds=3, setting=s, n_boot=50),
                                  echo=lambda *_: None) for s in ("blind", "hindsight")}

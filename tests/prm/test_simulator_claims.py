@@ -15,7 +15,7 @@ import pytest
 
 from prm.evaluate import evaluate_model
 from prm.train import TrainConfig, train
-from recovery.store import connect
+from recovery.store import open_store
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory):
                       num_heads=4, intermediate_size=192, max_length=512, **common),
           echo=lambda *_: None)
     train(TrainConfig(out=root / "tfidf", backbone="sklearn", **common), echo=lambda *_: None)
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     try:
         return {name: evaluate_model(con, root / name, ks=(4,)) for name in ("tiny", "tfidf")}
     finally:

@@ -210,7 +210,7 @@ def test_marking_prm_errors_with_a_structured_folder(folders, store):
 def test_model_scorer_is_budgetmix_turn_scorer_for_a_structured_folder(folders, tmp_path):
     from analyses.budgetmix.scorer import TurnScorer
     from prm.score import ModelScorer, score_store
-    from recovery.store import connect, ingest_trajectories
+    from recovery.store import open_store
     from tests.prm.conftest import make_trajectory
 
     trajectories = [make_trajectory("a", 0, ["ok", "err", "ok"]),
@@ -221,9 +221,9 @@ def test_model_scorer_is_budgetmix_turn_scorer_for_a_structured_folder(folders, 
     scores = scorer.score(trajectories)
     assert scores.shape == (9,) and ((scores >= 0) & (scores <= 1)).all()
     # The same scores as the store path, turn by turn in the trajectories' order.
-    con = connect(tmp_path / "same.duckdb")
+    con = open_store(tmp_path / "same.duckdb")
     try:
-        ingest_trajectories(con, trajectories)
+        con.ingest_trajectories(trajectories)
         score_store(con, folders["hindsight"], name="st")
         stored = con.execute(
             "SELECT s.score FROM step_scores s JOIN trajectories tr USING (traj_id) "

@@ -14,7 +14,7 @@ from prm.checkpoints import latest_checkpoint
 from prm.loop import lr_factor
 from prm.train import train
 from prm.windows import epoch_batches
-from recovery.store import connect, ingest_trajectories
+from recovery.store import open_store
 from tests.prm.conftest import make_trajectory, tiny_train_config
 
 
@@ -28,8 +28,8 @@ def error_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for task in range(40) for sample in range(2)
     ]
     store = tmp_path_factory.mktemp("prm-train") / "errors.duckdb"
-    con = connect(store)
-    ingest_trajectories(con, trajectories)
+    con = open_store(store)
+    con.ingest_trajectories(trajectories)
     con.close()
     return store
 

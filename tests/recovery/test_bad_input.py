@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from recovery.store import IngestError, IngestOptions, open_store
 from tests.cli_support import run_cli as run
 from tests.cli_support import table_rows as dump
 
@@ -100,8 +100,8 @@ def test_shallow_but_bracket_heavy_records_still_take_the_fast_path(tmp_path: Pa
     monkeypatch.setattr(store_module, "_write_trajectories", forbidden)
     turns = [{"action": f"a{i}", "observation": "o", "meta": {"k": [i]}} for i in range(300)]
     path = write_lines(tmp_path / "long.jsonl", [json.dumps(record(turns=turns))])
-    con = connect(None)
-    assert ingest_file(con, path).n_turns == 300
+    con = open_store(None)
+    assert con.ingest_file(path).n_turns == 300
 
 
 def test_surrogates_for_every_json_reader(store: Path, tmp_path: Path) -> None:
@@ -238,9 +238,9 @@ def test_eval_zstd_entry_without_content_size_is_capped(tmp_path: Path) -> None:
         archive.writestr(info, b"")
     # Re-write the entry as method 93 (zstd) with a small declared size, as a crafted log would.
     _replace_with_zstd(path, "samples/1_epoch_1.json", frame, declared_size=100)
-    con = connect(None)
+    con = open_store(None)
     with pytest.raises(IngestError, match=r"bomb.eval:1: .*inflates to more than the limit"):
-        ingest_file(con, path, IngestOptions(max_record_bytes=1 << 20))
+        con.ingest_file(path, IngestOptions(max_record_bytes=1 << 20))
 
 
 def test_deflate_header_bomb_is_capped(tmp_path: Path) -> None:
@@ -248,9 +248,9 @@ def test_deflate_header_bomb_is_capped(tmp_path: Path) -> None:
     path = tmp_path / "bomb2.eval"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("header.json", header)
-    con = connect(None)
+    con = open_store(None)
     with pytest.raises(IngestError, match=r"header.json: inflates to more than the limit"):
-        ingest_file(con, path, IngestOptions(max_record_bytes=1 << 20))
+        con.ingest_file(path, IngestOptions(max_record_bytes=1 << 20))
 
 
 def test_gzip_json_document_is_capped(tmp_path: Path) -> None:
@@ -258,9 +258,9 @@ def test_gzip_json_document_is_capped(tmp_path: Path) -> None:
                        "pad": "y" * (4 << 20)}]).encode()
     path = tmp_path / "tau.json.gz"
     path.write_bytes(gzip.compress(doc))
-    con = connect(None)
+    con = open_store(None)
     with pytest.raises(IngestError, match="larger than the limit"):
-        ingest_file(con, path, IngestOptions(format="taubench", max_record_bytes=1 << 20))
+        con.ingest_file(path, IngestOptions(format="taubench", max_record_bytes=1 << 20))
 
 
 def _replace_with_zstd(path: Path, name: str, frame: bytes, declared_size: int) -> None:

@@ -17,7 +17,7 @@ from analyses.frames import trajectories_frame, turn_flags_frame
 from analyses.passkt import pass_at_kt, pass_hat_kt
 from recovery.cli import main
 from recovery.simulate import PRESETS, SimConfig, write_runs
-from recovery.store import connect
+from recovery.store import open_store
 
 COMPONENTS = ("delta", "model_delta", "single_step", "recovery", "residual")
 
@@ -126,7 +126,7 @@ def test_two_runs_with_store_json_and_html(sim_runs: list[Path], tmp_path: Path)
     assert data["ks"] == [1, 2, 3, 4] and data["ts"][-1] is None
     assert "rl vs base" in result.stdout and "mode: truncation" in result.stdout
 
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     try:
         traj, flags = trajectories_frame(con), turn_flags_frame(con)
     finally:

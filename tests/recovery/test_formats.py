@@ -618,14 +618,14 @@ def test_docs_canonical_example(tmp_path: Path) -> None:
 
 
 def test_docs_canonical_example_in_the_store(tmp_path: Path) -> None:
-    from recovery.store import connect, ingest_file
+    from recovery.store import open_store
 
     _lang, body = doc_examples()["canonical"]
     path = tmp_path / "example.jsonl"
     path.write_text(body, encoding="utf-8")
-    con = connect(None)
+    con = open_store(None)
     try:
-        ingest_file(con, path)
+        con.ingest_file(path)
         rows = con.execute("SELECT run, task_id, sample, success FROM trajectories ORDER BY ALL")
         assert rows.fetchall() == [("example", "airline/18", 0, False),
                                    ("qwen7b-rl-400", "17", 0, True)]

@@ -237,9 +237,9 @@ def test_eval_and_json_logs_give_the_same_trajectories(inspect_logs: dict[str, P
 
 
 def test_inspect_log_ingests_into_the_store(inspect_logs: dict[str, Path], con: Any) -> None:
-    from recovery.store import ingest_file
 
-    result = ingest_file(con, inspect_logs["eval"])
+
+    result = con.ingest_file(inspect_logs["eval"])
     assert (result.format, result.n_trajectories) == ("inspect", len(EXPECTED) * EPOCHS)
     n_turns = sum(n for n, _ in EXPECTED.values()) * EPOCHS
     assert con.execute("SELECT count(*) FROM turns").fetchone()[0] == n_turns == result.n_turns

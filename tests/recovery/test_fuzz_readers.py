@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recovery.formats import known_formats
-from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from recovery.store import IngestError, IngestOptions, open_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 # Readers warn about what they guessed (e.g. verl outputs without role markers); not a failure.
@@ -212,7 +212,7 @@ def check_ingest(con: Any, path: Path, fmt: str, skip_bad: bool) -> str:
     """
     before = dump(con)
     try:
-        ingest_file(con, path, IngestOptions(format=fmt, skip_bad=skip_bad))
+        con.ingest_file(path, IngestOptions(format=fmt, skip_bad=skip_bad))
     except IngestError as err:
         message = str(err)
         assert re.search(re.escape(str(path)) + r"(/[^:]*)?:\d+: ", message), message
@@ -228,10 +228,10 @@ def _fuzz(fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.Data
     work = tmp_path_factory.mktemp("fuzz")
     target = work / fixture.name
     mutate_file(fixture, target, data)
-    con = connect(None)
+    con = open_store(None)
     try:
         # A store that already holds the valid fixture, so "unchanged" has content to keep.
-        ingest_file(con, fixture, IngestOptions(format=fmt))
+        con.ingest_file(fixture, IngestOptions(format=fmt))
         check_ingest(con, target, fmt, skip_bad=data.draw(st.booleans(), label="skip_bad"))
     finally:
         con.close()
@@ -253,9 +253,9 @@ def test_every_format_has_a_fixture() -> None:
 
 @pytest.mark.parametrize("fixture", fixtures(), ids=lambda p: p.name)
 def test_fixture_ingests_cleanly(fixture: Path) -> None:
-    con = connect(None)
+    con = open_store(None)
     try:
-        result = ingest_file(con, fixture, IngestOptions(format=format_of(fixture)))
+        result = con.ingest_file(fixture, IngestOptions(format=format_of(fixture)))
         assert result.n_trajectories >= 1 and not result.skipped
     finally:
         con.close()
@@ -389,9 +389,9 @@ def _fuzz_balrog_folder(root: Path, data: st.DataObject) -> None:
         _write_entry(folder / where / name, kind, ext, outside, folder)
     if data.draw(st.booleans(), label="linked folder"):
         (folder / "elsewhere").symlink_to(outside / "env", target_is_directory=True)
-    con = connect(None)
+    con = open_store(None)
     try:
-        ingest_file(con, FIXTURES / "balrog", IngestOptions(format="balrog"))
+        con.ingest_file(FIXTURES / "balrog", IngestOptions(format="balrog"))
         with deadline(20):
             try:
                 from recovery.formats import UnknownFormatError, detect_format
@@ -429,9 +429,9 @@ def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
     head["continued_trajectory_ref"] = data.draw(HOSTILE_REFS, label="ref")
     path = run / "self.json"
     path.write_text(json.dumps(head), encoding="utf-8")
-    con = connect(None)
+    con = open_store(None)
     try:
-        ingest_file(con, FIXTURES / "atif.json", IngestOptions(format="atif"))
+        con.ingest_file(FIXTURES / "atif.json", IngestOptions(format="atif"))
         with deadline(20):
             _check_clean(con, path, "atif", data.draw(st.booleans(), label="skip_bad"))
     finally:

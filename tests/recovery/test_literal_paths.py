@@ -12,7 +12,7 @@ import pytest
 
 from recovery.formats import read_file
 from recovery.schema import RecordError
-from recovery.store import IngestOptions, connect, ingest_file
+from recovery.store import IngestOptions, open_store
 from recovery.store import ingest as store_module
 
 # (the file's name, a neighbour the name matches as a glob)
@@ -49,8 +49,8 @@ def test_the_fast_path_reads_the_named_file_only(tmp_path: Path, name: str, neig
                                                  python_reader_forbidden) -> None:
     own = _canonical(tmp_path / name, "own", 2)
     _canonical(tmp_path / neighbour, "other", 2)  # as many lines: a glob's rows would fit
-    con = connect(None)
-    result = ingest_file(con, own)
+    con = open_store(None)
+    result = con.ingest_file(own)
     assert (result.n_trajectories, result.n_turns) == (2, 2)
     rows = con.execute("SELECT task_id, source_file FROM trajectories ORDER BY task_id").fetchall()
     assert rows == [("own-0", str(own)), ("own-1", str(own))]
@@ -62,9 +62,9 @@ def test_the_fast_path_reads_the_named_file_only(tmp_path: Path, name: str, neig
 def test_both_paths_store_the_same_rows(tmp_path: Path, name: str, neighbour: str) -> None:
     own = _canonical(tmp_path / name, "own", 3)
     _canonical(tmp_path / neighbour, "other", 1)
-    fast, slow = connect(None), connect(None)
-    ingest_file(fast, own, IngestOptions(fast=True))
-    ingest_file(slow, own, IngestOptions(fast=False))
+    fast, slow = open_store(None), open_store(None)
+    fast.ingest_file(own, IngestOptions(fast=True))
+    slow.ingest_file(own, IngestOptions(fast=False))
     query = "SELECT * FROM trajectories ORDER BY traj_id"
     assert fast.execute(query).fetchall() == slow.execute(query).fetchall()
     assert fast.execute("SELECT count(*) FROM trajectories").fetchone() == (3,)

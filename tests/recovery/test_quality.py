@@ -12,7 +12,6 @@ from recovery.quality import (
     summary_lines,
 )
 from recovery.schema import END_REASONS, Trajectory, Turn
-from recovery.store import ingest_trajectories
 
 
 def _trajectories() -> list[Trajectory]:
@@ -44,7 +43,7 @@ def _trajectories() -> list[Trajectory]:
 
 @pytest.fixture
 def store(con):
-    ingest_trajectories(con, _trajectories())
+    con.ingest_trajectories(_trajectories())
     return con
 
 
@@ -97,7 +96,7 @@ def test_warnings_name_the_share_and_the_counts(store):
 def test_empty_actions_the_environment_answered_blame_the_agent(con):
     notice = "Your previous output did not contain a valid action. Defaulted to action: wait"
     turns = [Turn("", notice), Turn("", notice), Turn("", notice), Turn("go", "hall")]
-    ingest_trajectories(con, [Trajectory(run="game", task_id="a", success=False, turns=turns),
+    con.ingest_trajectories([Trajectory(run="game", task_id="a", success=False, turns=turns),
                               Trajectory(run="lost", task_id="a", success=False,
                                          turns=[Turn("", "hall"), Turn("", "garden")])])
     quality = run_quality(con)

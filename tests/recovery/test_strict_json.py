@@ -11,7 +11,7 @@ import pytest
 
 from recovery.formats import UnknownFormatError, detect_format, parse_json, read_file
 from recovery.schema import RecordError
-from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from recovery.store import IngestError, IngestOptions, open_store
 from tests.cli_support import run_cli as run
 from tests.cli_support import table_rows as dump
 
@@ -68,9 +68,9 @@ REPEATED = {
 def test_a_repeated_key_is_refused_by_both_paths(tmp_path: Path, case: str, fast: bool) -> None:
     path = tmp_path / "twice.jsonl"
     path.write_text(json.dumps(canonical(task_id="ok")) + "\n" + REPEATED[case] + "\n")
-    con = connect(None)
+    con = open_store(None)
     with pytest.raises(IngestError) as err:
-        ingest_file(con, path, IngestOptions(fast=fast))
+        con.ingest_file(path, IngestOptions(fast=fast))
     assert f"{path}:2: " in str(err.value) and "appears twice" in str(err.value)
     assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (0,)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from recovery.schema import Trajectory, Turn
-from recovery.store import ingest_trajectories
 
 
 def traj(run: str, task: str, sample: int, budget: int | None, n_turns: int, success: bool,
@@ -29,7 +28,7 @@ def budgeted_store(con, rates: dict[int, float], n_tasks: int = 5, n_samples: in
                 ok = sample < wins
                 trajectories.append(traj("pol", f"task{task}", sample, budget,
                                           budget if not ok else max(1, budget // 2), ok))
-    ingest_trajectories(con, trajectories)
+    con.ingest_trajectories(trajectories)
 
 
 def scored_store(con):
@@ -41,7 +40,7 @@ def scored_store(con):
                        budgets=[6, 12], seed=3)
     runs = simulate(config)
     runs["base"][0].turns[0].action = "naïve café ☕ action"
-    ingest_trajectories(con, runs["base"])
+    con.ingest_trajectories(runs["base"])
     turns = con.execute("SELECT traj_id, t FROM turns ORDER BY traj_id, t").df()
     rng = np.random.default_rng(0)
     write_step_scores(con, turns.assign(score=rng.random(len(turns))), "m")
@@ -54,7 +53,7 @@ def copy_to_file(con, path):
     for table in ("ingests", "trajectories", "turns", "error_spells", "step_scores"):
         con.execute(f"CREATE TABLE disk.{table} AS SELECT * FROM {table}")
     con.execute("DETACH disk")
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    connect(path).close()  # a store has its views and store_info too
+    open_store(path).close()  # a store has its views and store_info too
     return path

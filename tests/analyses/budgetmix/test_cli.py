@@ -66,12 +66,12 @@ def tau_store(tmp_path_factory):
 
     if not TAU_AIRLINE.exists():
         pytest.skip(f"real data not found at {TAU_AIRLINE} (../shared/data is absent)")
-    from recovery.store import connect, ingest_file
+    from recovery.store import open_store
 
     path = tmp_path_factory.mktemp("tau") / "tau.duckdb"
-    con = connect(path)
+    con = open_store(path)
     try:
-        ingest_file(con, TAU_AIRLINE)
+        con.ingest_file(TAU_AIRLINE)
         assert con.execute("SELECT count(*) FROM trajectories WHERE budget IS NOT NULL"
                            ).fetchone()[0] == 0
     finally:
@@ -139,14 +139,14 @@ def test_plan_fixed_strategies_need_no_store(tmp_path):
 
 def test_rewards_on_a_store_without_budgets(tau_store, tmp_path):
     from prm.score import write_step_scores
-    from recovery.store import connect
+    from recovery.store import open_store
 
     result = _run("rewards", "--store", tau_store, "--model", "m", "--out", tmp_path / "r.jsonl")
     assert result.exit_code == 1
     assert "no step_scores for model 'm' (models: none); run `prm score` first" in result.output
     scored = tmp_path / "scored.duckdb"
     scored.write_bytes(tau_store.read_bytes())
-    con = connect(scored)
+    con = open_store(scored)
     try:
         turns = con.execute("SELECT traj_id, t FROM turns ORDER BY traj_id, t").df()
         write_step_scores(con, turns.assign(score=0.25), "m")

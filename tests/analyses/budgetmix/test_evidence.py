@@ -6,7 +6,6 @@ import pytest
 
 from analyses.budgetmix.evidence import adaptive_schedule, budget_evidence
 from analyses.budgetmix.schedule import evidence_weights
-from recovery.store import ingest_trajectories
 from tests.analyses.budgetmix.helpers import budgeted_store, traj
 
 
@@ -37,7 +36,7 @@ def test_adaptive_truncation_mode(con):
         for task in range(4)
         for s, (n, ok) in enumerate([(2, True), (6, True), (12, True), (20, False)])
     ]
-    ingest_trajectories(con, trajectories)
+    con.ingest_trajectories(trajectories)
     schedule = adaptive_schedule(con, [4, 8, 16], mode="auto")
     assert schedule.params["mode"] == "truncation"
     ev = {e.budget: e for e in schedule.evidence}
@@ -55,7 +54,7 @@ def test_adaptive_unrecovered_evidence(con):
         for s in range(4):
             trajectories.append(traj("pol", f"t{task}", s, 4, 4, False, error_turns=(3, 4)))
             trajectories.append(traj("pol", f"t{task}", s, 12, 6, True, error_turns=(3,)))
-    ingest_trajectories(con, trajectories)
+    con.ingest_trajectories(trajectories)
     rows, info = budget_evidence(con, [4, 12])
     assert info["mode"] == "budgeted" and info["reference_budget"] == 12
     ev = {e.budget: e for e in rows}
@@ -83,7 +82,7 @@ def test_adaptive_errors(con):
 
 def test_trajectories_without_a_budget_are_left_out_of_budgeted_mode(con):
     budgeted_store(con, {4: 0.2, 8: 0.6})
-    ingest_trajectories(con, [traj("pol", f"task{k}", 0, None, 3, True) for k in range(5)])
+    con.ingest_trajectories([traj("pol", f"task{k}", 0, None, 3, True) for k in range(5)])
     rows, info = budget_evidence(con, [4, 8])
     assert info["mode"] == "budgeted"  # every budget asked for was run
     assert [r.n_trajectories for r in rows] == [50, 50]  # the 5 without a budget are not read

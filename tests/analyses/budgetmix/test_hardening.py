@@ -285,11 +285,11 @@ def test_plan_refuses_bad_schedules_in_one_line(tmp_path, options, fragment):
 
 
 def test_plan_adaptive_refuses_a_budget_out_of_range(tmp_path):
-    from recovery.store import connect
+    from recovery.store import open_store
     from tests.analyses.budgetmix.helpers import budgeted_store
 
     store = tmp_path / "s.duckdb"
-    con = connect(store)
+    con = open_store(store)
     try:
         budgeted_store(con, {4: 0.2, 8: 0.6}, n_tasks=2, n_samples=2)
     finally:

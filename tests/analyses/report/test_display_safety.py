@@ -190,11 +190,11 @@ def test_pass_difference_of_runs_with_no_task_in_common(runs):
 
     from analyses.frames import trajectories_frame
     from analyses.report.surface import pass_difference
-    from recovery.store import IngestOptions, connect, ingest_files
+    from recovery.store import IngestOptions, open_store
 
-    con = connect(None)
+    con = open_store(None)
     try:
-        ingest_files(con, [runs["a"], runs["b"]], IngestOptions())
+        con.ingest_files([runs["a"], runs["b"]], IngestOptions())
         traj = trajectories_frame(con)
     finally:
         con.close()
@@ -239,9 +239,9 @@ def test_graph_draws_an_evil_task_with_its_label_escaped(store, tmp_path):
 def test_graph_figures_show_labels_as_literal_text(store):
     from recovery.graph import state_graph, turn_graph
     from recovery.graph.draw import graph_figure
-    from recovery.store import connect
+    from recovery.store import open_store
 
-    con = connect(store, read_only=True)
+    con = open_store(store, read_only=True)
     try:
         (traj_id,) = con.execute("SELECT traj_id FROM trajectories WHERE sample = 0 "
                                  "ORDER BY task_id LIMIT 1").fetchone()

@@ -46,11 +46,11 @@ def load_fixture(name: str) -> Any:
 
 def store_kinds(path: Path, **options: Any) -> dict[tuple[str, int], str | None]:
     """``{(task_id, t): error_kind}`` after ingesting ``path`` into a fresh store."""
-    from recovery.store import IngestOptions, connect, ingest_file
+    from recovery.store import IngestOptions, open_store
 
-    con = connect(None)
+    con = open_store(None)
     try:
-        ingest_file(con, path, IngestOptions(**options))
+        con.ingest_file(path, IngestOptions(**options))
         rows = con.execute(
             "SELECT task_id, sample, t, error_kind FROM turns JOIN trajectories USING (traj_id)"
         ).fetchall()

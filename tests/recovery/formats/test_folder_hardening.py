@@ -29,7 +29,7 @@ import pytest
 
 from recovery.formats import detect_format
 from recovery.schema import RecordError, Trajectory
-from recovery.store import IngestError, IngestOptions, connect, ingest_file, ingest_files
+from recovery.store import IngestError, IngestOptions, open_store
 
 from ._support import FIXTURES, load_fixture, only_error, read_items, write_json
 
@@ -178,10 +178,10 @@ def test_a_named_pipe_in_the_folder_is_refused_without_opening_it(tmp_path: Path
     with deadline(5):
         assert detect_format(folder) == "balrog"
         items = read_items(folder, "balrog")
-        con = connect(None)
+        con = open_store(None)
         try:
             with pytest.raises(IngestError, match="named pipe"):
-                ingest_file(con, folder, IngestOptions())
+                con.ingest_file(folder, IngestOptions())
         finally:
             con.close()
     assert "a named pipe (FIFO)" in errors_of(items)[name]
@@ -234,9 +234,9 @@ def test_an_unreadable_episode_file_is_named_by_ingest(
 ) -> None:
     folder = balrog_folder(tmp_path)
     _deny(monkeypatch, "goto_run_01.csv")
-    con = connect(None)
+    con = open_store(None)
     try:
-        (result,) = ingest_files(con, [folder])
+        (result,) = con.ingest_files([folder])
     finally:
         con.close()
     assert result.status == "failed"
@@ -330,9 +330,9 @@ def test_a_bare_continuation_name_is_still_followed(tmp_path: Path) -> None:
 def test_a_long_continuation_name_fails_its_file_and_the_next_is_stored(tmp_path: Path) -> None:
     bad = write_json(tmp_path / "bad.json", atif("go", continued_trajectory_ref="x" * 5000))
     good = FIXTURES / "atif.json"
-    con = connect(None)
+    con = open_store(None)
     try:
-        first, second = ingest_files(con, [bad, good])
+        first, second = con.ingest_files([bad, good])
         assert first.status == "failed" and f"{bad}:1: " in first.error
         assert "field 'continued_trajectory_ref'" in first.error
         assert second.status == "ingested" and second.n_trajectories == 1
@@ -363,9 +363,9 @@ def test_an_epoch_past_the_store_range_fails_its_file_and_the_next_is_stored(
 ) -> None:
     bad = _eval_archive(tmp_path / "bad.eval", {"samples/1_epoch_1.json": _sample(2**40)})
     good = _eval_archive(tmp_path / "good.eval", {"samples/1_epoch_1.json": _sample(2)})
-    con = connect(None)
+    con = open_store(None)
     try:
-        first, second = ingest_files(con, [bad, good])
+        first, second = con.ingest_files([bad, good])
         assert first.status == "failed", first
         assert f"{bad}:1: samples/1_epoch_1.json: field 'epoch'" in first.error
         assert "out of range" in first.error
@@ -416,10 +416,10 @@ def _overlapping_zstd_archive(path: Path, copies: int, inflated: int) -> Path:
 def test_overlapping_archive_entries_are_refused(tmp_path: Path) -> None:
     bomb = _overlapping_zstd_archive(tmp_path / "bomb.eval", copies=200, inflated=1 << 20)
     assert bomb.stat().st_size < 20_000
-    con = connect(None)
+    con = open_store(None)
     try:
         started = time.perf_counter()
-        result = ingest_file(con, bomb, IngestOptions(skip_bad=True))
+        result = con.ingest_file(bomb, IngestOptions(skip_bad=True))
         elapsed = time.perf_counter() - started
         assert result.n_trajectories == 0
         (skipped,) = result.skipped
@@ -427,10 +427,10 @@ def test_overlapping_archive_entries_are_refused(tmp_path: Path) -> None:
         assert elapsed < 2.0
     finally:
         con.close()
-    con = connect(None)
+    con = open_store(None)
     try:
         with pytest.raises(IngestError, match=r"bomb.eval:1: .*entries overlap"):
-            ingest_file(con, bomb, IngestOptions(skip_bad=False))
+            con.ingest_file(bomb, IngestOptions(skip_bad=False))
     finally:
         con.close()
 

@@ -14,8 +14,7 @@ from click.testing import CliRunner
 
 from recovery.graph import state_graph, turn_graph, turn_values, write_graph
 from recovery.schema import Trajectory, Turn
-from recovery.store import connect as connect_store
-from recovery.store import ingest_trajectories
+from recovery.store import open_store as connect_store
 from tests.conftest import simulated_store
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +138,7 @@ def test_mask_keeps_words_and_merges_numbers_and_ids(con):
     turns_a = [Turn(action="get(id=HAT229)", observation="Flight HAT229 has 3 seats left")]
     turns_b = [Turn(action="get(id=HAT300)", observation="Flight HAT300 has 7 seats left")]
     turns_c = [Turn(action="get(id=HAT229)", observation="Flight HAT229 is full")]
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         Trajectory(run="r", task_id="k", turns=[*turns_a, Turn(action="x", observation="")],
                    success=True, sample=0),
         Trajectory(run="r", task_id="k", turns=[*turns_b, Turn(action="x", observation="")],
@@ -165,7 +164,7 @@ def test_unknown_outcomes_are_not_counted(con):
                    success=s, sample=i)
         for i, s in enumerate([True, None, False, True])
     ]
-    ingest_trajectories(con, trajs)
+    con.ingest_trajectories(trajs)
     values = turn_values(con)
     assert (values["n_state"] == 3).all()
     assert values["state_value"].iloc[0] == pytest.approx(2 / 3)
@@ -259,7 +258,7 @@ def marked_con(con):
         Turn(action="a6", observation="ok 6"),
         Turn(action="a7", observation="Traceback (most recent call last):\n boom"),
     ]
-    ingest_trajectories(con, [Trajectory(run="r", task_id="k", turns=turns, success=False)])
+    con.ingest_trajectories([Trajectory(run="r", task_id="k", turns=turns, success=False)])
     traj_id = con.execute("SELECT traj_id FROM trajectories").fetchall()[0][0]
     con.executemany("INSERT INTO step_scores VALUES (?, ?, ?, ?)",
                     [(traj_id, t, "prm-a", t / 10) for t in range(1, 8)])
@@ -400,7 +399,7 @@ def test_cli_graph_suggests_close_task_ids(tmp_path):
 
     store = tmp_path / "s.duckdb"
     con = connect_store(store)
-    ingest_trajectories(con, [
+    con.ingest_trajectories([
         Trajectory(run="gpt-4o", task_id=str(i), sample=s, success=bool(s),
                    turns=[Turn("look", "a room"), Turn(f"take {s}", "ok")])
         for i in (7, 17, 23) for s in range(2)

@@ -18,7 +18,7 @@ from recovery.graph import (
     timeline_figure,
 )
 from recovery.schema import Trajectory, Turn
-from recovery.store import connect, ingest_trajectories
+from recovery.store import open_store
 
 
 def _word(n: int) -> str:
@@ -64,10 +64,10 @@ def game_trajectories(task: str = "game/1") -> list[Trajectory]:
 @pytest.fixture
 def game_store(tmp_path):
     path = tmp_path / "game.duckdb"
-    con = connect(path)
-    ingest_trajectories(con, game_trajectories())
+    con = open_store(path)
+    con.ingest_trajectories(game_trajectories())
     # a task whose samples all see the same observations: its states are shared
-    ingest_trajectories(con, [Trajectory(run="agent-a", task_id="maze", sample=s,
+    con.ingest_trajectories([Trajectory(run="agent-a", task_id="maze", sample=s,
                                          success=bool(s % 2),
                                          turns=[Turn(f"step {s}", "a corridor"),
                                                 Turn("look", "a door"), Turn("open", "done")])
@@ -175,7 +175,7 @@ def test_a_long_game_timeline_stays_legible(tmp_path):
     """25 samples of 100 turns each of two runs (a game with a 100-step cap)."""
     from analyses.report.plots import layout_problems
 
-    con = connect(None)
+    con = open_store(None)
     trajectories = []
     counter = 0
     for run in ("balrog-llama", "balrog-qwen"):
@@ -187,7 +187,7 @@ def test_a_long_game_timeline_stays_legible(tmp_path):
                                   error="invalid_action" if (t + sample) % 9 == 0 else None))
             trajectories.append(Trajectory(run=run, task_id="nle", sample=sample, turns=turns,
                                            budget=100, success=sample % 3 == 0))
-    ingest_trajectories(con, trajectories)
+    con.ingest_trajectories(trajectories)
     timeline = task_timeline(con, "nle")
     assert choose_view(timeline.shared_share) == "timeline"
     figure = timeline_figure(timeline)

@@ -15,13 +15,11 @@ from recovery.marking import (
     RuleSet,
     builtin_rules,
     load_rules,
-    mark_store,
-    rebuild_spells,
     rule_from_dict,
     rule_matches,
 )
 from recovery.schema import Trajectory, Turn
-from recovery.store import IngestOptions, connect, ingest_file, ingest_trajectories
+from recovery.store import IngestOptions, open_store
 from tests.conftest import simulated_store
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +95,7 @@ def _spells(con, traj_id: str) -> list[tuple]:
 
 
 def test_tau_bench_marks_exactly_the_error_tool_messages(con, tau_airline):
-    ingest_file(con, tau_airline)
+    con.ingest_file(tau_airline)
     counts = con.execute(
         "SELECT error_kind, count(*), count(DISTINCT traj_id) FROM turns WHERE is_error "
         "GROUP BY error_kind"
@@ -140,7 +138,7 @@ def test_tau_bench_marks_exactly_the_error_tool_messages(con, tau_airline):
 def test_spells_follow_design_definitions(con):
     pattern = [True, True, False, True, False, False, True]
     turns = [_err(i) if e else _ok(i) for i, e in enumerate(pattern, start=1)]
-    ingest_trajectories(con, [_traj("a", turns, success=False)])
+    con.ingest_trajectories([_traj("a", turns, success=False)])
     tid = _only_traj_id(con)
     assert _spells(con, tid) == [
         (1, 2, True, 3, 2, False),
@@ -156,7 +154,7 @@ def test_spells_follow_design_definitions(con):
 
 def test_a_mark_on_the_success_turn_starts_no_spell(con):
     turns = [_ok(1), _err(2)]
-    ingest_trajectories(con, [_traj("a", turns, success=True)])
+    con.ingest_trajectories([_traj("a", turns, success=True)])
     assert _spells(con, _only_traj_id(con)) == []
     # the mark stays as the data gave it
     assert con.execute("SELECT is_error FROM turns WHERE t = 2").fetchone() == (True,)
@@ -164,19 +162,19 @@ def test_a_mark_on_the_success_turn_starts_no_spell(con):
 
 def test_a_spell_before_the_success_turn_recovers_there(con):
     turns = [_ok(1), _err(2), _err(3)]
-    ingest_trajectories(con, [_traj("a", turns, success=True)])
+    con.ingest_trajectories([_traj("a", turns, success=True)])
     assert _spells(con, _only_traj_id(con)) == [(2, 2, True, 3, 1, False)]
 
 
 def test_open_spell_with_an_unknown_outcome_is_unrecovered_but_not_fatal(con):
     turns = [_ok(1), _err(2)]
-    ingest_trajectories(con, [_traj("a", turns, success=None)])
+    con.ingest_trajectories([_traj("a", turns, success=None)])
     assert _spells(con, _only_traj_id(con)) == [(2, 2, False, None, None, False)]
 
 
 def test_spell_kind_is_the_kind_of_its_first_turn(con):
     turns = [_ok(1), _err(2, "timeout"), _err(3, "tool_error"), _ok(4)]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     kinds = con.execute("SELECT kind FROM error_spells").fetchall()
     assert kinds == [("timeout",)]
 
@@ -193,8 +191,8 @@ def test_spells_equal_a_turn_by_turn_reference_on_every_short_pattern(con):
         for k, p in enumerate(patterns)
         for j, outcome in enumerate(outcomes)
     ]
-    ingest_trajectories(con, trajs, options=IngestOptions(mark=False))
-    mark_store(con, RuleSet(repeat=False))
+    con.ingest_trajectories(trajs, options=IngestOptions(mark=False))
+    con.mark(RuleSet(repeat=False))
     spells = defaultdict(list)
     for row in con.execute(
         "SELECT tr.task_id, tr.sample, s.start_t, s.end_t, s.recovered, s.recovered_at, "
@@ -217,11 +215,11 @@ def test_spells_equal_a_turn_by_turn_reference_on_every_short_pattern(con):
 
 def test_rebuild_spells_follows_hand_edited_marks(con):
     turns = [_ok(1), _ok(2), _ok(3), _ok(4)]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     tid = _only_traj_id(con)
     assert _spells(con, tid) == []
     con.execute("UPDATE turns SET error_kind = 'manual', is_error = true WHERE t IN (2, 3)")
-    rebuild_spells(con)
+    con.rebuild_spells()
     assert _spells(con, tid) == [(2, 3, True, 4, 2, False)]
     assert con.execute("SELECT recovery_of FROM turns WHERE t = 4").fetchone()[0] == 2
 
@@ -232,7 +230,7 @@ def test_rebuild_spells_follows_hand_edited_marks(con):
 
 def test_explicit_mark_wins_over_rules(con):
     turns = [Turn(action="a()", observation="Error: boom", error="timeout")]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == ["timeout"]
 
 
@@ -243,7 +241,7 @@ def test_labelled_below_zero_and_precedence_over_rules(con):
         Turn(action="c()", observation="Error: boom", label=-1.0),
         Turn(action="d()", observation="ok", label=0.46),
     ]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == ["labelled", None, "labelled", None]
 
 
@@ -256,7 +254,7 @@ def test_rule_marks_leave_labels_out_and_write_nothing(con):
         Turn(action="c()", observation="Error: boom", label=0.5),
         Turn(action="e()", observation="fine", error="timeout"),
     ]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     traj_id = _only_traj_id(con)
     marks = rule_marks(con, [traj_id])
     assert marks["t"].tolist() == [1, 2, 3, 4]
@@ -274,24 +272,24 @@ def test_repeat_needs_same_action_and_same_observation(con):
         Turn(action="open(3)", observation="Error: gone"),      # same action, new answer
         Turn(action="open(3)", observation="Error: gone"),      # repeat, but content wins
     ]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == [None, "repeat", None, None, "tool_error", "tool_error"]
     assert _spells(con, _only_traj_id(con))[0][:4] == (2, 2, True, 3)
 
 
 def test_prm_scores_below_threshold_mark_prm_errors_last(con):
     turns = [_ok(1), _ok(2), Turn(action="x()", observation="Error: no"), _ok(4)]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     tid = _only_traj_id(con)
     con.executemany(
         "INSERT INTO step_scores VALUES (?, ?, ?, ?)",
         [(tid, 1, "m", 0.9), (tid, 2, "m", 0.2), (tid, 3, "m", 0.1), (tid, 4, "other", 0.0)],
     )
-    assert mark_store(con) == {"tool_error": 1}
-    counts = mark_store(con, prm_model="m", prm_threshold=0.5)
+    assert con.mark() == {"tool_error": 1}
+    counts = con.mark(prm_model="m", prm_threshold=0.5)
     assert counts == {"prm": 1, "tool_error": 1}
     assert _kinds(con) == [None, "prm", "tool_error", None]
-    assert mark_store(con, prm_model="m", prm_threshold=0.1) == {"tool_error": 1}
+    assert con.mark(prm_model="m", prm_threshold=0.1) == {"tool_error": 1}
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +323,7 @@ gt = 5000
         Turn(action="call()", observation="done", meta={"latency_ms": 9000}),
         Turn(action="call()", observation="done again", meta={"latency_ms": 10}),
     ]
-    ingest_trajectories(con, [_traj("a", turns)], options=IngestOptions(rules=rules))
+    con.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
     assert _kinds(con) == [None, "rate_limit", None, "slow", None]
     kinds = [r[0] for r in con.execute("SELECT kind FROM error_spells ORDER BY start_t").fetchall()]
     assert kinds == ["rate_limit", "slow"]
@@ -350,16 +348,16 @@ contains = "Error: expected in tests"
         Turn(action="c()", observation="Error: real"),
         Turn(action="c()", observation="Error: real", error="explicit_kind"),
     ]
-    ingest_trajectories(con, [_traj("a", turns)], options=IngestOptions(rules=rules))
+    con.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
     assert _kinds(con) == ["quota", None, "tool_error", "explicit_kind"]
 
 
 def test_builtin_false_and_repeat_false_switch_them_off(con, tmp_path):
     rules = load_rules(_write(tmp_path / "r.toml", "builtin = false\nrepeat = false\n"))
     turns = [Turn(action="a()", observation="Error: x"), Turn(action="a()", observation="Error: x")]
-    ingest_trajectories(con, [_traj("a", turns)], options=IngestOptions(rules=rules))
+    con.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
     assert _kinds(con) == [None, None]
-    mark_store(con)
+    con.mark()
     assert _kinds(con) == ["tool_error", "tool_error"]
 
 
@@ -399,7 +397,7 @@ field = "action_json[*].arguments.amount"
 equals = 5
 formats = ["canonical"]
 """))
-    ingest_file(con, chat, IngestOptions(rules=rules))
+    con.ingest_file(chat, IngestOptions(rules=rules))
     assert con.execute("SELECT DISTINCT format FROM trajectories").fetchone()[0] == "openai"
     # The user's "Error: ..." and "Invalid action" are never read by the built-in rules.
     assert _kinds(con) == ["payment_declined", None, "tool_error"]
@@ -436,7 +434,7 @@ def test_inspect_structured_tool_errors(con, tmp_path):
     }
     path = tmp_path / "log.json"
     path.write_text(json.dumps(log))
-    ingest_file(con, path)
+    con.ingest_file(path)
     assert con.execute("SELECT DISTINCT format FROM trajectories").fetchone()[0] == "inspect"
     assert _kinds(con) == [
         "timeout", None, "parse_error", "invalid_action", "tool_error", "parse_error",
@@ -506,7 +504,7 @@ def test_generic_rules_on_typical_error_texts(con):
         "status: ok (no error)": None,
     }
     turns = [Turn(action=f"step({i})", observation=text) for i, text in enumerate(cases)]
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == list(cases.values())
 
 
@@ -522,17 +520,17 @@ def test_rule_from_dict_accepts_a_list_of_fields():
 def test_remarking_is_idempotent_and_scoped(con, tmp_path):
     a = _traj("a", [_ok(1), Turn(action="x()", observation="Error: boom"), _ok(3)], sample=0)
     b = _traj("b", [_ok(1), Turn(action="x()", observation="Error: boom"), _ok(3)], sample=0)
-    ingest_trajectories(con, [a, b])
+    con.ingest_trajectories([a, b])
     before = con.execute("SELECT * FROM turns ORDER BY traj_id, t").fetchall()
     spells_before = con.execute("SELECT * FROM error_spells ORDER BY traj_id").fetchall()
-    assert mark_store(con) == {"tool_error": 2}
+    assert con.mark() == {"tool_error": 2}
     assert con.execute("SELECT * FROM turns ORDER BY traj_id, t").fetchall() == before
     assert con.execute("SELECT * FROM error_spells ORDER BY traj_id").fetchall() == spells_before
 
     only_a = con.execute("SELECT traj_id FROM trajectories WHERE task_id = 'a'").fetchone()[0]
     only_b = con.execute("SELECT traj_id FROM trajectories WHERE task_id = 'b'").fetchone()[0]
     silence = RuleSet(rules=[Rule(kind="none", field="observation", startswith="Error:")])
-    assert mark_store(con, silence, traj_ids=[only_a]) == {}
+    assert con.mark(silence, traj_ids=[only_a]) == {}
     assert _kinds(con, only_a) == [None, None, None]
     assert _spells(con, only_a) == []
     assert con.execute("SELECT count(*) FROM turns WHERE recovery_of IS NOT NULL "
@@ -541,7 +539,7 @@ def test_remarking_is_idempotent_and_scoped(con, tmp_path):
     assert _kinds(con, only_b) == [None, "tool_error", None]
     assert _spells(con, only_b) == [(2, 2, True, 3, 1, False)]
     # and back
-    mark_store(con)
+    con.mark()
     assert con.execute("SELECT * FROM turns ORDER BY traj_id, t").fetchall() == before
 
 
@@ -549,12 +547,12 @@ def test_ingest_marks_only_the_new_file(con, tmp_path):
     first = tmp_path / "one.jsonl"
     first.write_text(json.dumps({"task_id": "a", "success": False, "turns": [
         {"action": "x", "observation": "Error: 1"}]}) + "\n")
-    ingest_file(con, first)
+    con.ingest_file(first)
     con.execute("UPDATE turns SET error_kind = 'kept', is_error = true")
     second = tmp_path / "two.jsonl"
     second.write_text(json.dumps({"task_id": "b", "success": False, "turns": [
         {"action": "x", "observation": "Error: 2"}]}) + "\n")
-    ingest_file(con, second)
+    con.ingest_file(second)
     assert sorted(_kinds(con)) == ["kept", "tool_error"]
 
 
@@ -642,7 +640,7 @@ def test_every_simulator_error_template_gets_its_kind(con):
         for i, template in enumerate(templates):
             turns.append(Turn(action=f"{kind}({i})", observation=template.format_map(values)))
             expected.append(kind)
-    ingest_trajectories(con, [_traj("a", turns)])
+    con.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == expected
 
 
@@ -654,8 +652,8 @@ def test_cli_mark_prints_counts_and_rejects_bad_rules(tmp_path):
     from recovery.cli import main
 
     store = tmp_path / "s.duckdb"
-    con = connect(store)
-    ingest_trajectories(con, [_traj("a", [
+    con = open_store(store)
+    con.ingest_trajectories([_traj("a", [
         _ok(1), Turn(action="x()", observation="Error: no"), _ok(3),
         Turn(action="y()", observation="quota exceeded"),
     ])])
@@ -677,7 +675,7 @@ def test_cli_mark_prints_counts_and_rejects_bad_rules(tmp_path):
     result = runner.invoke(main, ["mark", "--store", str(store), "--rules", str(bad)])
     assert result.exit_code == 2
     assert "bad.toml: rule 1 ('b'): unknown field 'nope'" in result.output
-    check = connect(store, read_only=True)
+    check = open_store(store, read_only=True)
     try:  # the failed run changed nothing
         assert check.execute("SELECT count(*) FROM error_spells").fetchone()[0] == 2
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recovery.store import IngestOptions, connect, ingest_file
+from recovery.store import IngestOptions, open_store
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "formats"
 
@@ -49,20 +49,20 @@ def as_chat(con, path: Path) -> Path:
 
 
 def test_balrog_folder_and_canonical_jsonl_get_the_same_marks(tmp_path: Path) -> None:
-    folder = connect(None)
-    ingest_file(folder, FIXTURES / "balrog")
+    folder = open_store(None)
+    folder.ingest_file(FIXTURES / "balrog")
     from_folder = marks(folder)
     assert "invalid_action" in from_folder.values()  # the environment's notice is marked
-    canonical = connect(None)
-    ingest_file(canonical, as_canonical(folder, tmp_path / "same.jsonl"))
+    canonical = open_store(None)
+    canonical.ingest_file(as_canonical(folder, tmp_path / "same.jsonl"))
     assert marks(canonical) == from_folder
 
 
 def test_the_invalid_action_notice_is_marked_in_a_chat_transcript(tmp_path: Path) -> None:
-    folder = connect(None)
-    ingest_file(folder, FIXTURES / "balrog")
-    chat = connect(None)
-    ingest_file(chat, as_chat(folder, tmp_path / "chat.jsonl"), IngestOptions(format="openai"))
+    folder = open_store(None)
+    folder.ingest_file(FIXTURES / "balrog")
+    chat = open_store(None)
+    chat.ingest_file(as_chat(folder, tmp_path / "chat.jsonl"), IngestOptions(format="openai"))
     got = marks(chat)
     want = marks(folder)
     notices = {key for key, kind in want.items() if kind == "invalid_action"}

@@ -664,7 +664,7 @@ def test_packaged_configs_load():
 
 def test_cli_writes_files_that_ingest_accepts(tmp_path):
     from recovery.cli import main
-    from recovery.store import connect
+    from recovery.store import open_store
 
     runner = CliRunner()
     out = tmp_path / "runs"
@@ -677,7 +677,7 @@ def test_cli_writes_files_that_ingest_accepts(tmp_path):
     store = tmp_path / "runs.duckdb"
     result = runner.invoke(main, ["ingest", *map(str, files), "--store", str(store)])
     assert result.exit_code == 0, result.output
-    con = connect(store)
+    con = open_store(store)
     try:
         rows = con.execute(
             "SELECT run, budget, count(*), max(n_turns) FROM trajectories GROUP BY ALL ORDER BY ALL"
@@ -735,13 +735,13 @@ def test_a_million_turns_well_under_a_minute(tmp_path):
 def test_builtin_rules_mark_exactly_the_visible_errors(con, tmp_path):
     """The claim in docs/simulator.md: marking finds every visible error with its kind, and
     nothing else (silent errors need more than rules)."""
-    from recovery.store import ingest_file, ingest_trajectories
+
 
     config = SimConfig(n_tasks=60, n_samples=4, seed=1)
     for path in write_runs(config, tmp_path):
-        ingest_file(con, path)
+        con.ingest_file(path)
     python_run = simulate(dataclasses.replace(config, policies={"py": PRESETS["rl"]}))["py"]
-    ingest_trajectories(con, python_run)
+    con.ingest_trajectories(python_run)
     rows = con.execute(
         "SELECT meta->>'true_error', meta->>'true_kind', error_kind, count(*) FROM turns "
         "GROUP BY ALL"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from recovery.store import IngestError, IngestOptions, open_store
 from recovery.store import ingest as store_module
 
 GOOD_RECORDS = [
@@ -68,10 +68,10 @@ def store_rows(con) -> tuple[list, list, list]:
 
 
 def ingest_both(path: Path, **options) -> tuple:
-    fast = connect(None)
-    slow = connect(None)
-    ingest_file(fast, path, IngestOptions(fast=True, **options))
-    ingest_file(slow, path, IngestOptions(fast=False, **options))
+    fast = open_store(None)
+    slow = open_store(None)
+    fast.ingest_file(path, IngestOptions(fast=True, **options))
+    slow.ingest_file(path, IngestOptions(fast=False, **options))
     return store_rows(fast), store_rows(slow)
 
 
@@ -87,8 +87,8 @@ def python_reader_forbidden(monkeypatch):
 
 def test_fast_path_takes_a_valid_file(tmp_path, python_reader_forbidden):
     path = write_jsonl(tmp_path / "good.jsonl", GOOD_RECORDS)
-    con = connect(None)
-    result = ingest_file(con, path)
+    con = open_store(None)
+    result = con.ingest_file(path)
     assert (result.n_trajectories, result.n_turns) == (5, 7)
     success_turn, sample = con.execute(
         "SELECT success_turn, sample FROM trajectories WHERE task_id = 'airline/17'"
@@ -123,8 +123,8 @@ def test_done_null_is_false_on_both_paths(tmp_path, python_reader_forbidden):
         '{"task_id": "n", "success": true, "turns": [{"action": "x", "done": null}, '
         '{"action": "y", "\\u0064one": null}, {"action": "z"}]}',
     ])
-    con = connect(None)
-    ingest_file(con, path)
+    con = open_store(None)
+    con.ingest_file(path)
     assert con.execute(
         "SELECT list(done ORDER BY t), any_value(x.success_turn) FROM turns "
         "JOIN trajectories x USING (traj_id) WHERE x.task_id = 'n'"
@@ -158,8 +158,8 @@ def test_declined_files_are_stored_by_the_python_reader(tmp_path, case):
 
 def test_unknown_keys_reach_meta(tmp_path):
     path = write_jsonl(tmp_path / "odd.jsonl", DECLINED["unknown top-level key"])
-    con = connect(None)
-    ingest_file(con, path)
+    con = open_store(None)
+    con.ingest_file(path)
     assert json.loads(con.execute("SELECT meta FROM trajectories").fetchone()[0]) == {"extra": 1}
 
 
@@ -176,13 +176,13 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_records_fail_with_file_and_line_and_leave_the_store_unchanged(tmp_path, case):
-    con = connect(None)
-    ingest_file(con, write_jsonl(tmp_path / "first.jsonl", GOOD_RECORDS[:2]))
+    con = open_store(None)
+    con.ingest_file(write_jsonl(tmp_path / "first.jsonl", GOOD_RECORDS[:2]))
     before = store_rows(con)
     record, field = BAD[case]
     path = write_jsonl(tmp_path / "bad.jsonl", [*GOOD_RECORDS[2:], record])
     with pytest.raises(IngestError) as err:
-        ingest_file(con, path)
+        con.ingest_file(path)
     message = str(err.value)
     assert f"{path}:{len(GOOD_RECORDS[2:]) + 1}" in message
     assert field in message
@@ -195,8 +195,8 @@ def test_blank_lines_keep_true_line_numbers(tmp_path):
         json.dumps(GOOD_RECORDS[1]) + "\n\n" + json.dumps(GOOD_RECORDS[2]) + "\n",
         encoding="utf-8",
     )
-    con = connect(None)
-    ingest_file(con, path)
+    con = open_store(None)
+    con.ingest_file(path)
     lines = con.execute("SELECT source_line FROM trajectories ORDER BY source_line").fetchall()
     assert lines == [(1,), (3,)]
 
@@ -204,17 +204,17 @@ def test_blank_lines_keep_true_line_numbers(tmp_path):
 def test_duplicate_sample_in_one_file_is_an_error(tmp_path):
     record = {"task_id": "a", "sample": 0, "success": True, "turns": []}
     path = write_jsonl(tmp_path / "dup.jsonl", [record, record])
-    con = connect(None)
+    con = open_store(None)
     with pytest.raises(IngestError, match=r"dup\.jsonl:2: duplicate trajectory"):
-        ingest_file(con, path)
+        con.ingest_file(path)
     assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 0
 
 
 def test_same_trajectory_already_in_the_store_is_an_error(tmp_path):
-    con = connect(None)
-    ingest_file(con, write_jsonl(tmp_path / "a.jsonl", GOOD_RECORDS[:1]))
+    con = open_store(None)
+    con.ingest_file(write_jsonl(tmp_path / "a.jsonl", GOOD_RECORDS[:1]))
     with pytest.raises(IngestError, match="already in the store"):
-        ingest_file(con, write_jsonl(tmp_path / "b.jsonl", GOOD_RECORDS[:1] + GOOD_RECORDS[1:2]))
+        con.ingest_file(write_jsonl(tmp_path / "b.jsonl", GOOD_RECORDS[:1] + GOOD_RECORDS[1:2]))
     assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
 
 
@@ -278,9 +278,9 @@ def _records(data) -> list[str]:
 
 
 def _outcome(path: Path, fast: bool) -> tuple:
-    con = connect(None)
+    con = open_store(None)
     try:
-        ingest_file(con, path, IngestOptions(fast=fast))
+        con.ingest_file(path, IngestOptions(fast=fast))
     except IngestError as err:
         return ("failed", str(err))
     return ("stored", store_rows(con))

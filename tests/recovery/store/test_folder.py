@@ -15,16 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.store import (
-    IngestError,
-    IngestOptions,
-    connect,
-    ingest_file,
-    ingest_trajectories,
-    is_folder_store,
-    replace_step_scores,
-    views_sql,
-)
+from recovery.store import IngestError, IngestOptions, is_folder_store, open_store, views_sql
 from tests.conftest import REPO, TAU_AIRLINE
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
@@ -63,11 +54,11 @@ def sim_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def both_stores(tmp_path: Path, files: list[Path]) -> tuple:
-    duck = connect(tmp_path / "s.duckdb")
-    folder = connect(f"{tmp_path / 'runs'}/")
+    duck = open_store(tmp_path / "s.duckdb")
+    folder = open_store(f"{tmp_path / 'runs'}/")
     for file in files:
-        ingest_file(duck, file)
-        ingest_file(folder, file)
+        duck.ingest_file(file)
+        folder.ingest_file(file)
     return duck, folder
 
 
@@ -90,9 +81,9 @@ def test_a_folder_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("x")
     with pytest.raises(Exception, match="not empty and not a store"):
-        connect(tmp_path / "notes")
+        open_store(tmp_path / "notes")
     with pytest.raises(Exception, match="not a store"):
-        connect(tmp_path / "notes", read_only=True)
+        open_store(tmp_path / "notes", read_only=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,20 +117,20 @@ def test_tau_bench_in_a_folder_store(tmp_path: Path) -> None:
 
 
 def test_reingest_adds_nothing(tmp_path: Path, sim_files: list[Path]) -> None:
-    folder = connect(f"{tmp_path / 'runs'}/")
+    folder = open_store(f"{tmp_path / 'runs'}/")
     for file in sim_files:
-        ingest_file(folder, file)
+        folder.ingest_file(file)
     before, files = snapshot(folder), parquet_files(tmp_path / "runs")
     for file in sim_files:
-        assert ingest_file(folder, file).status == "skipped"
+        assert folder.ingest_file(file).status == "skipped"
     assert snapshot(folder) == before
     assert parquet_files(tmp_path / "runs") == files
 
 
 def test_odd_run_labels_come_back_exactly(tmp_path: Path, sim_files: list[Path]) -> None:
-    folder = connect(f"{tmp_path / 'runs'}/")
+    folder = open_store(f"{tmp_path / 'runs'}/")
     label = "qwen/7b=rl 100% ✈ __HIVE_DEFAULT_PARTITION__"
-    ingest_file(folder, sim_files[0], IngestOptions(run=label))
+    folder.ingest_file(sim_files[0], IngestOptions(run=label))
     assert folder.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [(label,)]
     assert folder.execute("SELECT count(*) FROM turns").fetchone()[0] > 0
 
@@ -147,11 +138,11 @@ def test_odd_run_labels_come_back_exactly(tmp_path: Path, sim_files: list[Path])
 def test_a_run_label_too_long_for_a_folder_name_is_named(
     tmp_path: Path, sim_files: list[Path]
 ) -> None:
-    folder = connect(f"{tmp_path / 'runs'}/")
-    ingest_file(folder, sim_files[0], IngestOptions(run="x" * 251))  # 255 bytes with "run="
+    folder = open_store(f"{tmp_path / 'runs'}/")
+    folder.ingest_file(sim_files[0], IngestOptions(run="x" * 251))  # 255 bytes with "run="
     before = snapshot(folder)
     with pytest.raises(IngestError, match=r"run label is too long.*--run"):
-        ingest_file(folder, sim_files[1], IngestOptions(run="é" * 50))
+        folder.ingest_file(sim_files[1], IngestOptions(run="é" * 50))
     assert snapshot(folder) == before
 
 
@@ -197,7 +188,7 @@ def test_analyze_gives_the_same_json_on_tau_bench(tmp_path: Path) -> None:
 _KILLED_INGEST = """
 import os, sys
 import recovery.store.folder as folder
-from recovery.store import connect, ingest_file
+from recovery.store import open_store
 
 renames = 0
 real = os.rename
@@ -210,7 +201,7 @@ def rename(src, dst):
         os._exit(17)   # killed: no cleanup, no exception handling
 
 folder.os.rename = rename
-ingest_file(connect(sys.argv[1]), sys.argv[2])
+open_store(sys.argv[1]).ingest_file(sys.argv[2])
 """
 
 
@@ -219,8 +210,8 @@ def test_a_killed_ingest_leaves_the_store_as_it_was(
     tmp_path: Path, sim_files: list[Path], after: int
 ) -> None:
     root = tmp_path / "runs"
-    store = connect(f"{root}/")
-    ingest_file(store, sim_files[0])
+    store = open_store(f"{root}/")
+    store.ingest_file(sim_files[0])
     before = snapshot(store)
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED_INGEST, str(root), str(sim_files[1]), str(after)],
@@ -229,39 +220,39 @@ def test_a_killed_ingest_leaves_the_store_as_it_was(
     assert killed.returncode == 17, killed.stderr
     # partitions of the killed write are on disk, but no ingests row commits them
     assert any("rl" in p for p in parquet_files(root))
-    assert snapshot(connect(root, read_only=True)) == before
+    assert snapshot(open_store(root, read_only=True)) == before
     assert snapshot(store) == before
     # the next write removes what the killed one left, and stores the file
-    assert ingest_file(store, sim_files[1]).status == "ingested"
-    duck = connect(None)
+    assert store.ingest_file(sim_files[1]).status == "ingested"
+    duck = open_store(None)
     for file in sim_files:
-        ingest_file(duck, file)
+        duck.ingest_file(file)
     assert snapshot(store) == snapshot(duck)
     assert not (root / "_tmp").exists() or not any((root / "_tmp").iterdir())
 
 
 def test_a_failed_ingest_writes_nothing(tmp_path: Path, sim_files: list[Path]) -> None:
     root = tmp_path / "runs"
-    store = connect(f"{root}/")
-    ingest_file(store, sim_files[0])
+    store = open_store(f"{root}/")
+    store.ingest_file(sim_files[0])
     before, files = snapshot(store), parquet_files(root)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_id": "a", "success": true, "turns": []}\n{"task_id": 1.5}\n')
     with pytest.raises(IngestError, match=r"bad\.jsonl:2"):
-        ingest_file(store, bad)
+        store.ingest_file(bad)
     # a file holding trajectories already stored from another file: refused, naming both
     again = tmp_path / "again.jsonl"
     again.write_text(sim_files[0].read_text() + '{"task_id": "new", "success": true, '
                      '"turns": []}\n')
     with pytest.raises(IngestError, match=r"again\.jsonl:1: .* already in the store \(from "):
-        ingest_file(store, again)
+        store.ingest_file(again)
     assert snapshot(store) == before
     assert parquet_files(root) == files
 
 
 def test_python_built_trajectories_need_a_duckdb_store(tmp_path: Path) -> None:
     with pytest.raises(IngestError, match="folder store takes files"):
-        ingest_trajectories(connect(f"{tmp_path}/runs/"), [])
+        open_store(f"{tmp_path}/runs/").ingest_trajectories([])
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,7 +304,7 @@ def test_mark_rewrites_partitions_like_a_duckdb_store(
         result = CliRunner().invoke(main, ["mark", "--store", str(store), "--rules", str(rules),
                                            "--run", "rl"])
         assert result.exit_code == 0, result.output
-    duck, folder = connect(tmp_path / "s.duckdb"), connect(tmp_path / "runs")
+    duck, folder = open_store(tmp_path / "s.duckdb"), open_store(tmp_path / "runs")
     assert snapshot(folder) == snapshot(duck)
     assert any("gen=1" in p for p in parquet_files(tmp_path / "runs"))
 
@@ -323,9 +314,9 @@ def test_step_scores_and_prm_marks(tmp_path: Path, sim_files: list[Path]) -> Non
     for con in (duck, folder):
         con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, (t % 3) / 2.0 AS score "
                     "FROM turns WHERE t <= 3")
-        replace_step_scores(con, "s", "m1")
-        replace_step_scores(con, "(SELECT traj_id, t, 0.25 AS score FROM s WHERE t = 1)", "m1")
-        replace_step_scores(con, "s", "m2")
+        con.replace_step_scores("s", "m1")
+        con.replace_step_scores("(SELECT traj_id, t, 0.25 AS score FROM s WHERE t = 1)", "m1")
+        con.replace_step_scores("s", "m2")
     assert rows(folder, "step_scores") == rows(duck, "step_scores")
     assert folder.execute("SELECT count(DISTINCT model) FROM step_scores").fetchone() == (2,)
     duck.close()
@@ -334,7 +325,7 @@ def test_step_scores_and_prm_marks(tmp_path: Path, sim_files: list[Path]) -> Non
         result = CliRunner().invoke(main, ["mark", "--store", str(store),
                                            "--prm-model", "m1", "--prm-threshold", "0.3"])
         assert result.exit_code == 0, result.output
-    assert snapshot(connect(tmp_path / "runs")) == snapshot(connect(tmp_path / "s.duckdb"))
+    assert snapshot(open_store(tmp_path / "runs")) == snapshot(open_store(tmp_path / "s.duckdb"))
 
 
 def test_ingest_command_makes_a_folder_store(tmp_path: Path, sim_files: list[Path]) -> None:
@@ -375,11 +366,11 @@ def test_per_task_counts_of_shards_add_up_to_the_whole(
     halves = [tmp_path / "half0.jsonl", tmp_path / "half1.jsonl"]
     for i, half in enumerate(halves):
         half.write_text("".join(lines[i::2]))
-    whole = connect(f"{tmp_path / 'whole'}/")
-    shards = [connect(f"{tmp_path / f'shard{i}'}/") for i in range(2)]
+    whole = open_store(f"{tmp_path / 'whole'}/")
+    shards = [open_store(f"{tmp_path / f'shard{i}'}/") for i in range(2)]
     for i, half in enumerate(halves):
-        ingest_file(whole, half)
-        ingest_file(shards[i], half)
+        whole.ingest_file(half)
+        shards[i].ingest_file(half)
     query = "SELECT run, task_id, n, c FROM pass_kt_task_counts_at(?)"
     for t in (5, 12, None):
         merged: dict[tuple, list[int]] = {}

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from recovery.cli import main
 from recovery.errors import InputProblem
-from recovery.store import connect, ingest_file, views_sql
+from recovery.store import open_store, views_sql
 from recovery.store.ddl import SCHEMA_VERSION
 from recovery.store.folder import MARKER, writer_lock
 from tests.cli_support import run_cli
@@ -45,16 +45,16 @@ def totals(con) -> tuple[int, int, int]:
 
 
 def expected_totals(files: list[Path]) -> tuple[int, int, int]:
-    duck = connect(None)
+    duck = open_store(None)
     for file in files:
-        ingest_file(duck, file)
+        duck.ingest_file(file)
     return totals(duck)
 
 
 def folder_store(root: Path, files: list[Path]) -> Path:
-    con = connect(f"{root}/")
+    con = open_store(f"{root}/")
     for file in files:
-        assert ingest_file(con, file).status == "ingested"
+        assert con.ingest_file(file).status == "ingested"
     con.close()
     return root
 
@@ -111,7 +111,7 @@ def test_a_linked_partition_is_refused_and_nothing_outside_is_deleted(
         one_line_error(run_cli(*args), str(link), "link")
     assert tree(victim) == before
     with pytest.raises(InputProblem, match="link"):
-        connect(root, read_only=True)
+        open_store(root, read_only=True)
     assert tree(victim) == before
     assert link.is_symlink()
 
@@ -142,7 +142,7 @@ def test_a_link_anywhere_in_the_store_is_refused(
         link.symlink_to(outside / "lockfile")
     before = tree(outside)
     with pytest.raises(InputProblem, match="link") as err:
-        connect(root, read_only=True)
+        open_store(root, read_only=True)
     assert str(link) in str(err.value)
     one_line_error(run_cli("ingest", sim[1], "--store", root), str(link))
     assert tree(outside) == before
@@ -161,19 +161,19 @@ def test_glob_characters_in_the_store_name(
     # the sibling a glob of the name would match holds another store, with both files
     folder_store(tmp_path / sibling, sim)
     root = tmp_path / name
-    con = connect(f"{root}/")
-    assert ingest_file(con, sim[0]).status == "ingested"
+    con = open_store(f"{root}/")
+    assert con.ingest_file(sim[0]).status == "ingested"
     assert totals(con) == expected_totals(sim[:1])
     assert con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
     con.close()
-    assert totals(connect(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
     plain = duckdb.connect()
     plain.execute(views_sql(root))
     assert totals(plain) == expected_totals(sim[:1])
     mark = run_cli("mark", "--store", root)
     assert mark.exit_code == 0, mark.output
-    assert totals(connect(root, read_only=True)) == expected_totals(sim[:1])
-    assert totals(connect(tmp_path / sibling, read_only=True)) == expected_totals(sim)
+    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(tmp_path / sibling, read_only=True)) == expected_totals(sim)
 
 
 def test_recovery_sql_reads_a_store_with_glob_characters(tmp_path: Path, sim: list[Path]) -> None:
@@ -188,7 +188,7 @@ def test_recovery_sql_reads_a_store_with_glob_characters(tmp_path: Path, sim: li
 def test_a_backslash_with_glob_characters_is_refused_by_name(tmp_path: Path) -> None:
     root = tmp_path / "a\\b[1]"
     with pytest.raises(InputProblem, match="backslash"):
-        connect(f"{root}/")
+        open_store(f"{root}/")
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,17 +207,17 @@ def test_a_failed_ingest_leaves_a_store_another_writer_is_writing(
     import recovery.store as store
 
     root = tmp_path / "runs"
-    real = store.ingest_files
+    real = store.Store.ingest_files
     holding, release = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
     def other_writer() -> None:
         try:
-            con = connect(root)
+            con = open_store(root)
             with writer_lock(root):
                 holding.set()
                 release.wait(10)
-            assert ingest_file(con, sim[0]).status == "ingested"
+            assert con.ingest_file(sim[0]).status == "ingested"
             con.close()
         except BaseException as err:  # reported by the test
             errors.append(err)
@@ -231,14 +231,14 @@ def test_a_failed_ingest_leaves_a_store_another_writer_is_writing(
         assert holding.wait(10)
         return results
 
-    monkeypatch.setattr(store, "ingest_files", failing_then_other)
+    monkeypatch.setattr(store.Store, "ingest_files", failing_then_other)
     result = run_cli("ingest", _bad_file(tmp_path), "--store", f"{root}/")
     assert result.exit_code == 1
     assert (root / MARKER).is_file()  # still there while the other one writes
     release.set()
     thread.join(10)
     assert not errors, errors
-    assert totals(connect(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
 
 
 def test_a_failed_ingest_leaves_a_store_another_writer_committed_to(
@@ -247,20 +247,20 @@ def test_a_failed_ingest_leaves_a_store_another_writer_committed_to(
     import recovery.store as store
 
     root = tmp_path / "runs"
-    real = store.ingest_files
+    real = store.Store.ingest_files
 
     def failing_then_other(con, files, options, on_result=None):
         results = real(con, files, options, on_result=on_result)
-        other = connect(root)
-        assert ingest_file(other, sim[0]).status == "ingested"
+        other = open_store(root)
+        assert other.ingest_file(sim[0]).status == "ingested"
         other.close()
         return results
 
-    monkeypatch.setattr(store, "ingest_files", failing_then_other)
+    monkeypatch.setattr(store.Store, "ingest_files", failing_then_other)
     result = run_cli("ingest", _bad_file(tmp_path), "--store", f"{root}/")
     assert result.exit_code == 1
     assert "not created" not in result.output
-    assert totals(connect(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
 
 
 def test_a_writer_that_opened_a_store_a_failed_ingest_removed_still_writes(
@@ -269,22 +269,22 @@ def test_a_writer_that_opened_a_store_a_failed_ingest_removed_still_writes(
     import recovery.store as store
 
     root = tmp_path / "runs"
-    real = store.ingest_files
+    real = store.Store.ingest_files
     opened = []
 
     def failing(con, files, options, on_result=None):
-        opened.append(connect(root))  # another writer opens the store, writes later
+        opened.append(open_store(root))  # another writer opens the store, writes later
         return real(con, files, options, on_result=on_result)
 
-    monkeypatch.setattr(store, "ingest_files", failing)
+    monkeypatch.setattr(store.Store, "ingest_files", failing)
     result = run_cli("ingest", _bad_file(tmp_path), "--store", f"{root}/")
     assert result.exit_code == 1
     assert "not created" in result.output
     assert not root.exists()
     (other,) = opened
-    assert ingest_file(other, sim[0]).status == "ingested"
+    assert other.ingest_file(sim[0]).status == "ingested"
     assert totals(other) == expected_totals(sim[:1])
-    assert totals(connect(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ def test_a_planted_file_is_refused_not_counted(
         planted.write_text("a\n")
     before = tree(root)
     with pytest.raises(InputProblem) as err:
-        connect(root, read_only=True)
+        open_store(root, read_only=True)
     assert str(planted) in str(err.value)
     for args in (["ingest", sim[1], "--store", root],
                  ["analyze", "--store", root, "--n-boot", "5", "--quiet"],
@@ -361,7 +361,7 @@ def test_a_damaged_manifest_is_named(tmp_path: Path, sim: list[Path], text: str)
     root = folder_store(tmp_path / "runs", sim[:1])
     (root / MARKER).write_text(text, encoding="utf-8", errors="surrogateescape")
     with pytest.raises(InputProblem, match=MARKER):
-        connect(root, read_only=True)
+        open_store(root, read_only=True)
     before = tree(root)
     for args in (["ingest", sim[1], "--store", root],
                  ["analyze", "--store", root, "--n-boot", "5", "--quiet"],
@@ -376,7 +376,7 @@ def test_a_newer_manifest_is_refused(tmp_path: Path, sim: list[Path]) -> None:
     manifest["schema_version"] = SCHEMA_VERSION + 1
     (root / MARKER).write_text(json.dumps(manifest))
     with pytest.raises(InputProblem, match="newer"):
-        connect(root, read_only=True)
+        open_store(root, read_only=True)
     one_line_error(run_cli("ingest", sim[1], "--store", root), str(root / MARKER), "newer")
 
 
@@ -425,24 +425,24 @@ def test_a_store_without_write_permission(tmp_path: Path, sim: list[Path]) -> No
 
 
 def test_prm_scores_and_mark_refuse_a_linked_store(tmp_path: Path, sim: list[Path]) -> None:
-    from recovery.store import replace_step_scores
-    from recovery.store.folder import mark_folder
+
+
 
     root = folder_store(tmp_path / "runs", sim[:1])
-    con = connect(root)
+    con = open_store(root)
     con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, 0.5 AS score FROM turns WHERE t = 1")
     victim = tmp_path / "victim"
     (victim / "keep").mkdir(parents=True)
     link = root / "trajectories" / "run=base" / f"sha256={FAKE_SHA}"
     link.symlink_to(victim, target_is_directory=True)
-    for write in (lambda: replace_step_scores(con, "s", "m1"), lambda: mark_folder(con)):
+    for write in (lambda: con.replace_step_scores("s", "m1"), lambda: con.mark()):
         with pytest.raises(InputProblem, match="symbolic link"):
             write()
     assert (victim / "keep").is_dir()
     link.unlink()
-    replace_step_scores(con, "s", "m1")
+    con.replace_step_scores("s", "m1")
     assert con.execute("SELECT count(*) FROM step_scores").fetchone()[0] > 0
-    assert connect(root, read_only=True).execute(
+    assert open_store(root, read_only=True).execute(
         "SELECT count(*) FROM step_scores").fetchone() == con.execute(
         "SELECT count(*) FROM step_scores").fetchone()
 
@@ -453,7 +453,7 @@ def test_key_value_folders_above_the_store_are_not_read_as_partitions(
     # DuckDB's Hive partitioning parses every key=value folder of a path, the store's own
     # folders above it included: the partition values come from the manifest instead
     root = folder_store(tmp_path / "run=evil" / "gen=7" / "traj_id=x", sim[:1])
-    con = connect(root, read_only=True)
+    con = open_store(root, read_only=True)
     assert con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
     assert totals(con) == expected_totals(sim[:1])
     assert con.execute("SELECT count(*) FROM turns WHERE traj_id = 'x'").fetchone() == (0,)

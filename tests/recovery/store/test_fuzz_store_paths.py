@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from recovery.cli import main
 from recovery.errors import InputProblem
-from recovery.store import connect, ingest_file
+from recovery.store import open_store
 from recovery.store.folder import MARKER
 
 PLANTS = ("nothing", "link", "copy", "garbage", "folder", "manifest", "leftover")
@@ -49,15 +49,15 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     assert result.exit_code == 0, result.output
     files = sorted((out / "sim").glob("*.jsonl"))
     for name, held in (("template", files[:1]), ("sibling", files)):
-        con = connect(f"{out / name}/")
+        con = open_store(f"{out / name}/")
         for file in held:
-            ingest_file(con, file)
+            con.ingest_file(file)
         con.close()
     expected = []
     for held in (files[:1], files):
-        duck = connect(None)
+        duck = open_store(None)
         for file in held:
-            ingest_file(duck, file)
+            duck.ingest_file(file)
         expected.append(totals(duck))
     return {"files": files, "template": out / "template", "sibling": out / "sibling",
             "one": expected[0], "both": expected[1]}
@@ -179,7 +179,7 @@ def _fuzz(base: dict, tmp_path_factory: pytest.TempPathFactory, data: st.DataObj
     watched = {p: tree(p) for p in (outside, sibling) if p != root}
 
     try:
-        con = connect(root, read_only=True)
+        con = open_store(root, read_only=True)
     except InputProblem as err:
         assert planted is not None and str(planted) in str(err), (kind, str(err))
         read = False
@@ -191,7 +191,7 @@ def _fuzz(base: dict, tmp_path_factory: pytest.TempPathFactory, data: st.DataObj
     stored = check(ingest, planted)
     assert stored == read, (kind, ingest.output)
     if stored:
-        assert totals(connect(root, read_only=True)) == base["both"]
+        assert totals(open_store(root, read_only=True)) == base["both"]
         assert not (root / "turns" / "run=base" / f"sha256={FAKE_SHA}").exists()
     if not any(c in name for c in "*?["):  # recovery sql: see test_folder_hardening
         query = CliRunner().invoke(main, ["sql", "SELECT count(*) AS n FROM turns",

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from recovery.formats import UnknownFormatError, known_formats
-from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from recovery.store import IngestError, IngestOptions, open_store
 from tests.conftest import REPO, TAU_AIRLINE
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
@@ -51,9 +51,9 @@ def tau_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not TAU_AIRLINE.exists():
         pytest.skip(f"real data not found at {TAU_AIRLINE} (../shared/data is absent)")
     path = tmp_path_factory.mktemp("tau") / "s.duckdb"
-    con = connect(path)
+    con = open_store(path)
     try:
-        ingest_file(con, TAU_AIRLINE)
+        con.ingest_file(TAU_AIRLINE)
     finally:
         con.close()
     return path
@@ -97,10 +97,10 @@ def test_tau_bench_counts(tau_store: Path) -> None:
 def test_second_ingest_adds_nothing(tau_store: Path, tmp_path: Path) -> None:
     path = tmp_path / "copy.duckdb"
     shutil.copy(tau_store, path)
-    con = connect(path)
+    con = open_store(path)
     try:
         before = snapshot(con)
-        result = ingest_file(con, TAU_AIRLINE)
+        result = con.ingest_file(TAU_AIRLINE)
         assert result.status == "skipped" and result.n_trajectories == 0
         assert "already ingested" in result.summary()
         assert snapshot(con) == before
@@ -126,9 +126,9 @@ def test_plain_duckdb_can_read_the_store(tau_store: Path) -> None:
 def test_traj_ids_are_stable(tau_airline: Path) -> None:
     ids = []
     for _ in range(2):
-        con = connect(None)
+        con = open_store(None)
         try:
-            ingest_file(con, tau_airline)
+            con.ingest_file(tau_airline)
             ids.append(con.execute(
                 "SELECT task_id, sample, traj_id FROM trajectories ORDER BY ALL").fetchall())
         finally:
@@ -167,7 +167,7 @@ def test_crashed_tau_bench_episodes_are_flagged(con: duckdb.DuckDBPyConnection,
                "info": {"error": "APIConnectionError", "traceback": "Traceback (most recent)"}}
     path = tmp_path / "crash.json"
     path.write_text(json.dumps([ok, crashed]))
-    ingest_file(con, path)
+    con.ingest_file(path)
     rows = con.execute(
         "SELECT task_id, n_turns, success, meta->>'crashed', meta->>'$.info.error' "
         "FROM trajectories ORDER BY task_id"
@@ -199,8 +199,8 @@ def write_bad_file(path: Path, bad_line: str) -> Path:
 @pytest.fixture
 def store_with_data(tmp_path: Path) -> duckdb.DuckDBPyConnection:
     """A store that already holds another file (in memory; the CLI tests use files)."""
-    con = connect(None)
-    ingest_file(con, write_jsonl(tmp_path / "earlier.jsonl",
+    con = open_store(None)
+    con.ingest_file(write_jsonl(tmp_path / "earlier.jsonl",
                                  [record("e1", 0), record("e2", 0, success=False)]))
     yield con
     con.close()
@@ -215,7 +215,7 @@ def test_bad_line_fails_the_file_and_leaves_the_store(
     before = snapshot(store_with_data)
     assert len(before["trajectories"]) == 2
     with pytest.raises(IngestError) as info:
-        ingest_file(store_with_data, path)
+        store_with_data.ingest_file(path)
     message = str(info.value)
     assert f"{path}:3:" in message and expected in message
     assert snapshot(store_with_data) == before
@@ -226,7 +226,7 @@ def test_skip_bad_stores_the_good_lines(
     store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path, kind: str
 ) -> None:
     path = write_bad_file(tmp_path / "bad.jsonl", BAD_LINES[kind][0])
-    result = ingest_file(store_with_data, path, IngestOptions(skip_bad=True))
+    result = store_with_data.ingest_file(path, IngestOptions(skip_bad=True))
     assert (result.n_trajectories, result.n_turns) == (3, 6)
     assert [e.line for e in result.skipped] == [3]
     assert "1 bad records skipped" in result.summary()
@@ -248,14 +248,14 @@ def test_bad_record_in_other_formats_is_atomic_too(
                                                   {"task_id": "d", "messages": "oops"}])
     before = snapshot(store_with_data)
     with pytest.raises(IngestError, match=rf"{re.escape(str(path))}:3: field 'messages'"):
-        ingest_file(store_with_data, path)
+        store_with_data.ingest_file(path)
     assert snapshot(store_with_data) == before
     tau = tmp_path / "tau.json"
     tau.write_text(json.dumps([{"task_id": 1, "trial": 0, "reward": 1.0, "traj": []},
                                {"task_id": 1, "trial": "zero", "reward": 1.0, "traj": []}],
                               indent=1))
     with pytest.raises(IngestError, match=r"tau.json:\d+: field 'trial'"):
-        ingest_file(store_with_data, tau)
+        store_with_data.ingest_file(tau)
     assert snapshot(store_with_data) == before
 
 
@@ -265,7 +265,7 @@ def test_duplicate_trajectories_name_both_lines(
     path = write_jsonl(tmp_path / "dup.jsonl", [record("a", 0), record("b", 0), record("a", 0)])
     before = snapshot(store_with_data)
     with pytest.raises(IngestError) as info:
-        ingest_file(store_with_data, path)
+        store_with_data.ingest_file(path)
     assert f"{path}:3:" in str(info.value) and "line 1" in str(info.value)
     assert snapshot(store_with_data) == before
 
@@ -278,21 +278,21 @@ def test_trajectories_already_stored_from_another_file(
     again = write_jsonl(tmp_path / "earlier-again.jsonl",
                         [record("e1", 0, run="earlier"), record("zz", 0, run="earlier")])
     with pytest.raises(IngestError, match=r"earlier-again.jsonl:1: .*already in the store"):
-        ingest_file(store_with_data, again)
+        store_with_data.ingest_file(again)
     assert snapshot(store_with_data) == before
 
 
 def test_unknown_and_undetectable_formats(con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", [record("a")])
     with pytest.raises(UnknownFormatError) as info:
-        ingest_file(con, path, IngestOptions(format="nope"))
+        con.ingest_file(path, IngestOptions(format="nope"))
     assert all(name in str(info.value) for name in known_formats())
     text = tmp_path / "notes.txt"
     text.write_text("just some notes\n")
     with pytest.raises(UnknownFormatError, match="could not detect"):
-        ingest_file(con, text)
+        con.ingest_file(text)
     with pytest.raises(IngestError, match="no such file"):
-        ingest_file(con, tmp_path / "missing.jsonl")
+        con.ingest_file(tmp_path / "missing.jsonl")
     assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] == 0
 
 
@@ -304,7 +304,7 @@ def test_line_larger_than_duckdb_json_default_ingests(
     big = record("big", 0) | {"turns": [{"action": "read", "observation": "é" * (size // 2)}]}
     path = write_jsonl(tmp_path / "big.jsonl", [record("small", 0), big])
     assert path.stat().st_size > size
-    result = ingest_file(con, path, IngestOptions(fast=fast))
+    result = con.ingest_file(path, IngestOptions(fast=fast))
     assert (result.n_trajectories, result.n_turns) == (2, 3)
     assert con.execute(
         "SELECT length(observation) FROM turns JOIN trajectories USING (traj_id) "
@@ -326,7 +326,7 @@ def test_record_over_max_record_size_is_named(
     path = write_jsonl(tmp_path / "big.jsonl", [record("a", 0), big, record("b", 0)])
     before = snapshot(store_with_data)
     with pytest.raises(IngestError) as info:
-        ingest_file(store_with_data, path, IngestOptions(max_record_bytes=10_000, fast=fast))
+        store_with_data.ingest_file(path, IngestOptions(max_record_bytes=10_000, fast=fast))
     message = str(info.value)
     assert f"{path}:2:" in message and "larger than the limit" in message
     assert "--max-record-mb" in message
@@ -344,9 +344,9 @@ def test_gzip_and_plain_canonical_store_the_same_rows(tmp_path: Path) -> None:
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     rows = []
     for path in (plain, packed):
-        con = connect(None)
+        con = open_store(None)
         try:
-            ingest_file(con, path)
+            con.ingest_file(path)
             rows.append({
                 "trajectories": con.execute(
                     "SELECT * EXCLUDE (source_file) FROM trajectories ORDER BY ALL").fetchall(),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.store import IngestOptions, connect, ingest_file, make_traj_id
+from recovery.store import IngestOptions, make_traj_id, open_store
 from recovery.store import ingest as store_module
 
 SEPARATED = [
@@ -43,8 +43,8 @@ def _file(path: Path, pairs: list[tuple[str, str]]) -> Path:
 def test_trajectories_whose_parts_hold_the_old_separator_are_all_stored(
         tmp_path: Path, fast: bool) -> None:
     path = _file(tmp_path / "sep.jsonl", SEPARATED)
-    con = connect(None)
-    result = ingest_file(con, path, IngestOptions(fast=fast))
+    con = open_store(None)
+    result = con.ingest_file(path, IngestOptions(fast=fast))
     assert result.n_trajectories == len(SEPARATED)
     rows = con.execute("SELECT run, task_id FROM trajectories ORDER BY source_line").fetchall()
     assert rows == SEPARATED
@@ -53,15 +53,15 @@ def test_trajectories_whose_parts_hold_the_old_separator_are_all_stored(
 def test_the_fast_path_takes_such_a_file_and_both_paths_agree(tmp_path: Path,
                                                              monkeypatch) -> None:
     path = _file(tmp_path / "sep.jsonl", SEPARATED)
-    slow = connect(None)
-    ingest_file(slow, path, IngestOptions(fast=False))
+    slow = open_store(None)
+    slow.ingest_file(path, IngestOptions(fast=False))
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the Python reader was used; the fast path declined")
 
     monkeypatch.setattr(store_module, "_write_trajectories", forbidden)
-    fast = connect(None)
-    ingest_file(fast, path, IngestOptions(fast=True))
+    fast = open_store(None)
+    fast.ingest_file(path, IngestOptions(fast=True))
     query = "SELECT * FROM trajectories ORDER BY traj_id"
     assert fast.execute(query).fetchall() == slow.execute(query).fetchall()
     turns = "SELECT traj_id, t, action FROM turns ORDER BY traj_id, t"

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from recovery.errors import InputProblem
-from recovery.store import SCHEMA_VERSION, connect
+from recovery.store import SCHEMA_VERSION, open_store
 from tests.cli_support import run_cli as run
 from tests.cli_support import table_rows
 
@@ -80,14 +80,14 @@ def test_a_newer_store_is_refused_and_left_as_it_was(store: Path, tmp_path: Path
         assert f"up to {SCHEMA_VERSION}" in line
     assert table_rows(store, TABLES) == before  # not written into, not relabelled
     with pytest.raises(InputProblem, match="schema version 99"):
-        connect(store, read_only=True)
+        open_store(store, read_only=True)
 
 
 def test_a_store_with_an_unreadable_version_is_refused(store: Path) -> None:
     set_version(store, "two")
     before = table_rows(store, TABLES)
     with pytest.raises(InputProblem, match=r"schema version 'two'"):
-        connect(store)
+        open_store(store)
     assert table_rows(store, TABLES) == before
 
 
@@ -137,20 +137,20 @@ def test_an_older_store_is_upgraded_in_one_transaction(store: Path,
     make_version_1(store)
     before = catalog(store)
     with pytest.raises(InputProblem, match="older version"):
-        connect(store, read_only=True)
+        open_store(store, read_only=True)
     import recovery.store.ddl as ddl
 
     # a failure late in the upgrade (the views come after the new column and its values)
     monkeypatch.setattr(ddl, "VIEWS_DDL", "CREATE VIEW broken AS SELECT nope FROM nowhere;")
     with pytest.raises(InputProblem) as failed:
-        connect(store)
+        open_store(store)
     assert str(store) in str(failed.value) and "unchanged" in str(failed.value)
     assert catalog(store) == before  # no end_reason column, no view: as it was
     con = duckdb.connect(str(store), read_only=True)
     assert con.execute("SELECT value FROM store_info").fetchall() == [("1",)]
     con.close()
     monkeypatch.undo()
-    con = connect(store)
+    con = open_store(store)
     assert con.execute("SELECT count(*) FROM trajectories WHERE end_reason IS NULL").fetchone() \
         == (0,)
     assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
@@ -164,7 +164,7 @@ def test_a_first_version_store_without_store_info_is_upgraded(store: Path) -> No
     con.execute("DROP TABLE store_info")
     con.close()
     rows = table_rows(store, ("trajectories", "turns"))
-    con = connect(store)
+    con = open_store(store)
     assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
     con.close()
     assert {t: r for t, r in table_rows(store, ("trajectories", "turns")).items()
@@ -185,7 +185,7 @@ def test_a_version_2_store_gets_the_new_ids_in_every_table(store: Path, tmp_path
     con.execute("UPDATE store_info SET value = '2' WHERE key = 'schema_version'")
     (n_spells,) = con.execute("SELECT count(*) FROM error_spells").fetchone()
     con.close()
-    con = connect(store)
+    con = open_store(store)
     ids = con.execute("SELECT traj_id, run, task_id, budget, sample FROM trajectories").fetchall()
     assert ids and all(tid == make_traj_id(run, task, budget, sample)
                        for tid, run, task, budget, sample in ids)
@@ -230,9 +230,9 @@ def damaged(kind: str, store: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("kind", ["random", "truncated", "cut-in-half", "text", "empty"])
 def test_a_damaged_file_is_one_line(kind: str, store: Path, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import recovery.store.connection
+    import recovery.store.duckdb_store
 
-    monkeypatch.setattr(recovery.store.connection, "EMPTY_FILE_WAIT", 0.1)
+    monkeypatch.setattr(recovery.store.duckdb_store, "EMPTY_FILE_WAIT", 0.1)
     path = damaged(kind, store, tmp_path)
     data = path.read_bytes()
     for args in (("sql", "SELECT count(*) FROM turns", "--store", path),
@@ -301,7 +301,7 @@ def test_a_store_cut_short_after_its_catalog_is_refused_at_open(tmp_path: Path) 
     """The catalog and store_info read fine; only a query reaching the lost blocks would
     fail, in the middle of an analysis."""
     path = tmp_path / "big.duckdb"
-    con = connect(path)
+    con = open_store(path)
     for n in (2_000, 50_000):  # the second checkpoint's data lands after the catalog
         con.execute("INSERT INTO turns (traj_id, t, observation) SELECT 'x' || i, i, "
                     "md5(i::VARCHAR) || md5((i + 1)::VARCHAR) FROM range(?) r(i)", [n])
@@ -317,5 +317,5 @@ def test_a_store_cut_short_after_its_catalog_is_refused_at_open(tmp_path: Path) 
     raw.close()
     for read_only in (True, False):
         with pytest.raises(InputProblem, match=f"{cut} is not a DuckDB store: it is damaged"):
-            connect(cut, read_only=read_only)
+            open_store(cut, read_only=read_only)
     assert cut.read_bytes() == data[: len(data) - 300_000]

@@ -8,7 +8,7 @@ import pytest
 from analyses.frames import trajectories_frame
 from analyses.passkt import pass_at_kt, pass_hat_kt
 from recovery.simulate import PRESETS, SimConfig
-from recovery.store import connect, ingest_file
+from recovery.store import open_store
 from tests.conftest import TAU_AIRLINE, simulated_store
 
 LIMITS = [1, 3, 7, 10, 13, 40, 1000, None]
@@ -64,8 +64,8 @@ def test_a_limit_off_a_runs_grid_keeps_the_run(sim_con) -> None:
 def test_macros_on_tau_bench() -> None:
     if not TAU_AIRLINE.exists():
         pytest.skip("real data not found")
-    con = connect(None)
-    ingest_file(con, TAU_AIRLINE)
+    con = open_store(None)
+    con.ingest_file(TAU_AIRLINE)
     _compare(con, "pass_at_kt_at", pass_at_kt)
     assert con.execute("SELECT round(value, 3) FROM pass_at_kt_at(10) WHERE k = 1").fetchall() \
         == [(0.255,)]

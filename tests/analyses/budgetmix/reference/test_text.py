@@ -7,7 +7,6 @@ import pytest
 
 from analyses.budgetmix.reference.env import ENDS, EVENTS, EnvParams
 from analyses.budgetmix.reference.text import render_episode
-from recovery.store import ingest_trajectories
 
 torch = pytest.importorskip("torch")
 
@@ -18,7 +17,7 @@ def test_rendered_errors_are_marked_by_the_builtin_rules(con):
     roll = _run([0.0, 0.0, 0.0, 0.0], EnvParams(), n=300, length=6, budget=10, seed=4)
     trajectories = [render_episode(roll, i, run="mixed", task_id=f"task{i // 3:03d}",
                                    sample=i % 3, seed=0) for i in range(len(roll))]
-    ingest_trajectories(con, trajectories)
+    con.ingest_trajectories(trajectories)
     turns = con.execute(
         "SELECT is_error, json_extract_string(meta, '$.true_error') AS truth, "
         "json_extract_string(meta, '$.event') AS event, recovery_of FROM turns"

@@ -61,7 +61,7 @@ def test_train_sim_tiny_runs_and_its_outputs_analyse_cleanly(tmp_path):
     from analyses.budgetmix.rewards import export_shaped_rewards
     from prm.score import score_store
     from recovery.cli import main
-    from recovery.store import connect
+    from recovery.store import open_store
 
     result = train_sim(_tiny(tmp_path), scorer_factory=tfidf_scorer_factory(),
                        echo=lambda line: None)
@@ -93,7 +93,7 @@ def test_train_sim_tiny_runs_and_its_outputs_analyse_cleanly(tmp_path):
         for t in (4, 8):
             assert cells[(1, t)] == pytest.approx(mode.eval_success[t])  # equal samples per task
     # the trainer's PRM scores the evaluation store, and the rewards join it one to one
-    con = connect(store)
+    con = open_store(store)
     try:
         scored = score_store(con, prm_mode.prm, name="trainer-prm")
         n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]

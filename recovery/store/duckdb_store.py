@@ -1,9 +1,10 @@
-"""Opening a store: the one DuckDB connection every function of the toolkit takes.
+"""The DuckDB-file store (and the in-memory store): :class:`DuckDBStore`.
 
-A store is a DuckDB file, or a folder of Parquet files (:mod:`recovery.store.folder`). A file
-that cannot be opened as a store (damaged, not DuckDB, another program's database, a newer
-store, or locked by a process writing it) is refused with one line naming it
-(:class:`recovery.errors.InputProblem`), before anything is written to it.
+A file that cannot be opened as a store (damaged, not DuckDB, another program's database, a
+newer store, or locked by a process writing it) is refused with one line naming it
+(:class:`recovery.errors.InputProblem`), before anything is written to it. Writes are DuckDB
+transactions: each ingested file, each re-mark and each replacement of a model's scores is
+committed whole or not at all.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recovery.errors import InputProblem
+from recovery.store.base import Store, relation_of
 from recovery.store.ddl import check_schema, ensure_schema
+from recovery.store.ingest import IngestOptions, IngestResult, in_transaction
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any
+
     import duckdb
+
+    from recovery.marking import RuleSet
+    from recovery.schema import Trajectory
 
 EMPTY_FILE_WAIT = 0.5
 """Seconds an empty store file is waited for before it is refused: a process creating the
@@ -121,46 +130,33 @@ def _check_length(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         )
 
 
-def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the store (in memory when ``path`` is None) and make sure its tables exist.
+def open_duckdb(path: str | Path | None = None, *, read_only: bool = False) -> DuckDBStore:
+    """Open a DuckDB-file store (in memory when ``path`` is None) and make sure its tables
+    exist.
 
-    A folder store (an existing directory, a path ending in ``/``, or an object-storage URL:
-    :func:`recovery.store.folder.is_folder_store`) opens as an in-memory connection whose
-    tables are views over its Parquet files; writes go through this package's functions
-    (:func:`recovery.store.ingest_file`, :func:`recovery.store.replace_step_scores`, and
-    re-marking with :func:`recovery.store.folder.mark_folder`).
-
-    A DuckDB file's schema version is read first (:func:`recovery.store.ddl.store_version`):
-    a newer store, or a database with tables that is not a store, is refused before anything
+    The file's schema version is read first (:func:`recovery.store.ddl.store_version`): a
+    newer store, or a database with tables that is not a store, is refused before anything
     is written; an older store is upgraded in one transaction when opened for writing.
 
     Args:
-        path: The DuckDB file or the folder store; ``None`` or ``":memory:"`` for an in-memory
-            store.
+        path: The DuckDB file; ``None`` or ``":memory:"`` for an in-memory store.
         read_only: Open read-only (the store must exist; nothing is created).
 
-    Returns:
-        The connection to pass to every other function.
-
     Raises:
-        FileNotFoundError: when ``read_only`` and the store does not exist.
-        InputProblem: one line naming the file, when it cannot be used as a store: damaged or
-            not a DuckDB file, locked by another process, not a store of this toolkit, or of a
-            schema version this toolkit does not read.
+        InputProblem: one line naming the file, when it does not exist (``read_only``) or
+            cannot be used as a store: damaged or not a DuckDB file, locked by another
+            process, not a store of this toolkit, or of a schema version this toolkit does
+            not read.
     """
     import duckdb
 
-    from recovery.store.folder import connect_folder, is_folder_store
-
-    if is_folder_store(path):
-        return connect_folder(path, read_only=read_only)
     if path is None or str(path) == ":memory:":
         con = duckdb.connect(":memory:")
         label: str | Path = ":memory:"
     else:
         path = label = Path(path)
         if read_only and not path.exists():
-            raise FileNotFoundError(f"store {path} does not exist")
+            raise InputProblem(f"store {path} does not exist")
         con = _open_file(path, read_only)
     try:
         if isinstance(label, Path):
@@ -177,4 +173,93 @@ def connect(path: str | Path | None = None, *, read_only: bool = False) -> duckd
     except BaseException:
         con.close()
         raise
-    return con
+    return DuckDBStore(con, str(label), read_only=read_only)
+
+
+class DuckDBStore(Store):
+    """A store in one DuckDB file (or in memory): every write is one DuckDB transaction."""
+
+    kind = "duckdb"
+
+    def ingest_file(self, path: str | Path, options: IngestOptions | None = None) -> IngestResult:
+        """See :meth:`recovery.store.Store.ingest_file`."""
+        from recovery.store.ingest import ingest_into
+
+        self._check_writable("ingest")
+        return ingest_into(self.con, Path(path), options or IngestOptions())
+
+    def ingest_trajectories(
+        self,
+        trajectories: Iterable[Trajectory],
+        *,
+        source: str = "<python>",
+        options: IngestOptions | None = None,
+    ) -> IngestResult:
+        """See :meth:`recovery.store.Store.ingest_trajectories`."""
+        from recovery.store.ingest import store_trajectories
+
+        self._check_writable("ingest")
+        return store_trajectories(self.con, trajectories, source=source,
+                                  options=options or IngestOptions())
+
+    def mark(
+        self,
+        rules: RuleSet | None = None,
+        traj_ids: Sequence[str] | None = None,
+        *,
+        prm_model: str | None = None,
+        prm_threshold: float = 0.5,
+    ) -> dict[str, int]:
+        """See :meth:`recovery.store.Store.mark`."""
+        from recovery.store.marks import write_marks
+
+        self._check_writable("mark")
+        return in_transaction(self.con, lambda: write_marks(
+            self.con, rules, traj_ids, prm_model=prm_model, prm_threshold=prm_threshold))
+
+    def rebuild_spells(self, traj_ids: Sequence[str] | None = None) -> None:
+        """Recompute ``error_spells`` and ``turns.recovery_of`` from the turns' current marks
+        (after ``turns.error_kind``/``is_error`` were edited by hand with SQL), atomically.
+
+        Args:
+            traj_ids: The trajectories; ``None`` = all.
+        """
+        from recovery.store.marks import rebuild_spells
+
+        self._check_writable("rebuild spells")
+        in_transaction(self.con, lambda: rebuild_spells(self.con, traj_ids))
+
+    def replace_step_scores(self, scores: Any, model: str) -> None:
+        """See :meth:`recovery.store.Store.replace_step_scores`. One transaction deletes the
+        model's old rows of those trajectories and inserts the new ones."""
+        self._check_writable("write step scores")
+        name, done = relation_of(self.con, scores)
+
+        def replace() -> None:
+            self.con.execute(
+                f"DELETE FROM step_scores WHERE model = ? AND traj_id IN "
+                f"(SELECT DISTINCT traj_id FROM {name})",
+                [model],
+            )
+            self.con.execute(
+                f"INSERT INTO step_scores SELECT traj_id, t, ?, score FROM {name}", [model]
+            )
+
+        try:
+            in_transaction(self.con, replace)
+        finally:
+            done()
+
+    def remove_if_unused(self) -> bool:
+        """See :meth:`recovery.store.Store.remove_if_unused`: the file (and its WAL) goes
+        when no trajectory and no ingest is recorded in it."""
+        (rows,) = self.con.execute(
+            "SELECT (SELECT count(*) FROM trajectories) + (SELECT count(*) FROM ingests)"
+        ).fetchone()
+        self.close()
+        if rows or self.location == ":memory:":
+            return False
+        for leftover in (Path(self.location), Path(f"{self.location}.wal")):
+            if not leftover.is_dir():
+                leftover.unlink(missing_ok=True)
+        return True

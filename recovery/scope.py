@@ -1,4 +1,5 @@
-"""Scoping queries to some trajectories: the one mechanism every module uses."""
+"""Scoping queries to some trajectories: the one mechanism every module uses (a store, its
+marking and every analysis)."""
 
 from __future__ import annotations
 
