@@ -4,11 +4,20 @@ BudgetMix's reference trainer (:mod:`analyses.budgetmix.reference`) refits its P
 rollouts of each round and scores the next round's turns with it; it takes any object with
 ``fit``, ``score``, ``save`` and ``n_fits`` (:class:`analyses.budgetmix.scorer.StepScorer`), so
 that analyses never imports prm. :class:`TfidfStepScorer` is that object, built from
-:class:`prm.baseline.TfidfStepBaseline`.
+:class:`prm.baseline.TfidfStepBaseline`; :class:`StructuredStepScorer` is the same interface
+(``fit`` / ``score``) over :class:`prm.structured.StructuredStepModel`, in the hindsight
+setting by default (the episode's end and outcome among the features: a scorer that reads
+finished episodes, as BudgetMix's credit does).
+
+Both fit on :class:`recovery.schema.Trajectory` objects through an in-memory store (marked by
+the built-in rules). A fit whose targets are all one class has nothing to learn: it keeps the
+previous model, warns, and says so in ``last_fit``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +34,11 @@ class TfidfStepScorer:
 
     :meth:`fit` ingests the trajectories into an in-memory store (marked by the built-in
     rules), reads ``labels`` targets and fits :class:`prm.baseline.TfidfStepBaseline`; a refit
-    whose targets are all one class keeps the previous model.
+    whose targets are all one class keeps the previous model (with a warning).
+
+    Attributes:
+        n_fits: Fits that learnt a model.
+        last_fit: What the last :meth:`fit` did: ``fitted``, or why it kept the previous model.
 
     Args:
         labels: Label source of the targets (see ``prm.labels``).
@@ -36,28 +49,29 @@ class TfidfStepScorer:
         self.labels = labels
         self.max_features = max_features
         self.n_fits = 0
+        self.last_fit = "not fitted"
         self._baseline: Any = None
 
-    def fit(self, trajectories: Sequence[Trajectory]) -> None:
-        """Fit on the trajectories' turns (see the class docstring)."""
-        from prm.baseline import TfidfStepBaseline, turn_frame
-        from prm.data import load_step_examples
-        from recovery.store import connect, ingest_trajectories
+    def fit(self, trajectories: Sequence[Trajectory]) -> TfidfStepScorer:
+        """Fit on the trajectories' turns (see the class docstring).
 
-        con = connect(None)
-        try:
-            ingest_trajectories(con, list(trajectories), source="train-sim")
-            examples = load_step_examples(con, labels=self.labels, base="outcome")
-        finally:
-            con.close()
+        Returns:
+            self; ``last_fit`` says whether this call fitted or kept the previous model.
+        """
+        from prm.baseline import TfidfStepBaseline, turn_frame
+
+        examples = _step_examples(trajectories, self.labels)
         frame = turn_frame(examples)
         try:
             self._baseline = TfidfStepBaseline(max_features=self.max_features).fit(
                 frame, frame["target"].to_numpy()
             )
         except ValueError:  # all one class: nothing to learn, keep the previous model
-            return
+            self.last_fit = _kept(self._baseline is not None, len(frame))
+            return self
         self.n_fits += 1
+        self.last_fit = "fitted"
+        return self
 
     def score(self, trajectories: Sequence[Trajectory]) -> np.ndarray:
         """Scores of every turn, trajectory by trajectory (flat, in turn order).
@@ -94,6 +108,118 @@ class TfidfStepScorer:
         if self._baseline is None:
             raise ValueError("the scorer has not been fitted")
         save_baseline_model(directory, self._baseline, labels=self.labels, label_base="outcome")
+
+
+class StructuredStepScorer:
+    """The structured PRM (:class:`prm.structured.StructuredStepModel`) behind the same
+    ``fit`` / ``score`` interface as :class:`TfidfStepScorer`.
+
+    :meth:`fit` ingests the trajectories into an in-memory store, reads ``labels`` targets,
+    computes the turn features of ``setting`` (:func:`prm.features.step_features`) and fits the
+    model (its ``C``, text block and threshold chosen by its inner grouped folds). The sibling
+    (self-consistency) features are left out: BudgetMix scores each finished episode alone,
+    where they would be neutral, so the model is not fitted on what it would not see.
+
+    Args:
+        labels: Label source of the targets (see ``prm.labels``).
+        setting: ``hindsight`` (default: the episode's end and outcome are features) or
+            ``blind``.
+        seed: Seed of the model's inner folds.
+
+    Attributes:
+        n_fits: Fits that learnt a model.
+        last_fit: What the last :meth:`fit` did: ``fitted``, or why it kept the previous model.
+        model: The fitted :class:`prm.structured.StructuredStepModel` (``None`` before).
+    """
+
+    def __init__(self, labels: str = "outcome", setting: str = "hindsight", seed: int = 0):
+        self.labels = labels
+        self.setting = setting
+        self.seed = seed
+        self.n_fits = 0
+        self.last_fit = "not fitted"
+        self.model: Any = None
+
+    def fit(self, trajectories: Sequence[Trajectory]) -> StructuredStepScorer:
+        """Fit on the trajectories' turns (see the class docstring).
+
+        Returns:
+            self; ``last_fit`` says whether this call fitted or kept the previous model.
+        """
+        from prm.frozen import turn_rows
+        from prm.structured import StructuredStepModel
+        from recovery.errors import InputProblem
+
+        examples, table, names = _from_store(trajectories, self.labels, self.setting)
+        rows = turn_rows(examples).merge(table.drop(columns=["task_id", "run"]),
+                                         on=["traj_id", "t"], validate="one_to_one")
+        try:
+            model = StructuredStepModel(setting=self.setting, seed=self.seed).fit(
+                rows, rows["target"].to_numpy(), names)
+        except InputProblem:  # all one class: nothing to learn, keep the previous model
+            self.last_fit = _kept(self.model is not None, len(rows))
+            return self
+        self.model = model
+        self.n_fits += 1
+        self.last_fit = "fitted"
+        return self
+
+    def score(self, trajectories: Sequence[Trajectory]) -> np.ndarray:
+        """Scores (P(not an error)) of every turn, trajectory by trajectory (flat, in turn
+        order)."""
+        import numpy as np
+
+        if self.model is None:
+            raise ValueError("the scorer has not been fitted")
+        trajectories = list(trajectories)
+        if not any(tr.turns for tr in trajectories):
+            return np.zeros(0)
+        # each its own run (k<index>): distinct in the store, and back in the given order
+        renamed = [dataclasses.replace(tr, run=f"k{k}", sample=0)
+                   for k, tr in enumerate(trajectories)]
+        _, table, _ = _from_store(renamed, None, self.setting)
+        scored = self.model.score_steps(table.drop(columns=["run"]))
+        index = table.set_index(["traj_id", "t"])["run"].str[1:].astype(int)
+        scored = scored.assign(_k=[index[(a, b)] for a, b in zip(
+            scored["traj_id"], scored["t"], strict=True)]).sort_values(["_k", "t"], kind="stable")
+        return scored["score"].to_numpy(dtype=float)
+
+
+def _kept(had_model: bool, n_turns: int) -> str:
+    """Warn that a fit kept the previous model (all targets one class); the ``last_fit``."""
+    what = "kept the previous model" if had_model else "left the scorer unfitted"
+    message = (f"the PRM's {n_turns} training turns all have targets of one class: nothing to "
+               f"learn, {what}")
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return message
+
+
+def _step_examples(trajectories: Sequence[Trajectory], labels: str) -> list[Any]:
+    """The trajectories' step examples (``labels`` targets, outcome base), via a store."""
+    return _from_store(trajectories, labels, None)[0]
+
+
+def _from_store(trajectories: Sequence[Trajectory], labels: str | None, setting: str | None
+                ) -> tuple[list[Any], Any, list[str]]:
+    """Ingest into an in-memory store; the step examples (``labels`` targets, outcome base;
+    none when ``labels`` is ``None``) and the turn features of ``setting`` (no sibling
+    features; ``traj_id, t``, the features, the texts, ``run`` and ``task_id``; ``None``
+    when ``setting`` is ``None``) with their names."""
+    from prm.data import load_step_examples
+    from prm.features import load_turn_frame, step_features
+    from recovery.store import open_store
+
+    with open_store(None) as store:
+        store.ingest_trajectories(list(trajectories), source="train-sim")
+        examples = (load_step_examples(store.con, labels=labels, base="outcome")
+                    if labels is not None else [])
+        frame = load_turn_frame(store.con) if setting is not None else None
+    if frame is None:
+        return examples, None, []
+    features = step_features(frame, setting, siblings=False)
+    ids = frame[["traj_id", "run", "task_id"]].drop_duplicates("traj_id")
+    table = features.table.merge(ids, on="traj_id", how="left", validate="many_to_one")
+    return examples, table, features.names
 
 
 def tfidf_scorer_factory(labels: str = "outcome") -> Callable[[], TfidfStepScorer]:
