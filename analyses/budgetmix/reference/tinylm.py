@@ -22,20 +22,36 @@ def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
 
 
-def scripted_conversations(env_factory: Any, rows: list[dict[str, Any]], n_turns: int,
+def scripted_conversations(env_factory: Any, rows: list[dict[str, Any]], n_turns: int | None,
                            seed: int = 0, explore: float = 0.2) -> list[list[dict[str, Any]]]:
     """Conversations of scripted tool calls played against fresh environments (SFT data).
 
     The script applies units one by one and repairs after an error; with probability
     ``explore`` it applies a batch instead.
+
+    Args:
+        env_factory: Builds a fresh environment (``reset(**row)``, tools as methods).
+        rows: Task rows; ``row["prompt"][0]["content"]`` is prepended to the task's text.
+        n_turns: Turns per conversation; ``None`` plays each episode to its end (the task
+            finished, or the row's ``max_turns`` used up).
+        seed: Seed of the script's choices.
+        explore: Probability of a batch instead of a single unit.
+
+    Returns:
+        One message list per row (user, then assistant tool call / tool answer pairs).
     """
+    from analyses.budgetmix.assign import row_budget
+
     rng = random.Random(seed)
     conversations = []
     for row in rows:
         env = env_factory()
         messages = [{"role": "user", "content": row["prompt"][0]["content"] + env.reset(**row)}]
         last = ""
-        for _ in range(n_turns):
+        limit = n_turns if n_turns is not None else (row_budget(row) or 10)
+        for _ in range(limit):
+            if n_turns is None and getattr(env, "finished", None) is not None:
+                break
             if last.startswith(("Error", "Invalid", "Could not")):
                 name = "diagnose_and_fix"
             else:
@@ -89,8 +105,19 @@ def build_model(tokenizer: Any, seed: int = 0) -> Any:
 
 
 def supervised_warm_start(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]],
-                          tools: list[dict[str, Any]], steps: int = 60, lr: float = 3e-3) -> float:
+                          tools: list[dict[str, Any]], steps: int = 60, lr: float = 3e-3,
+                          batch_size: int | None = None, seed: int = 0) -> float:
     """Teach the model to answer with tool calls: loss on the assistant spans only.
+
+    Args:
+        model: The causal LM (trained in place).
+        tokenizer: Its chat tokenizer.
+        conversations: Message lists (see :func:`scripted_conversations`).
+        tools: The tools' JSON schemas (rendered in the system prompt).
+        steps: Optimiser steps.
+        lr: Adam's learning rate.
+        batch_size: Conversations per step, drawn at random; ``None`` = all of them.
+        seed: Seed of the mini-batch draws.
 
     Returns:
         The last step's mean loss.
@@ -117,11 +144,19 @@ def supervised_warm_start(model: Any, tokenizer: Any, conversations: list[list[d
     input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in examples])
     attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in examples])
     targets = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in examples])
+    device = next(model.parameters()).device
+    input_ids, attention, targets = input_ids.to(device), attention.to(device), targets.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     loss_value = float("nan")
+    generator = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=targets).loss
+        if batch_size is None or batch_size >= len(examples):
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=targets).loss
+        else:
+            pick = torch.randperm(len(examples), generator=generator)[:batch_size]
+            loss = model(input_ids=input_ids[pick], attention_mask=attention[pick],
+                         labels=targets[pick]).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
