@@ -47,7 +47,8 @@ def test_library_modules_do_not_import_click() -> None:
 
 def test_no_import_cycle_between_modules() -> None:
     grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (dev extra)")
-    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True)
+    # type-checking imports count: a cycle through a type hint is still a cycle
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=False)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
