@@ -16,14 +16,14 @@ from prm.features import SETTINGS
 from prm.labels import LABEL_SOURCES, RECOVERY_BASES
 from prm.model import POOLS
 from prm.spec import TinyConfig
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 
 MODES = ("auto", "full", "lora", "frozen")
 HEADS = ("auto", "binary", "ternary")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(CheckedOptions):
     """Options of ``prm train`` (and of :func:`train`)."""
 
     store: Path | None = opt(None, "DuckDB store to train on.", required=True)

@@ -47,3 +47,33 @@ def opt(
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def check_choices(config: Any) -> None:
+    """Refuse a value outside an option's ``choices`` (each item, for a list), as the command
+    line does, so that a config made in Python is held to the same values.
+
+    Raises:
+        UsageProblem: naming the option, the value and the allowed ones.
+    """
+    from recovery.errors import UsageProblem
+
+    for f in dataclasses.fields(config):
+        choices = f.metadata.get("choices")
+        if not choices:
+            continue
+        value = getattr(config, f.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        bad = [v for v in values if v is not None and v not in choices]
+        if bad:
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise UsageProblem(f"{flag.split('/')[0]}: {bad[0]!r} is not one of "
+                               f"{', '.join(map(str, choices))}")
+
+
+class CheckedOptions:
+    """Base of a command's options dataclass: its ``choices`` are checked when it is made
+    (:func:`check_choices`); a subclass with a ``__post_init__`` of its own calls this one."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analyses.budgetmix.schedule import MAX_BUDGET, BudgetSchedule, validate_schedule
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 from recovery.jsonsafe import dumps
 
@@ -51,7 +51,7 @@ DATASET_SUFFIXES = (".parquet", ".jsonl")
 
 
 @dataclass
-class AssignConfig:
+class AssignConfig(CheckedOptions):
     """Options of ``recovery budgetmix assign`` (and of :func:`assign`)."""
 
     schedule: Path | None = opt(

@@ -15,12 +15,12 @@ from analyses.budgetmix.schedule import (
     uniform_schedule,
 )
 from analyses.budgetmix.store import open_existing_store
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 
 
 @dataclass
-class PlanConfig:
+class PlanConfig(CheckedOptions):
     """Options of ``recovery budgetmix plan`` (and of :func:`plan_schedule`)."""
 
     store: Path | None = opt(None, "DuckDB store (needed by --strategy adaptive).")

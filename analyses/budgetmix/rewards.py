@@ -22,7 +22,7 @@ import numpy as np
 from analyses.budgetmix.alignment import render_offsets
 from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
 from analyses.budgetmix.store import open_existing_store
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _LIST_COLUMNS = ("score", "potential_before", "potential_after", "outcome", "sha
 
 
 @dataclass
-class RewardsConfig:
+class RewardsConfig(CheckedOptions):
     """Options of ``recovery budgetmix rewards`` (and of :func:`export_rewards`)."""
 
     store: Path | None = opt(None, "DuckDB store with step_scores (prm score).", required=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ Echo = Callable[[str], None]
 
 
 @dataclass
-class AnalyzeConfig:
+class AnalyzeConfig(CheckedOptions):
     """Options of ``recovery analyze`` (and of :func:`analyze`)."""
 
     files: list[Path] = opt(

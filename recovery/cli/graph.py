@@ -22,13 +22,14 @@ from pathlib import Path
 import click
 
 from recovery.cli.options import command_options, opt
+from recovery.config import CheckedOptions
 from recovery.display import printable
 
 SUFFIXES = (".graphml", ".json", ".png", ".svg", ".pdf")
 
 
 @dataclass
-class GraphConfig:
+class GraphConfig(CheckedOptions):
     """Options of ``recovery graph``."""
 
     traj_id: str | None = opt(argument=True, help="Trajectory whose turn graph to write.")

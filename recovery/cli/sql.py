@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from recovery.cli.options import command_options, opt
+from recovery.config import CheckedOptions
 from recovery.query import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ _JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass
-class SqlConfig:
+class SqlConfig(CheckedOptions):
     """Options of ``recovery sql``."""
 
     query: str = opt(argument=True, required=True, help="One SELECT statement.")

@@ -9,12 +9,11 @@ skipped. Plainly valid canonical JSONL is parsed by DuckDB itself
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recovery.formats import (
-    DEFAULT_MAX_RECORD_BYTES,
     ReadOptions,
     detect_format,
     get_reader,
@@ -22,7 +21,6 @@ from recovery.formats import (
 )
 from recovery.formats.files import special_kind
 from recovery.schema import (
-    SUCCESS_THRESHOLD,
     RecordError,
     Trajectory,
     compact_json,
@@ -38,39 +36,54 @@ if TYPE_CHECKING:
     from recovery.marking import RuleSet
     from recovery.store.fast_canonical import FastIngest, SchemaProbe
 
-@dataclass(slots=True)
-class IngestOptions:
-    """Options of one ingest (the Python face of ``recovery ingest``).
+@dataclass(frozen=True, slots=True)
+class IngestOptions(ReadOptions):
+    """Options of one ingest (the Python face of ``recovery ingest``): what every reader is
+    told (:class:`recovery.formats.ReadOptions`: ``run``, ``success_threshold``,
+    ``max_record_bytes``, ``inspect_success``, ``inspect_scorer``, ``results``), and what the
+    store does with what they read. Checked when made, so that Python callers get the same
+    refusals as the command line.
 
     Attributes:
         format: Format name; ``None`` detects it per file.
-        run: Run label that overrides the data's own.
         skip_bad: Store the good records of a file with bad ones, and count the skipped.
-        success_threshold: Reward at or above which an episode counts as a success.
-        max_record_bytes: Larger records are reported as oversized.
         batch_turns: Turns per Arrow batch; bounds memory.
         rules: Error rules for marking; ``None`` = the built-in rules only.
         mark: Run error marking on the new trajectories inside the same transaction.
         fast: Let DuckDB parse plainly valid canonical JSONL itself (see
             :mod:`recovery.store.fast_canonical`); the Python reader handles everything else and
             is used for all files when false.
-        inspect_scorer: Inspect logs: the scorer that decides success (``None`` = first).
-        inspect_success: Inspect logs: score values that count as success.
-        results: A results file deciding success where the format has none (SWE-agent).
+
+    Raises:
+        UnknownFormatError: for a format no reader has.
+        UsageProblem: for a size that is not positive, or a threshold that is not a number.
     """
 
     format: str | None = None
-    run: str | None = None
     skip_bad: bool = False
-    success_threshold: float = SUCCESS_THRESHOLD
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     batch_turns: int = 200_000
     rules: RuleSet | None = None
     mark: bool = True
     fast: bool = True
-    inspect_scorer: str | None = None
-    inspect_success: tuple[str, ...] = ReadOptions().inspect_success
-    results: Path | None = None
+
+    def __post_init__(self) -> None:
+        import math
+
+        from recovery.errors import UsageProblem
+
+        if self.format is not None:
+            get_reader(self.format)  # an unknown name lists the known ones
+        if self.max_record_bytes <= 0:
+            raise UsageProblem(f"the largest record must be > 0 bytes, not {self.max_record_bytes}")
+        if self.batch_turns <= 0:
+            raise UsageProblem(f"turns per batch must be > 0, not {self.batch_turns}")
+        if not math.isfinite(self.success_threshold):
+            raise UsageProblem(f"the success threshold must be a number, not "
+                               f"{self.success_threshold}")
+
+    def read_options(self) -> ReadOptions:
+        """What the readers are told (this options' :class:`ReadOptions` fields)."""
+        return ReadOptions(**{f.name: getattr(self, f.name) for f in fields(ReadOptions)})
 
 
 @dataclass(slots=True)
@@ -361,14 +374,7 @@ def _ingest_file(
     sha = digest.sha256
     if seen_in.execute("SELECT 1 FROM ingests WHERE sha256 = ?", [sha]).fetchall():
         return IngestResult(file=str(path), format=fmt, status="skipped", sha256=sha)
-    read_options = ReadOptions(
-        run=options.run,
-        success_threshold=options.success_threshold,
-        max_record_bytes=options.max_record_bytes,
-        inspect_success=options.inspect_success,
-        inspect_scorer=options.inspect_scorer,
-        results=options.results,
-    )
+    read_options = options.read_options()
 
     def body(fast: bool) -> IngestResult:
         if fast:  # marks the turns before they go in

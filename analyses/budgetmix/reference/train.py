@@ -47,7 +47,7 @@ from analyses.budgetmix.reference.text import render_episode
 from analyses.budgetmix.schedule import BudgetSchedule, parse_budget_range, uniform_schedule
 from analyses.budgetmix.scorer import ScorerFactory, StepScorer
 from analyses.budgetmix.shaping import discounted_returns, shape_rewards
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 from recovery.jsonsafe import dumps, write_json
 from recovery.schema import Trajectory, write_jsonl
 
@@ -59,7 +59,7 @@ MODE_KINDS = ("fixed", "budgetmix", "budgetmix+prm")
 
 
 @dataclass
-class TrainSimConfig:
+class TrainSimConfig(CheckedOptions):
     """Options of ``recovery budgetmix train-sim`` (and of :func:`train_sim`)."""
 
     modes: list[str] = opt(
