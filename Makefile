@@ -49,13 +49,22 @@ clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache
 
 # The trainers' own classes (verl's agent loop) in a venv of their own: verl pulls Ray and, left
-# to itself, a CUDA build of torch (a fresh resolve of verl==0.9.1 picks torch 2.14 with the
-# nvidia-* CUDA 13 wheels, several GB), so the CPU torch is pinned first as in `setup`.
+# to itself, a CUDA build of torch (the newest torch on the indexes, 2.14.1, is the CUDA 13
+# build, which requires the nvidia-*-cu13 wheels, several GB). The CPU torch goes in first, as in `setup`, and the
+# constraints file holds it there while verl's dependencies resolve. verl's agent loop also
+# imports cachetools, fastapi and uvicorn, which verl lists only in its verl-core extra (with
+# torchcodec, nvtx, TransferQueue...), so those three are named here. Only the project itself
+# and pytest are added (the integration tests need nothing from the dev extra).
 .PHONY: test-integrations
 INTEGRATIONS_VENV ?= .venv-integrations
-test-integrations:
-	test -x $(INTEGRATIONS_VENV)/bin/python || $(PYTHON) -m venv $(INTEGRATIONS_VENV)
-	$(INTEGRATIONS_VENV)/bin/pip install --quiet --upgrade pip
-	$(INTEGRATIONS_VENV)/bin/pip install --quiet torch==2.13.0
-	$(INTEGRATIONS_VENV)/bin/pip install --quiet 'verl==0.9.1' torch==2.13.0 -e '.[dev]'
+INTEGRATIONS_PIP   = $(INTEGRATIONS_VENV)/bin/pip
+test-integrations: $(INTEGRATIONS_VENV)/.installed
 	$(INTEGRATIONS_VENV)/bin/pytest -q tests/integrations/ -p no:cacheprovider
+
+$(INTEGRATIONS_VENV)/.installed: pyproject.toml tests/integrations/constraints.txt
+	test -x $(INTEGRATIONS_VENV)/bin/python || $(PYTHON) -m venv $(INTEGRATIONS_VENV)
+	$(INTEGRATIONS_PIP) install --quiet --upgrade pip
+	$(INTEGRATIONS_PIP) install --quiet -c tests/integrations/constraints.txt torch
+	$(INTEGRATIONS_PIP) install --quiet -c tests/integrations/constraints.txt \
+		'verl==0.9.1' cachetools fastapi uvicorn pytest -e .
+	touch $@

@@ -2,7 +2,9 @@
 
 Written against verl's agent loop as in ``verl-project/verl``
 (``verl/experimental/agent_loop/tool_agent_loop.py`` at commit ``f60d13d4``,
-``verl/experimental/agent_loop/agent_loop.py`` at ``2994fde4``). There, ``AgentLoopWorker``
+``verl/experimental/agent_loop/agent_loop.py`` at ``2994fde4``) and tested inside verl 0.9.1's
+own ``AgentLoopWorker`` (``make test-integrations``; only the generation server is a stand-in
+there). In verl, ``AgentLoopWorker``
 builds one agent-loop object per sample (``hydra.utils.instantiate`` of the registry entry
 named by the row's ``agent_name``, or ``actor_rollout_ref.rollout.agent.default_agent_loop``)
 and calls ``run(sampling_params, **kwargs)`` with the row's fields, ``extra_info`` among them;
@@ -87,6 +89,9 @@ def register_agent_loop(name: str = AGENT_NAME) -> type:
 
     Only reaches the process it runs in; for Ray workers use :func:`write_agent_loop_config`.
 
+    Args:
+        name: The registry name (the rows' ``agent_name`` or ``default_agent_loop``).
+
     Returns:
         The class.
     """
@@ -96,7 +101,14 @@ def register_agent_loop(name: str = AGENT_NAME) -> type:
 
 
 def agent_loop_config(name: str = AGENT_NAME) -> list[dict[str, str]]:
-    """The entries of an ``agent_loop_config_path`` file: the name and the class to build."""
+    """The entries of an ``agent_loop_config_path`` file: the name and the class to build.
+
+    Args:
+        name: The registry name.
+
+    Returns:
+        One entry, ``{"name": name, "_target_": TARGET}``.
+    """
     return [{"name": name, "_target_": TARGET}]
 
 
@@ -104,6 +116,10 @@ def write_agent_loop_config(path: str | Path, name: str = AGENT_NAME) -> Path:
     """Write :func:`agent_loop_config` for ``actor_rollout_ref.rollout.agent.agent_loop_config_path``.
 
     The file is JSON, which is also YAML (verl reads it with ``OmegaConf.load``).
+
+    Args:
+        path: Where to write the file.
+        name: The registry name.
 
     Returns:
         The path.
