@@ -217,74 +217,6 @@ def select_where(con: duckdb.DuckDBPyConnection, condition: str,
         side.close()
 
 
-def default_run_name(path: Path) -> str:
-    """The run label a reader gives an input that names no run: a file's stem
-    (``runs/base.jsonl`` -> ``base``), a folder's own name (``runs/babaisai/`` -> ``babaisai``)."""
-    from recovery.formats import stem
-
-    return path.resolve().name if path.is_dir() else stem(path)
-
-
-def distinct_run_names(files: list[Path]) -> dict[Path, str]:
-    """Run labels for the inputs whose default names collide: the parent folder joins the name.
-
-    ``A/babaisai.jsonl`` and ``B/babaisai.jsonl`` would both be run ``babaisai``; they get
-    ``A/babaisai`` and ``B/babaisai``. Inputs whose default name is their own are absent from
-    the result (they keep what the reader gives them), and so is the same path given twice.
-
-    Raises:
-        UsageProblem: when the parent folders do not tell the inputs apart either, naming the
-            flag that sets a run label.
-    """
-    by_name: dict[str, list[Path]] = {}
-    for path in dict.fromkeys(Path(f).resolve() for f in files):
-        if path.exists():
-            by_name.setdefault(default_run_name(path), []).append(path)
-    out: dict[Path, str] = {}
-    for name, paths in by_name.items():
-        if len(paths) < 2:
-            continue
-        labels = {path: f"{path.parent.name}/{name}" for path in paths}
-        for label in set(labels.values()):
-            clash = [str(p) for p, given in labels.items() if given == label]
-            if len(clash) > 1:
-                raise UsageProblem(
-                    f"inputs {' and '.join(clash)} would all be run {label!r}; give each a run "
-                    "label of its own: recovery ingest FILE --run NAME --store S for each, then "
-                    "recovery analyze --store S")
-        out.update(labels)
-    return out
-
-
-def _names_its_run(path: Path, options: IngestOptions) -> bool:
-    """Whether the input's first trajectory carries a run label other than the default one
-    (the data names its run itself, so it keeps it); ``False`` when it cannot be read (the
-    ingest says why)."""
-    from recovery.formats import ReadOptions, read_file
-    from recovery.schema import Trajectory
-
-    records = read_file(path, options.format, ReadOptions(
-        success_threshold=options.success_threshold, results=options.results))
-    try:
-        for record in records:
-            if isinstance(record, Trajectory):
-                return record.run != default_run_name(path)
-    except Exception:  # the ingest reads the file again and reports what is wrong
-        return False
-    finally:
-        records.close()
-    return False
-
-
-def run_names_for(files: list[Path], options: IngestOptions) -> dict[Path, str]:
-    """The run label to give each input whose default name collides with another's and whose
-    data names no run (see :func:`distinct_run_names`); keys are the resolved paths."""
-    if options.run is not None:
-        return {}
-    return {path: label for path, label in distinct_run_names(files).items()
-            if not _names_its_run(path, options)}
-
-
 def ingest_inputs(
     store: Store,
     files: list[Path],
@@ -297,28 +229,22 @@ def ingest_inputs(
     Every file is tried (each in its own transaction) and reported, before any failure stops
     the analysis. A file whose digest is already in the store is not read again; its runs are
     those of the trajectories the store recorded for it. Inputs whose default run names
-    collide and whose data names no run are given distinct names (:func:`run_names_for`),
-    which ``echo`` is told.
+    collide and whose data names no run are given distinct names
+    (:func:`recovery.store.command.run_names_for`), which ``echo`` is told.
 
     Raises:
         InputProblem: when a file cannot be ingested (the store keeps the others).
         UsageProblem: when colliding run names cannot be told apart by their folders.
     """
-    import dataclasses
+    from recovery.store.command import ingest_named, names_line
 
     def report(result) -> None:
         if echo is not None:
             echo(result.summary())
 
-    names = run_names_for(files, options)
-    if names and echo is not None:
-        echo("run names given to inputs of the same name: " + ", ".join(
-            f"{path} -> {label}" for path, label in names.items()))
-    results = []
-    for path in files:
-        label = names.get(Path(path).resolve())
-        file_options = options if label is None else dataclasses.replace(options, run=label)
-        results += store.ingest_files([path], file_options, on_result=report)
+    results, _ = ingest_named(store, files, options, on_result=report,
+                              on_names=None if echo is None else (
+                                  lambda names: echo(names_line(names))))
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise InputProblem(

@@ -3,93 +3,24 @@ folder of Parquet files)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from recovery.cli.options import command_options, opt
+from recovery.cli.options import command_options
 from recovery.display import printable
-from recovery.errors import UsageProblem
-from recovery.formats import ReadOptions
-
-
-@dataclass
-class IngestConfig:
-    """Options of ``recovery ingest``."""
-
-    files: list[Path] = opt(
-        argument=True, required=True, default_factory=list, help="Input files."
-    )
-    store: str | None = opt(
-        None, "Store to write (created when missing): a DuckDB file, or a folder of Parquet "
-        "files when the path is an existing folder or ends in '/' (e.g. runs/); in memory "
-        "when omitted.",
-    )
-    format: str | None = opt(
-        None, "Input format (default: detected per file). Unknown names list the known ones."
-    )
-    run: str | None = opt(None, "Run label for every trajectory, replacing the data's own.")
-    skip_bad: bool = opt(
-        False, "Store the good records of a file with bad ones and print how many were skipped."
-    )
-    rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")
-    max_record_mb: float = opt(512.0, "Largest record accepted, in MB of text (> 0).")
-    success_threshold: float = opt(
-        1.0 - 1e-6, "A final reward at or above this counts as success where no flag is given."
-    )
-    inspect_scorer: str | None = opt(
-        None, "Inspect logs: the scorer whose value decides success (default: the first)."
-    )
-    results: Path | None = opt(
-        None, "A results file that decides success where trajectories carry none (e.g. the "
-        "resolved-instance list of a SWE-bench harness for SWE-agent trajectories).",
-    )
-    inspect_success: list[str] = opt(
-        help="Inspect logs: score values that count as success, comma-separated.",
-        default_factory=lambda: list(ReadOptions().inspect_success),
-    )
+from recovery.store.command import IngestConfig
 
 
 def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
-    """Ingest every file of ``config`` into its store; return the number of failed files."""
+    """Ingest every file of ``config`` into its store; print; return the number of failed
+    files."""
     from tqdm import tqdm
 
-    from recovery.formats import UnknownFormatError, get_reader
-    from recovery.marking import load_rules
-    from recovery.store import IngestOptions, IngestResult, open_store
-
-    if config.format is not None:
-        try:
-            get_reader(config.format)
-        except UnknownFormatError as err:
-            raise click.UsageError(str(err)) from None
-    if config.max_record_mb <= 0:
-        raise click.BadParameter("must be > 0", param_hint="--max-record-mb")
-    options = IngestOptions(
-        format=config.format,
-        run=config.run,
-        skip_bad=config.skip_bad,
-        success_threshold=config.success_threshold,
-        max_record_bytes=int(config.max_record_mb * 1024 * 1024),
-        rules=load_rules(config.rules) if config.rules else None,
-        inspect_scorer=config.inspect_scorer,
-        inspect_success=tuple(config.inspect_success),
-        results=config.results,
-    )
-    import duckdb
-
-    created = config.store is not None and not Path(config.store).exists()
-    try:
-        store = open_store(config.store)
-    except duckdb.Error as err:  # e.g. the store's folder does not exist, or the file is locked
-        raise click.ClickException(f"cannot open store {config.store}: {err}") from None
-    files = tqdm(
-        config.files, desc="ingest", unit="file", file=sys.stderr,
-        disable=len(config.files) < 3, leave=False,
-    )
+    from recovery.formats import UnknownFormatError
+    from recovery.store import IngestResult
+    from recovery.store.command import ingest_command, names_line
 
     def report(result: IngestResult) -> None:
         if result.status == "failed":
@@ -101,46 +32,27 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         if len(result.skipped) > 5:
             tqdm.write(f"  ... and {len(result.skipped) - 5} more", file=sys.stderr)
 
-    try:
-        from analyses.report.analyze import run_names_for
+    def progress(files: list[Path]) -> tqdm:
+        return tqdm(files, desc="ingest", unit="file", file=sys.stderr,
+                    disable=len(files) < 3, leave=False)
 
-        names = run_names_for(config.files, options)
-    except UsageProblem as err:
-        store.close()
-        raise click.UsageError(printable(str(err))) from None
-    if names:
-        echo(printable("run names given to inputs of the same name: " + ", ".join(
-            f"{path} -> {label}" for path, label in names.items())), err=True)
     try:
-        results = []
-        for path in files:
-            label = names.get(Path(path).resolve())
-            file_options = options if label is None else dataclasses.replace(options, run=label)
-            results += store.ingest_files([path], file_options, on_result=report)
-        total = store.con.execute(
-            "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories"
-        ).fetchone()
-        from recovery.quality import run_quality, summary_lines
-
-        # The runs this command stored (or found already stored), not the whole store: the
-        # check costs what the input costs.
-        touched = store.runs_of(results)
-        quality_lines = summary_lines(run_quality(store.con, touched)) if touched else []
-        failed = sum(r.status == "failed" for r in results)
-        # Nothing could be stored: leave no empty store behind for a wrong --format or path.
-        removed = (created and total[0] == 0 and failed and config.store is not None
-                   and store.remove_if_unused())
-    finally:
-        store.close()
-    if removed:
+        outcome = ingest_command(
+            config, on_result=report, progress=progress,
+            on_names=lambda names: echo(printable(names_line(names)), err=True))
+    except UnknownFormatError as err:
+        raise click.UsageError(str(err)) from None
+    if outcome.removed:
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:
-        echo(f"store {config.store or ':memory:'}: {total[0]} trajectories, {total[1]} turns")
-        for line in quality_lines:  # on stderr: stdout keeps one line per file and the total
+        echo(f"store {config.store or ':memory:'}: {outcome.n_trajectories} trajectories, "
+             f"{outcome.n_turns} turns")
+        for line in outcome.quality_lines:  # stderr: stdout keeps one line per file, the total
             echo(printable(line, keep_newlines=True), err=True)
-    if failed:
-        echo(f"{failed} of {len(results)} files failed (nothing from them was stored)", err=True)
-    return failed
+    if outcome.n_failed:
+        echo(f"{outcome.n_failed} of {len(outcome.results)} files failed (nothing from them "
+             "was stored)", err=True)
+    return outcome.n_failed
 
 
 @click.command()
