@@ -54,7 +54,12 @@ class IngestConfig:
 
 
 def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
-    """Ingest every file of ``config`` into its store; return the number of failed files."""
+    """Ingest every file of ``config`` into its store; return the number of failed files.
+
+    Long because it is the command's one sequence (options checked, the store opened, each file
+    read under a progress bar and reported, a store left empty removed), with what each file's
+    failure means visible in place.
+    """
     from tqdm import tqdm
 
     from recovery.formats import UnknownFormatError, get_reader
