@@ -432,13 +432,6 @@ def quality_warnings(
     return out
 
 
-def samples_text(quality: RunQuality) -> str:
-    """``"8"`` or ``"1-8"``: the samples per task of a run."""
-    if quality.samples_min == quality.samples_max:
-        return str(quality.samples_max)
-    return f"{quality.samples_min}-{quality.samples_max}"
-
-
 def summary_lines(
     quality: dict[str, RunQuality], thresholds: QualityThresholds | None = None
 ) -> list[str]:
