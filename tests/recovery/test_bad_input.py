@@ -12,17 +12,16 @@ from pathlib import Path
 import pytest
 
 from recovery.store import IngestError, IngestOptions, connect, ingest_file
+from tests.cli_support import FORMAT_FIXTURES, canonical_store
 from tests.cli_support import run_cli as run
 from tests.cli_support import table_rows as dump
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+FIXTURES = FORMAT_FIXTURES
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    path = tmp_path / "s.duckdb"
-    assert run("ingest", FIXTURES / "canonical.jsonl", "--store", path).exit_code == 0
-    return path
+    return canonical_store(tmp_path)
 
 
 def record(**fields: object) -> dict:
