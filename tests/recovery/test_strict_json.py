@@ -12,9 +12,8 @@ import pytest
 from recovery.formats import UnknownFormatError, detect_format, parse_json, read_file
 from recovery.schema import RecordError
 from recovery.store import IngestError, IngestOptions, connect, ingest_file
-from tests.cli_support import FORMAT_FIXTURES, canonical_store
+from tests.cli_support import FORMAT_FIXTURES, canonical_store, refused
 from tests.cli_support import run_cli as run
-from tests.cli_support import table_rows as dump
 
 FIXTURES = FORMAT_FIXTURES
 
@@ -27,16 +26,6 @@ def store(tmp_path: Path) -> Path:
 def canonical(**fields: object) -> dict:
     return {"task_id": "t", "success": True,
             "turns": [{"action": "a", "observation": "o"}]} | fields
-
-
-def refused(store: Path, path: Path, *extra: object) -> str:
-    """Ingest ``path``; it must fail with one clean message and change nothing."""
-    before = dump(store)
-    result = run("ingest", path, "--store", store, *extra)
-    assert result.exit_code == 1, result.output
-    assert dump(store) == before
-    (message,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    return message
 
 
 # --------------------------------------------------------------------------------------------
