@@ -103,7 +103,7 @@ def seven_figures(seven):
 
 
 def test_no_text_overlaps_or_runs_off_in_any_figure_of_seven_runs(seven_figures):
-    assert len(seven_figures) == 4 + 2 * 2 + 3 * 2
+    assert len(seven_figures) == 3 + 2 * 2 + 3 * 2
     for name, figure in seven_figures.items():
         assert plots.layout_problems(figure) == [], name
 
