@@ -349,18 +349,3 @@ def budgets_to_decompose(shape: BudgetShape, limit: int = 3) -> list[int]:
         if t not in out:
             out.append(t)
     return sorted(out[:limit])
-
-
-def as_frame(diff: BudgetDifference) -> pd.DataFrame:
-    """The difference curve as a frame ``t, value, lo, hi``."""
-    import pandas as pd
-
-    return pd.DataFrame({"t": diff.ts, "value": diff.value, "lo": diff.lo, "hi": diff.hi})
-
-
-def curve_values(curves: Sequence[BudgetCurve], run: str) -> list[float]:
-    """The S(T) values of one run among ``curves``."""
-    for curve in curves:
-        if curve.run == run:
-            return curve.value
-    raise KeyError(run)

@@ -77,7 +77,12 @@ def _engine(
     ``n_boot`` task bootstrap resamples (row 0 = point estimate).
 
     ``progress(done, n_boot)`` is called with 0 first and then after each chunk of replicates,
-    ``done`` counting the bootstrap resamples whose model is computed."""
+    ``done`` counting the bootstrap resamples whose model is computed.
+
+    Long because the point estimate and every bootstrap replicate go through one vectorised
+    computation over (replicate, run, fold, task) arrays made in its first half and used in its
+    second; split, a dozen arrays would pass between the parts.
+    """
     import pandas as pd
 
     traj = traj[is_in(traj["run"], list(runs))].reset_index(drop=True)
@@ -263,6 +268,9 @@ def decompose(
 ) -> pd.DataFrame:
     """The gain of ``candidate`` over ``baseline`` per turn budget, split into single-step
     quality and recovery.
+
+    Long because the docstring documents fourteen arguments and the output's columns; the body
+    is 28 lines.
 
     Args:
         traj: Trajectories frame (both runs; other runs are ignored).

@@ -163,6 +163,8 @@ def pass_at_kt(
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
+    *,
+    warn_mixed: bool = True,
 ) -> pd.DataFrame:
     """Pass@(K,T) per run over a grid of K and T, with percentile bootstrap intervals.
 
@@ -178,6 +180,9 @@ def pass_at_kt(
         n_boot: Bootstrap replicates (tasks resampled with replacement); 0 = no intervals.
         ci: Coverage of the intervals.
         seed: Seed of the bootstrap; each run's resampling depends only on it and the run name.
+        warn_mixed: In truncation mode, a ``UserWarning`` when a run holds trajectories made
+            at several budgets (they are pooled); ``False`` for a caller that says so itself
+            (the report does, in its notes).
 
     Returns:
         One row per (run, k, t) with columns ``run, k, t, value, lo, hi, n_tasks,
@@ -189,7 +194,7 @@ def pass_at_kt(
         ValueError: on an unknown mode, a ``None`` turn limit in budgeted mode, or (budgeted)
             a requested budget that a run lacks; the message lists what is missing.
     """
-    return _grid(trajectories, ks, ts, mode, "pass_at", n_boot, ci, seed)
+    return _grid(trajectories, ks, ts, mode, "pass_at", n_boot, ci, seed, warn_mixed)
 
 
 def pass_hat_kt(
@@ -200,13 +205,15 @@ def pass_hat_kt(
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
+    *,
+    warn_mixed: bool = True,
 ) -> pd.DataFrame:
     """pass^(K,T) (all K samples succeed) per run over a grid of K and T.
 
     Same arguments, output and errors as :func:`pass_at_kt`. It never increases in ``K``
     (with equal sample counts) and never decreases in ``T`` in truncation mode.
     """
-    return _grid(trajectories, ks, ts, mode, "pass_hat", n_boot, ci, seed)
+    return _grid(trajectories, ks, ts, mode, "pass_hat", n_boot, ci, seed, warn_mixed)
 
 
 @dataclass(frozen=True)
@@ -423,6 +430,7 @@ def _grid(
     n_boot: int,
     ci: float,
     seed: int,
+    warn_mixed: bool = True,
 ) -> pd.DataFrame:
     if mode not in ("truncation", "budgeted"):
         raise ValueError(f"mode must be 'truncation' or 'budgeted', got {mode!r}")
@@ -446,7 +454,7 @@ def _grid(
                 "or none was asked for); pass ts= or select runs"
             )
         _check_budgets(data.run_names, budgets, finite_ts)
-    else:
+    elif warn_mixed:
         _warn_mixed_budgets(data.run_names, budgets)
     t_labels: list[int | None] = [*finite_ts, *([None] if with_none else [])]
     if not t_labels or not len(ks_arr):

@@ -176,6 +176,9 @@ def evaluate_model(
     """Score one split of the store with a trained PRM (once) and compute every metric, with
     the model's decisions beside the floors of ``setting``.
 
+    Long because the docstring documents twelve arguments and the result; the body gathers every
+    measure of one scored frame into that result in order.
+
     Args:
         con: The store.
         model_dir: A folder written by ``prm train``, or a loaded

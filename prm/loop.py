@@ -171,6 +171,58 @@ def _save_model(out: Path, scorer: Any, tokenizer: Any, spec: PRMSpec, split: Ta
     return spec
 
 
+@dataclasses.dataclass
+class _Run:
+    """What one training run holds, made by :func:`_setup` and used by the loop's parts.
+
+    Attributes:
+        config: The options.
+        info: This process's place among the processes.
+        out: The output folder.
+        scorer: The model being trained (unwrapped).
+        model: ``scorer``, in DistributedDataParallel when several processes train.
+        tokenizer: The tokenizer.
+        spec: The model's spec; its error threshold is set each time the model is saved.
+        pad_id: The padding token.
+        train_windows: The encoded training windows.
+        val_windows: The encoded validation windows.
+        optimizer: AdamW.
+        scheduler: The learning-rate schedule.
+        total_steps: Optimizer steps of the whole run.
+        position: Where the run is (step, epoch, batch group, best validation loss).
+    """
+
+    config: TrainConfig
+    info: Distributed
+    out: Path
+    scorer: Any
+    model: Any
+    tokenizer: Any
+    spec: PRMSpec
+    pad_id: int
+    train_windows: list[Any]
+    val_windows: list[Any]
+    optimizer: Any
+    scheduler: Any
+    total_steps: int
+    position: TrainPosition
+
+    @property
+    def metrics_path(self) -> Path:
+        """The JSON-lines log of losses and validation numbers."""
+        return self.out / METRICS_FILE
+
+    def epoch_groups(self, epoch: int) -> list[list[list[int]]]:
+        """This process's batches of ``epoch``, ``grad_accum`` to an optimizer step."""
+        from prm.windows import epoch_batches
+
+        config, info = self.config, self.info
+        batches = epoch_batches([len(w) for w in self.train_windows], config.batch_tokens,
+                                config.seed, epoch, info.world_size, info.rank)
+        return [batches[i : i + config.grad_accum]
+                for i in range(0, len(batches), config.grad_accum)]
+
+
 def train_neural(
     config: TrainConfig,
     spec: PRMSpec,
@@ -181,6 +233,10 @@ def train_neural(
     result: TrainResult,
 ) -> TrainResult:
     """Train a neural PRM (``full`` or ``lora``) and save it to ``config.out``.
+
+    The parts, as in nanoGPT's ``train.py``: set-up (:func:`_setup`), one optimizer step
+    (:func:`_train_step`), the loss log (:func:`_log_losses`), a checkpoint, the evaluation
+    after each epoch (:func:`_evaluate`) and the saved model (:func:`_finish`).
 
     Args:
         config: The options.
@@ -193,13 +249,74 @@ def train_neural(
         result: The summary to fill.
     """
     import torch
-    from torch.nn.parallel import DistributedDataParallel
     from tqdm import tqdm
 
-    from prm.backbones import load_backbone, tiny_backbone
-    from prm.model import build_scorer, load_scorer, load_weights, step_loss
+    run = _setup(config, spec, examples, split, resume_from, echo)
+    info = run.info
+    result.steps, result.total_steps = run.position.step, run.total_steps
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16,
+                              enabled=info.device.startswith("cuda"))
+    progress = tqdm(
+        total=run.total_steps, initial=run.position.step, desc="prm train", unit="step",
+        disable=not (info.is_main and config.progress), file=sys.stderr, dynamic_ncols=True,
+    )
+    # Loss sum, micro-batches, real tokens, padded tokens, scored turns; kept on the device so
+    # that logging does not force a host sync on every micro-batch.
+    counters = torch.zeros(5, dtype=torch.float64, device=info.device)
+    started = time.perf_counter()
+    stopped = False
+    for epoch in range(run.position.epoch, config.epochs):
+        groups = run.epoch_groups(epoch)
+        first_group = run.position.group if epoch == run.position.epoch else 0
+        for group_index in range(first_group, len(groups)):
+            _train_step(run, groups[group_index], counters, autocast)
+            run.position = dataclasses.replace(run.position, step=run.position.step + 1,
+                                               epoch=epoch, group=group_index + 1)
+            progress.update(1)
+            at_end = run.position.step == run.total_steps
+            if run.position.step % config.log_every == 0 or at_end:
+                _log_losses(run, counters, result, epoch, time.perf_counter() - started,
+                            progress)
+            if config.save_every and run.position.step % config.save_every == 0 and not at_end:
+                save_checkpoint(run.out, info, scorer=run.scorer, tokenizer=run.tokenizer,
+                                spec=run.spec, optimizer=run.optimizer, scheduler=run.scheduler,
+                                position=run.position, split=split, keep=config.keep_checkpoints)
+            if config.stop_after is not None and run.position.step >= config.stop_after:
+                stopped = not at_end
+                break
+        if stopped:
+            break
+        run.position = dataclasses.replace(run.position, epoch=epoch + 1, group=0)
+        if info.is_main:
+            _evaluate(run, result, split, epoch)
+        barrier(info)
+    progress.close()
+    result.wall_s = time.perf_counter() - started
+    result.steps = run.position.step
+    result.finished = not stopped
+    result.best_step = run.position.best_step
+    if not stopped:
+        _finish(run, result, split, echo)
+    if info.enabled:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return result
+
+
+def _setup(
+    config: TrainConfig, spec: PRMSpec, examples: list[StepExample], split: TaskSplit,
+    resume_from: Path | None, echo: Callable[[str], Any],
+) -> _Run:
+    """The processes (threads, distributed set-up), the output folder, the model (built, or
+    loaded to resume), the encoded windows, the optimizer and schedule, and the position to
+    start from; rank 0 says what it will train."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from prm.config import learning_rate
     from prm.tokenize import TokenIds
-    from prm.windows import collate, encode_examples, epoch_batches
+    from prm.windows import encode_examples
 
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -219,6 +336,55 @@ def train_neural(
     train_examples = split.select(examples, "train")
     val_examples = split.select(examples, "validation")
     torch.manual_seed(config.seed)
+    scorer, tokenizer, spec = _scorer(config, spec, train_examples, info, out, resume_from,
+                                      echo)
+
+    def encode(some: list[StepExample]) -> list[Any]:
+        return encode_examples(some, tokenizer, spec.max_length, spec.max_prompt_tokens,
+                               spec.step_token)
+
+    train_windows, val_windows = encode(train_examples), encode(val_examples)
+    scorer = scorer.to(info.device).train()
+    model = (
+        DistributedDataParallel(scorer, device_ids=[info.local_rank] if on_cuda else None)
+        if info.enabled else scorer
+    )
+    optimizer = make_optimizer(scorer, learning_rate(config, spec.mode), config.weight_decay,
+                               info.device)
+    run = _Run(config=config, info=info, out=out, scorer=scorer, model=model,
+               tokenizer=tokenizer, spec=spec, pad_id=TokenIds.of(tokenizer, spec.step_token).pad,
+               train_windows=train_windows, val_windows=val_windows, optimizer=optimizer,
+               scheduler=None, total_steps=0, position=TrainPosition())
+    # Bucket boundaries move with each epoch's shuffle, so each epoch counts its own batches.
+    run.total_steps = sum(len(run.epoch_groups(epoch)) for epoch in range(config.epochs))
+    warmup_steps = int(config.warmup * run.total_steps)
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, run.total_steps, warmup_steps, config.schedule)
+    )
+    if resume_from is not None:
+        run.position = _resume(resume_from, run)
+    if info.is_main:
+        n_params = sum(p.numel() for p in scorer.parameters())
+        n_trained = sum(p.numel() for p in scorer.parameters() if p.requires_grad)
+        echo(
+            f"train {len(train_examples)} trajectories ({len(train_windows)} windows), "
+            f"validation {len(val_examples)}; {n_params / 1e6:.2f}M parameters"
+            + (f" ({n_trained / 1e6:.2f}M trained, {spec.mode})" if n_trained < n_params else "")
+            + f" on {info.device} x{info.world_size}; {run.total_steps} steps"
+            + (f", resuming at step {run.position.step}" if resume_from else "")
+        )
+    return run
+
+
+def _scorer(
+    config: TrainConfig, spec: PRMSpec, train_examples: list[StepExample], info: Distributed,
+    out: Path, resume_from: Path | None, echo: Callable[[str], Any],
+) -> tuple[Any, Any, PRMSpec]:
+    """The scorer to train, its tokenizer and spec: loaded from ``resume_from``, else built
+    on the backbone (with LoRA adapters in ``lora`` mode), its step token in the spec."""
+    from prm.backbones import load_backbone, tiny_backbone
+    from prm.model import build_scorer, load_scorer
+
     if resume_from is not None:
         loaded = load_scorer(resume_from, device="cpu",
                              trust_remote_code=config.trust_remote_code)
@@ -244,175 +410,127 @@ def train_neural(
             backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    token_ids = TokenIds.of(tokenizer, spec.step_token)
+    return scorer, tokenizer, spec
 
-    def encode(some: list[StepExample]) -> list[Any]:
-        return encode_examples(some, tokenizer, spec.max_length, spec.max_prompt_tokens,
-                               spec.step_token)
 
-    train_windows, val_windows = encode(train_examples), encode(val_examples)
-    lengths = [len(w) for w in train_windows]
-    scorer = scorer.to(info.device).train()
-    model = (
-        DistributedDataParallel(scorer, device_ids=[info.local_rank] if on_cuda else None)
-        if info.enabled else scorer
-    )
-    from prm.config import learning_rate
+def _resume(resume_from: Path, run: _Run) -> TrainPosition:
+    """Load the checkpoint's optimizer, schedule and random state into ``run``; its position."""
+    from prm.model import load_weights
 
-    optimizer = make_optimizer(scorer, learning_rate(config, spec.mode), config.weight_decay,
-                               info.device)
-    # Bucket boundaries move with each epoch's shuffle, so each epoch counts its own batches.
-    total_steps = sum(
-        math.ceil(len(epoch_batches(lengths, config.batch_tokens, config.seed, epoch,
-                                    info.world_size, info.rank)) / config.grad_accum)
-        for epoch in range(config.epochs)
-    )
-    warmup_steps = int(config.warmup * total_steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, total_steps, warmup_steps, config.schedule)
-    )
-    position = TrainPosition()
-    if resume_from is not None:
-        state = read_trainer_state(resume_from)
-        if state["world_size"] != info.world_size:
-            raise ValueError(
-                f"checkpoint {resume_from} was written by {state['world_size']} processes; "
-                f"resume with the same number (now {info.world_size})"
-            )
-        optimizer.load_state_dict(
-            unflatten_optimizer(load_weights(resume_from / OPTIMIZER_FILE), state["optimizer"])
+    info = run.info
+    state = read_trainer_state(resume_from)
+    if state["world_size"] != info.world_size:
+        raise ValueError(
+            f"checkpoint {resume_from} was written by {state['world_size']} processes; "
+            f"resume with the same number (now {info.world_size})"
         )
-        scheduler.load_state_dict(state["scheduler"])
-        position = TrainPosition(state["step"], state["epoch"], state["group"],
-                                 state.get("best_loss"), state.get("best_step"))
-        rng_file = resume_from / f"rng_rank{info.rank}.safetensors"
-        if rng_file.exists():
-            restore_rng(load_weights(rng_file), info.device)
-    metrics_path = out / METRICS_FILE
-    result.steps, result.total_steps = position.step, total_steps
-    if info.is_main:
-        n_params = sum(p.numel() for p in scorer.parameters())
-        n_trained = sum(p.numel() for p in scorer.parameters() if p.requires_grad)
-        echo(
-            f"train {len(train_examples)} trajectories ({len(train_windows)} windows), "
-            f"validation {len(val_examples)}; {n_params / 1e6:.2f}M parameters"
-            + (f" ({n_trained / 1e6:.2f}M trained, {spec.mode})" if n_trained < n_params else "")
-            + f" on {info.device} x{info.world_size}; {total_steps} steps"
-            + (f", resuming at step {position.step}" if resume_from else "")
-        )
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=on_cuda)
-    progress = tqdm(
-        total=total_steps, initial=position.step, desc="prm train", unit="step",
-        disable=not (info.is_main and config.progress), file=sys.stderr, dynamic_ncols=True,
+    run.optimizer.load_state_dict(
+        unflatten_optimizer(load_weights(resume_from / OPTIMIZER_FILE), state["optimizer"])
     )
-    # Loss sum, micro-batches, real tokens, padded tokens, scored turns; kept on the device so
-    # that logging does not force a host sync on every micro-batch.
-    counters = torch.zeros(5, dtype=torch.float64, device=info.device)
-    started = time.perf_counter()
-    stopped = False
-    for epoch in range(position.epoch, config.epochs):
-        batches = epoch_batches(lengths, config.batch_tokens, config.seed, epoch,
-                                info.world_size, info.rank)
-        groups = [batches[i : i + config.grad_accum]
-                  for i in range(0, len(batches), config.grad_accum)]
-        first_group = position.group if epoch == position.epoch else 0
-        for group_index in range(first_group, len(groups)):
-            group = groups[group_index]
-            for j, batch_ids in enumerate(group):
-                batch = collate([train_windows[i] for i in batch_ids], token_ids.pad)
-                batch = batch.to(info.device)
-                last = j == len(group) - 1
-                # Gradients are all-reduced once per optimizer step, not per micro-batch.
-                sync = contextlib.nullcontext() if last or not info.enabled else model.no_sync()
-                with sync:
-                    with autocast:
-                        logits = model(batch.input_ids, batch.step_mask, batch.actions,
-                                       batch.turn_index)
-                    loss = step_loss(logits, batch.targets)
-                    (loss / len(group)).backward()
-                counters[0] += loss.detach().double()
-                counters[1:4] += torch.tensor(
-                    [1.0, batch.n_real_tokens, batch.n_tokens], dtype=torch.float64
-                ).to(info.device)
-                counters[4] += (~batch.targets.isnan()).sum()
-            if config.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(
-                    [p for p in scorer.parameters() if p.requires_grad], config.max_grad_norm
-                )
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            position = dataclasses.replace(position, step=position.step + 1, epoch=epoch,
-                                           group=group_index + 1)
-            progress.update(1)
-            at_end = position.step == total_steps
-            if position.step % config.log_every == 0 or at_end:
-                totals = counters.clone()
-                if info.enabled:
-                    import torch.distributed as dist
+    run.scheduler.load_state_dict(state["scheduler"])
+    rng_file = resume_from / f"rng_rank{info.rank}.safetensors"
+    if rng_file.exists():
+        restore_rng(load_weights(rng_file), info.device)
+    return TrainPosition(state["step"], state["epoch"], state["group"],
+                         state.get("best_loss"), state.get("best_step"))
 
-                    dist.all_reduce(totals)
-                loss_sum, n_micro, real, padded, scored = totals.tolist()
-                mean_loss = loss_sum / max(n_micro, 1.0)
-                result.losses.append((position.step, mean_loss))
-                result.real_tokens += int(real)
-                result.padded_tokens += int(padded)
-                result.scored_turns += int(scored)
-                counters.zero_()
-                elapsed = time.perf_counter() - started
-                if info.is_main:
-                    _log(metrics_path, {
-                        "step": position.step, "epoch": epoch, "loss": mean_loss,
-                        "lr": scheduler.get_last_lr()[0],
-                        "real_tokens": result.real_tokens, "padded_tokens": result.padded_tokens,
-                        "padding_fraction": result.padding_fraction,
-                        "real_tokens_per_s": result.real_tokens / elapsed if elapsed else 0.0,
-                        "elapsed_s": elapsed,
-                    })
-                    progress.set_postfix(loss=f"{mean_loss:.4f}")
-            if config.save_every and position.step % config.save_every == 0 and not at_end:
-                save_checkpoint(out, info, scorer=scorer, tokenizer=tokenizer, spec=spec,
-                                optimizer=optimizer, scheduler=scheduler, position=position,
-                                split=split, keep=config.keep_checkpoints)
-            if config.stop_after is not None and position.step >= config.stop_after:
-                stopped = not at_end
-                break
-        if stopped:
-            break
-        position = dataclasses.replace(position, epoch=epoch + 1, group=0)
-        if info.is_main:
-            result.validation, val_frame = validate(scorer, val_windows, token_ids.pad,
-                                                    info.device, config.batch_tokens)
-            if result.validation:
-                _log(metrics_path, {"step": position.step, "epoch": epoch, **result.validation})
-                scorer.train()
-                loss = result.validation["val_loss"]
-                if config.keep_best and (position.best_loss is None or loss < position.best_loss):
-                    spec = _save_model(out, scorer, tokenizer, spec, split, val_frame)
-                    position = dataclasses.replace(position, best_loss=loss,
-                                                   best_step=position.step)
-        barrier(info)
-    progress.close()
-    result.wall_s = time.perf_counter() - started
-    result.steps = position.step
-    result.finished = not stopped
-    result.best_step = position.best_step
-    if not stopped:
-        if info.is_main:
-            if position.best_step is None:  # no validation: the last weights are the model
-                _, val_frame = validate(scorer, val_windows, token_ids.pad, info.device,
-                                        config.batch_tokens)
-                _save_model(out, scorer, tokenizer, spec, split, val_frame)
-            (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
-            echo(
-                f"saved {out}: {result.steps} steps, {result.real_tokens_per_s:,.0f} real "
-                f"tokens/s, padding {result.padding_fraction:.1%}"
-                + (f"; model = step {position.best_step} (lowest validation loss "
-                   f"{position.best_loss:.4f})" if position.best_step is not None else "")
-            )
-        barrier(info)
-    if info.enabled:
+
+def _train_step(run: _Run, group: list[list[int]], counters: torch.Tensor, autocast: Any
+                ) -> None:
+    """One optimizer step over a group of micro-batches (gradients accumulated, all-reduced
+    once, clipped); ``counters`` take each micro-batch's loss, tokens and scored turns."""
+    import torch
+
+    from prm.model import step_loss
+    from prm.windows import collate
+
+    info = run.info
+    for j, batch_ids in enumerate(group):
+        batch = collate([run.train_windows[i] for i in batch_ids], run.pad_id)
+        batch = batch.to(info.device)
+        last = j == len(group) - 1
+        # Gradients are all-reduced once per optimizer step, not per micro-batch.
+        sync = contextlib.nullcontext() if last or not info.enabled else run.model.no_sync()
+        with sync:
+            with autocast:
+                logits = run.model(batch.input_ids, batch.step_mask, batch.actions,
+                                   batch.turn_index)
+            loss = step_loss(logits, batch.targets)
+            (loss / len(group)).backward()
+        counters[0] += loss.detach().double()
+        counters[1:4] += torch.tensor(
+            [1.0, batch.n_real_tokens, batch.n_tokens], dtype=torch.float64
+        ).to(info.device)
+        counters[4] += (~batch.targets.isnan()).sum()
+    if run.config.max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(
+            [p for p in run.scorer.parameters() if p.requires_grad], run.config.max_grad_norm
+        )
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+
+
+def _log_losses(run: _Run, counters: torch.Tensor, result: TrainResult, epoch: int,
+                elapsed: float, progress: Any) -> None:
+    """The mean loss and the token counts since the last log (over every process) into
+    ``result``; rank 0 writes them to the metrics log. ``counters`` start again from 0."""
+    totals = counters.clone()
+    if run.info.enabled:
         import torch.distributed as dist
 
-        dist.destroy_process_group()
-    return result
+        dist.all_reduce(totals)
+    loss_sum, n_micro, real, padded, scored = totals.tolist()
+    mean_loss = loss_sum / max(n_micro, 1.0)
+    result.losses.append((run.position.step, mean_loss))
+    result.real_tokens += int(real)
+    result.padded_tokens += int(padded)
+    result.scored_turns += int(scored)
+    counters.zero_()
+    if run.info.is_main:
+        _log(run.metrics_path, {
+            "step": run.position.step, "epoch": epoch, "loss": mean_loss,
+            "lr": run.scheduler.get_last_lr()[0],
+            "real_tokens": result.real_tokens, "padded_tokens": result.padded_tokens,
+            "padding_fraction": result.padding_fraction,
+            "real_tokens_per_s": result.real_tokens / elapsed if elapsed else 0.0,
+            "elapsed_s": elapsed,
+        })
+        progress.set_postfix(loss=f"{mean_loss:.4f}")
+
+
+def _evaluate(run: _Run, result: TrainResult, split: TaskSplit, epoch: int) -> None:
+    """After an epoch (rank 0): the validation numbers, logged; with ``keep_best`` the model
+    is saved when its validation loss is the lowest yet."""
+    result.validation, val_frame = validate(run.scorer, run.val_windows, run.pad_id,
+                                            run.info.device, run.config.batch_tokens)
+    if not result.validation:
+        return
+    _log(run.metrics_path, {"step": run.position.step, "epoch": epoch, **result.validation})
+    run.scorer.train()
+    loss = result.validation["val_loss"]
+    best = run.position.best_loss
+    if run.config.keep_best and (best is None or loss < best):
+        run.spec = _save_model(run.out, run.scorer, run.tokenizer, run.spec, split, val_frame)
+        run.position = dataclasses.replace(run.position, best_loss=loss,
+                                           best_step=run.position.step)
+
+
+def _finish(run: _Run, result: TrainResult, split: TaskSplit, echo: Callable[[str], Any]
+            ) -> None:
+    """At the end of a whole run (rank 0): the model saved (the last weights when no
+    validation chose an epoch), the summary written, and a line saying so."""
+    position = run.position
+    if run.info.is_main:
+        if position.best_step is None:  # no validation: the last weights are the model
+            _, val_frame = validate(run.scorer, run.val_windows, run.pad_id, run.info.device,
+                                    run.config.batch_tokens)
+            _save_model(run.out, run.scorer, run.tokenizer, run.spec, split, val_frame)
+        (run.out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
+        echo(
+            f"saved {run.out}: {result.steps} steps, {result.real_tokens_per_s:,.0f} real "
+            f"tokens/s, padding {result.padding_fraction:.1%}"
+            + (f"; model = step {position.best_step} (lowest validation loss "
+               f"{position.best_loss:.4f})" if position.best_step is not None else "")
+        )
+    barrier(run.info)

@@ -56,6 +56,12 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
 
 
 def _torch_module() -> type:
+    """The StepScorer class, defined on first use so that importing prm.model does not import
+    torch.
+
+    Long because it holds the class definition (its __init__, features and forward), which the
+    function keeps out of module import.
+    """
     from torch import nn
 
     class StepScorer(nn.Module):

@@ -181,6 +181,12 @@ def run_quality(
 def _run_quality(
     con: duckdb.DuckDBPyConnection, where: str, tr_where: str, params: list[Any],
 ) -> dict[str, RunQuality]:
+    """The data-quality numbers of each run, read from the store.
+
+    Long because it is a row of SQL aggregates (trajectory heads, end reasons, samples per
+    task, turn shares), each read straight into the fields of the runs' RunQuality records;
+    side by side they show which query fills which field.
+    """
     heads = con.execute(
         f"""
         SELECT run, count(*), coalesce(sum(n_turns), 0), min(n_turns),
@@ -424,13 +430,6 @@ def quality_warnings(
                     f"K={k} samples and are left out of Pass@({k},T)"
                 )
     return out
-
-
-def samples_text(quality: RunQuality) -> str:
-    """``"8"`` or ``"1-8"``: the samples per task of a run."""
-    if quality.samples_min == quality.samples_max:
-        return str(quality.samples_max)
-    return f"{quality.samples_min}-{quality.samples_max}"
 
 
 def summary_lines(

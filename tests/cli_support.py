@@ -29,3 +29,24 @@ def table_rows(store: Path, tables: tuple[str, ...] = STORE_TABLES) -> dict[str,
         return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in tables}
     finally:
         con.close()
+
+
+FORMAT_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "formats"
+"""The small input files of every format."""
+
+
+def canonical_store(tmp_path: Path) -> Path:
+    """A store made by ``recovery ingest`` of the canonical fixture, in ``tmp_path``."""
+    path = tmp_path / "s.duckdb"
+    assert run_cli("ingest", FORMAT_FIXTURES / "canonical.jsonl", "--store", path).exit_code == 0
+    return path
+
+
+def refused(store: Path, path: Path, *extra: object) -> str:
+    """Ingest ``path``; it must fail with one clean message and change nothing."""
+    before = table_rows(store)
+    result = run_cli("ingest", path, "--store", store, *extra)
+    assert result.exit_code == 1, result.output
+    assert table_rows(store) == before
+    (message,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    return message

@@ -113,6 +113,9 @@ def shaped_rewards_frame(
     The outcome ``R`` is the trajectory's ``reward`` when stored, else ``success`` as 1/0;
     trajectories with neither are left out and counted.
 
+    Long because most of it is one SQL text (the turns with their PRM scores and episode
+    outcomes) and the counts of what it left out.
+
     Args:
         con: The store, with ``step_scores`` rows of ``model``.
         model: PRM name in ``step_scores`` (``prm score`` uses the model directory's name).

@@ -266,6 +266,10 @@ def analyze(
     of their runs (every run of the store when no file is given), and writes ``--json`` and
     ``--html`` when asked.
 
+    Long because it is the command's one sequence (options, ingest, selection, the report, the
+    files written), most of it inside the store connection's try/finally, where each problem
+    becomes a UsageProblem or an InputProblem in place.
+
     Args:
         config: The options.
         echo: Called with each ingest result and each file written.

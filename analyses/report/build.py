@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -57,6 +57,8 @@ SHARE_UNCLEAR = ("the model's change is not clearly non-zero (its interval holds
 
 MODEL_FIT_TOLERANCE = 0.03
 """A model S(T) further than this from the empirical S(T) gets a note in the report."""
+
+_T = TypeVar("_T")
 
 
 # ------------------------------------------------------------------------------------------
@@ -186,12 +188,16 @@ def build_grouped_report(
         groups.append(group)
         summary.append(_summary_row(group, mine))
         if group.report is not None:
-            for name, seconds in group.report.timings.items():
-                timings[name] = timings.get(name, 0.0) + seconds
-            for name, seconds in group.report.cpu_timings.items():
-                cpu_timings[name] = cpu_timings.get(name, 0.0) + seconds
+            _add_times(timings, group.report.timings)
+            _add_times(cpu_timings, group.report.cpu_timings)
     return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary,
                          timings=timings, cpu_timings=cpu_timings)
+
+
+def _add_times(total: dict[str, float], more: dict[str, float]) -> None:
+    """Add the seconds of ``more`` to ``total``, step by step."""
+    for name, seconds in more.items():
+        total[name] = total.get(name, 0.0) + seconds
 
 
 def _group_order(value: str) -> tuple[bool, bool, float, str]:
@@ -270,6 +276,12 @@ def report_from_frames(
 ) -> Report:
     """Compute the report from a trajectories frame and a turn flags frame.
 
+    The parts, in order: the frames made ready (:func:`_known_frames`), what to compute
+    (:func:`_plan`), the budget curves, the measures every run shares (:func:`_measures`),
+    each run's numbers (:func:`_run_reports`), each comparison with the baseline
+    (:func:`_comparisons`), and the report put together. Each part returns the notes it has
+    for the reader; the report gathers them.
+
     Args:
         traj: As :func:`analyses.frames.trajectories_frame` returns it.
         flags: As :func:`analyses.frames.turn_flags_frame` returns it.
@@ -288,22 +300,138 @@ def report_from_frames(
     Raises:
         ValueError: see :func:`build_report`.
     """
-    from analyses import decompose as dec
-    from analyses import descriptive as desc
-    from analyses.frames import is_in
-    from analyses.passkt import pass_at_kt, pass_hat_kt
-    from analyses.report.surface import pass_difference
-    from recovery.marking.spells import spells_of_frames
-
-    options = options or ReportOptions()
-    if options.mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
-    if options.strata < 1:
-        raise ValueError(f"strata must be at least 1, got {options.strata}")
+    options = _checked(options or ReportOptions())
     if quality is None:
         from analyses.report.quality import quality_from_frames
 
         quality = quality_from_frames(traj, flags, n_unknown_outcomes)
+    traj, flags, spells = _known_frames(traj, flags, options, quality, spells)
+    plan, plan_notes = _plan(traj, options)
+    steps = _Steps(progress)
+    curves, budget_diffs = _budget_dependence(
+        traj, plan.baseline, plan.compared(), plan.mode, plan.n_boot, options, steps)
+    if options.ts is None and budget_diffs:
+        # the decomposition is read where the curve says most: its ranges' extremes
+        from analyses.budget import budget_shape, budgets_to_decompose
+
+        picks = {t for d in budget_diffs.values() for t in budgets_to_decompose(budget_shape(d))}
+        plan.ts = [*sorted({t for t in plan.ts if t is not None} | picks), None]
+    measures = _measures(traj, flags, spells, plan, options, steps)
+    runs, run_notes = _run_reports(traj, flags, plan, options, measures, steps)
+    comparisons, pair_notes = _comparisons(traj, flags, plan, options, budget_diffs, steps)
+
+    for name, q in quality.items():
+        if name in runs:
+            q.tasks_below_k = _tasks_below_k(runs[name])
+    report = Report(
+        mode=plan.mode, ks=plan.ks, ts=plan.ts, reference_t=plan.reference_t,
+        baseline=plan.baseline, strata=options.strata, n_boot=plan.n_boot, seed=options.seed,
+        ci=options.ci, runs=runs, comparisons=comparisons,
+        n_unknown_outcomes=int(n_unknown_outcomes), timings=steps.timings,
+        cpu_timings=steps.cpu_timings, mode_reason=plan.mode_reason,
+        data_quality={name: quality[name] for name in sorted(quality) if name in runs},
+        definitions=definitions(options.strata, options.strata_by),
+        min_at_risk=options.min_at_risk, budget_curves=curves,
+    )
+    from recovery.quality import quality_warnings
+
+    report.data_warnings = [w for q in report.data_quality.values() for w in quality_warnings(q)]
+    report.notes = _notes(report) + plan_notes + run_notes + pair_notes
+    for comparison in comparisons:
+        comparison.headline = comparison_headline(comparison, report)
+    report.headline = [c.headline for c in comparisons] + [
+        run_headline(run, report) for run in runs.values()]
+    return report
+
+
+@dataclass
+class _Plan:
+    """What :func:`report_from_frames` computes, settled from the options and the data.
+
+    Attributes:
+        run_names: The runs, sorted.
+        baseline: The run the others are compared with.
+        mode: ``truncation`` or ``budgeted`` (``auto`` resolved).
+        mode_reason: Why that mode.
+        ks: The K of the grids (1 always among them).
+        ts: The T of the grids and the decomposition (``None`` = no limit).
+        reference_t: The T the headline and the drops are read at.
+        n_boot: Bootstrap resamples (0 = none).
+        shared: Per candidate run, the tasks it shares with the baseline.
+    """
+
+    run_names: list[str]
+    baseline: str
+    mode: str
+    mode_reason: str
+    ks: list[int]
+    ts: list[int | None]
+    reference_t: int | None
+    n_boot: int
+    shared: dict[str, int]
+
+    def compared(self) -> list[str]:
+        """The candidate runs that share a task with the baseline, in order."""
+        return [candidate for candidate, n in self.shared.items() if n]
+
+
+@dataclass
+class _Steps:
+    """Runs the report's steps: tells the progress display, times each (wall and CPU)."""
+
+    progress: ProgressFn | None
+    timings: dict[str, float] = field(default_factory=dict)
+    cpu_timings: dict[str, float] = field(default_factory=dict)
+
+    def __call__(self, name: str, fn: Callable[[], _T]) -> _T:
+        """``fn()``, its time added to the step ``name``."""
+        if self.progress is not None:
+            self.progress(name)
+        began, cpu_began = time.perf_counter(), time.process_time()
+        result = fn()
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - began
+        self.cpu_timings[name] = (self.cpu_timings.get(name, 0.0) + time.process_time()
+                                  - cpu_began)
+        return result
+
+    def counted(self, name: str) -> Callable[[int, int], None] | None:
+        """A bootstrap's progress callback for the step ``name`` (``None``: no display)."""
+        progress = self.progress
+        if progress is None:
+            return None
+        return lambda done, total: progress(f"{name}: {done}/{total} bootstrap resamples")
+
+
+@dataclass
+class _Measures:
+    """The frames every run's numbers are read from (each holds all the runs)."""
+
+    pass_at: pd.DataFrame
+    pass_hat: pd.DataFrame
+    descriptive: pd.DataFrame
+    spells: pd.DataFrame
+    latency: pd.DataFrame
+    hazards: pd.DataFrame
+    kinds: pd.DataFrame
+    sizes: pd.Series
+
+
+def _checked(options: ReportOptions) -> ReportOptions:
+    """``options``, once their mode and strata are known to make sense."""
+    if options.mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
+    if options.strata < 1:
+        raise ValueError(f"strata must be at least 1, got {options.strata}")
+    return options
+
+
+def _known_frames(
+    traj: pd.DataFrame, flags: pd.DataFrame, options: ReportOptions,
+    quality: dict[str, RunQuality], spells: pd.DataFrame | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The trajectories of known outcome (step caps applied), their error turns and spells."""
+    from recovery.marking.spells import spells_of_frames
+
     if "success" in traj and traj["success"].isna().any():
         traj = traj[traj["success"].notna()]
     if traj.empty:
@@ -315,6 +443,14 @@ def report_from_frames(
     flags = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
     if spells is None:
         spells = spells_of_frames(traj, flags)
+    return traj, flags, spells
+
+
+def _plan(traj: pd.DataFrame, options: ReportOptions) -> tuple[_Plan, list[str]]:
+    """What to compute, and the notes that choice needs (pooled budgets, K = 1 added, runs
+    with no task in common with the baseline)."""
+    from analyses.report.records import no_comparison_note
+
     run_names = sorted(str(r) for r in traj["run"].unique())
     baseline = options.baseline if options.baseline is not None else run_names[0]
     if baseline not in run_names:
@@ -327,11 +463,11 @@ def report_from_frames(
     # decomposition speak of.
     ks = sorted({1, *asked_ks})
     ts = choose_ts(traj, mode, options.ts)
-    reference_t = ts[-1]
-    n_boot = max(int(options.n_boot), 0)
-    timings: dict[str, float] = {}
-    cpu_timings: dict[str, float] = {}
-    notes: list[str] = []
+    shared = {c: _shared_tasks(traj, baseline, c) for c in run_names if c != baseline}
+    plan = _Plan(run_names=run_names, baseline=baseline, mode=mode, mode_reason=mode_reason,
+                 ks=ks, ts=ts, reference_t=ts[-1], n_boot=max(int(options.n_boot), 0),
+                 shared=shared)
+    notes = []
     mixed = {run: b for run, b in run_budgets(traj).items() if len(b) > 1}
     if mode == "truncation" and mixed:
         every = sorted({b for bs in mixed.values() for b in bs})
@@ -342,143 +478,123 @@ def report_from_frames(
     if ks != asked_ks:
         notes.append("K = 1 is added to the K asked for: Pass@(1,T) = S(T) is what the budget "
                      "curves, the headline and the decomposition are about")
+    notes += [no_comparison_note(baseline, c) for c, n in shared.items() if not n]
+    return plan, notes
 
-    def step(name: str, fn: Callable[[], Any]) -> Any:
-        if progress is not None:
-            progress(name)
-        began, cpu_began = time.perf_counter(), time.process_time()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = fn()
-        for warning in caught:
-            text = str(warning.message)
-            if "several budgets" in text:
-                continue  # the mode's reason says it, in the command line's words
-            if issubclass(warning.category, UserWarning) and text not in notes:
-                notes.append(text)
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - began
-        cpu_timings[name] = cpu_timings.get(name, 0.0) + time.process_time() - cpu_began
-        return result
 
-    def counted(name: str) -> Callable[[int, int], None] | None:
-        if progress is None:
-            return None
-        return lambda done, total: progress(f"{name}: {done}/{total} bootstrap resamples")
+def _measures(
+    traj: pd.DataFrame, flags: pd.DataFrame, spells: pd.DataFrame, plan: _Plan,
+    options: ReportOptions, steps: _Steps,
+) -> _Measures:
+    """The Pass@ and pass^ grids, descriptive rates, spells, latency, hazards and error kinds
+    of every run, each a timed step."""
+    from analyses import descriptive as desc
+    from analyses.frames import is_in
+    from analyses.passkt import pass_at_kt, pass_hat_kt
 
-    shared = {c: _shared_tasks(traj, baseline, c) for c in run_names if c != baseline}
-    for candidate, n_shared in shared.items():
-        if not n_shared:
-            from analyses.report.records import no_comparison_note
-
-            notes.append(no_comparison_note(baseline, candidate))
-    curves, budget_diffs = _budget_dependence(
-        traj, baseline, [c for c, n in shared.items() if n], mode, n_boot, options, step)
-    if options.ts is None and budget_diffs:
-        # the decomposition is read where the curve says most: its ranges' extremes
-        from analyses.budget import budget_shape, budgets_to_decompose
-
-        picks = {t for d in budget_diffs.values() for t in budgets_to_decompose(budget_shape(d))}
-        ts = [*sorted({t for t in ts if t is not None} | picks), None]
-    grid_args = {"ks": ks, "ts": ts, "mode": mode, "n_boot": n_boot, "ci": options.ci,
-                 "seed": options.seed}
-    pass_at = step("Pass@(K,T) grid", lambda: pass_at_kt(traj, **grid_args))
-    pass_hat = step("pass^(K,T) grid", lambda: pass_hat_kt(traj, **grid_args))
-    descriptive = step("descriptive e, c, r", lambda: _descriptive(desc, traj, flags, ts, mode))
-    spell_table = spells
-    spells = step("error spells", lambda: desc.spell_stats(traj, spell_table))
-    latency = step("recovery latency", lambda: desc.latency_distribution(
-        spell_table[is_in(spell_table["traj_id"], traj["traj_id"])]))
-    hazards = step(
-        "hazard curves",
-        lambda: desc.hazard_curves(traj, flags, run_names, strata=1,
-                                  min_at_risk=options.min_at_risk),
+    # the report says itself when a run's budgets are pooled (see _plan), so the grids do not
+    grid_args = {"ks": plan.ks, "ts": plan.ts, "mode": plan.mode, "n_boot": plan.n_boot,
+                 "ci": options.ci, "seed": options.seed, "warn_mixed": False}
+    return _Measures(
+        pass_at=steps("Pass@(K,T) grid", lambda: pass_at_kt(traj, **grid_args)),
+        pass_hat=steps("pass^(K,T) grid", lambda: pass_hat_kt(traj, **grid_args)),
+        descriptive=steps("descriptive e, c, r",
+                          lambda: _descriptive(desc, traj, flags, plan.ts, plan.mode)),
+        spells=steps("error spells", lambda: desc.spell_stats(traj, spells)),
+        latency=steps("recovery latency", lambda: desc.latency_distribution(
+            spells[is_in(spells["traj_id"], traj["traj_id"])])),
+        hazards=steps("hazard curves", lambda: desc.hazard_curves(
+            traj, flags, plan.run_names, strata=1, min_at_risk=options.min_at_risk)),
+        kinds=steps("error kinds", lambda: _error_kinds(traj, flags)),
+        sizes=samples_per_task(traj, plan.mode),
     )
-    kinds = step("error kinds", lambda: _error_kinds(traj, flags))
-    sizes = samples_per_task(traj, mode)
 
+
+def _strata(what: str, n_tasks: int, asked: int) -> tuple[int, list[str]]:
+    """The difficulty strata ``n_tasks`` tasks support (at most ``asked``), and the note when
+    that is fewer than asked."""
     from analyses.strata import MIN_TASKS_PER_STRATUM, supported_strata
 
-    def strata_of(what: str, n_tasks: int) -> int:
-        k = supported_strata(n_tasks, options.strata)
-        if k < options.strata:
-            notes.append(f"{what}: {n_tasks} task{'s' * (n_tasks != 1)} support {k} "
-                         f"difficulty strat{'a' if k != 1 else 'um'} of at least "
-                         f"{MIN_TASKS_PER_STRATUM} tasks, not the {options.strata} asked for")
-        return k
+    k = supported_strata(n_tasks, asked)
+    if k >= asked:
+        return k, []
+    return k, [f"{what}: {n_tasks} task{'s' * (n_tasks != 1)} support {k} "
+               f"difficulty strat{'a' if k != 1 else 'um'} of at least "
+               f"{MIN_TASKS_PER_STRATUM} tasks, not the {asked} asked for"]
+
+
+def _run_reports(
+    traj: pd.DataFrame, flags: pd.DataFrame, plan: _Plan, options: ReportOptions,
+    measures: _Measures, steps: _Steps,
+) -> tuple[dict[str, RunReport], list[str]]:
+    """Each run's numbers, its hazard model fitted, and the notes on its strata."""
+    from analyses import decompose as dec
 
     runs: dict[str, RunReport] = {}
-    for run in run_names:
-        run_strata = strata_of(f"model fit of {run}",
-                               int(traj.loc[traj["run"] == run, "task_id"].nunique()))
-        fit = step(
+    notes: list[str] = []
+    for run in plan.run_names:
+        run_strata, strata_notes = _strata(
+            f"model fit of {run}", int(traj.loc[traj["run"] == run, "task_id"].nunique()),
+            options.strata)
+        notes += strata_notes
+        fit = steps(
             f"model fit {run}",
-            lambda run=run, k=run_strata: dec.model_fit(traj, flags, run, ts, k, mode=mode,
-                                          min_at_risk=options.min_at_risk,
-                                          strata_by=options.strata_by),
+            lambda run=run, k=run_strata: dec.model_fit(
+                traj, flags, run, plan.ts, k, mode=plan.mode, min_at_risk=options.min_at_risk,
+                strata_by=options.strata_by),
         )
-        runs[run] = _run_report(
-            run, traj, pass_at, pass_hat, descriptive, fit, spells, latency, hazards, kinds,
-            sizes, reference_t, options.min_at_risk,
-        )
-        runs[run].t_90 = reach_turn(traj[traj["run"] == run], runs[run], mode, reference_t)
+        runs[run] = _run_report(run, traj, measures, fit, plan.reference_t, options.min_at_risk)
+        runs[run].t_90 = reach_turn(traj[traj["run"] == run], runs[run], plan.mode,
+                                    plan.reference_t)
+    return runs, notes
 
-    comparisons = []
-    for candidate in run_names:
-        if candidate == baseline or not shared[candidate]:
-            continue
+
+def _comparisons(
+    traj: pd.DataFrame, flags: pd.DataFrame, plan: _Plan, options: ReportOptions,
+    budget_diffs: dict[str, Any], steps: _Steps,
+) -> tuple[list[Comparison], list[str]]:
+    """Each candidate that shares tasks with the baseline, decomposed and compared cell by
+    cell, and the notes on its strata and its few shared tasks."""
+    from analyses import decompose as dec
+    from analyses.budget import budget_shape
+    from analyses.report.surface import pass_difference
+
+    baseline, n_boot = plan.baseline, plan.n_boot
+    comparisons, notes = [], []
+    for candidate in plan.compared():
         name = f"decompose {candidate} vs {baseline}"
-        pair_strata = strata_of(f"{candidate} vs {baseline}",
-                                int(traj.loc[traj["run"].isin([baseline, candidate]),
-                                             "task_id"].nunique()))
-        if shared[candidate] < MIN_SHARED_TASKS:
-            notes.append(f"{candidate} vs {baseline}: only {shared[candidate]} shared "
-                         f"task{'s' * (shared[candidate] != 1)} (fewer than {MIN_SHARED_TASKS}):"
+        pair_strata, strata_notes = _strata(
+            f"{candidate} vs {baseline}",
+            int(traj.loc[traj["run"].isin([baseline, candidate]), "task_id"].nunique()),
+            options.strata)
+        notes += strata_notes
+        n_shared = plan.shared[candidate]
+        if n_shared < MIN_SHARED_TASKS:
+            notes.append(f"{candidate} vs {baseline}: only {n_shared} shared "
+                         f"task{'s' * (n_shared != 1)} (fewer than {MIN_SHARED_TASKS}):"
                          " every interval of this comparison says little")
-        frame = step(
+        frame = steps(
             f"{name} ({n_boot} bootstrap resamples)",
             lambda candidate=candidate, name=name, k=pair_strata: dec.decompose(
-                traj, flags, baseline, candidate, ts, k, n_boot, options.seed,
-                mode=mode, min_at_risk=options.min_at_risk, ci=options.ci,
-                strata_by=options.strata_by, progress=counted(name),
+                traj, flags, baseline, candidate, plan.ts, k, n_boot, options.seed,
+                mode=plan.mode, min_at_risk=options.min_at_risk, ci=options.ci,
+                strata_by=options.strata_by, progress=steps.counted(name),
             ),
         )
         comparison = _comparison(baseline, candidate, frame, n_boot)
         if candidate in budget_diffs:
-            from analyses.budget import budget_shape
-
             comparison.budget = budget_diffs[candidate]
             comparison.budget_shape = budget_shape(comparison.budget)
         surface = f"difference surface {candidate} vs {baseline}"
-        comparison.pass_at_difference = step(
+        comparison.pass_at_difference = steps(
             surface,
             lambda candidate=candidate, surface=surface: pass_difference(
-                traj, baseline, candidate, ks, ts, mode=mode, n_boot=n_boot, ci=options.ci,
-                seed=options.seed, progress=counted(surface),
+                traj, baseline, candidate, plan.ks, plan.ts, mode=plan.mode, n_boot=n_boot,
+                ci=options.ci, seed=options.seed, progress=steps.counted(surface),
             ),
         )
         comparisons.append(comparison)
-
-    for name, q in quality.items():
-        if name in runs:
-            q.tasks_below_k = _tasks_below_k(runs[name])
-    report = Report(
-        mode=mode, ks=ks, ts=ts, reference_t=reference_t, baseline=baseline,
-        strata=options.strata, n_boot=n_boot, seed=options.seed, ci=options.ci, runs=runs,
-        comparisons=comparisons, n_unknown_outcomes=int(n_unknown_outcomes), timings=timings,
-        cpu_timings=cpu_timings, mode_reason=mode_reason,
-        data_quality={name: quality[name] for name in sorted(quality) if name in runs},
-        definitions=definitions(options.strata, options.strata_by),
-        min_at_risk=options.min_at_risk, budget_curves=curves,
-    )
-    from recovery.quality import quality_warnings
-
-    report.data_warnings = [w for q in report.data_quality.values() for w in quality_warnings(q)]
-    report.notes = _notes(report) + notes
-    for comparison in comparisons:
-        comparison.headline = comparison_headline(comparison, report)
-    report.headline = [c.headline for c in comparisons] + [
-        run_headline(run, report) for run in runs.values()]
-    return report
+    return comparisons, notes
 
 
 def _apply_step_caps(
@@ -518,7 +634,7 @@ def _shared_tasks(traj: pd.DataFrame, baseline: str, candidate: str) -> int:
 
 def _budget_dependence(
     traj: pd.DataFrame, baseline: str, candidates: list[str], mode: str, n_boot: int,
-    options: ReportOptions, step: Callable[[str, Callable[[], Any]], Any],
+    options: ReportOptions, step: _Steps,
 ) -> tuple[list[Any], dict[str, Any]]:
     """S(T) of every run and each candidate's difference at every T (truncation mode)."""
     if mode != "truncation":
@@ -777,34 +893,67 @@ def _float(value: Any) -> float:
 def _run_report(
     run: str,
     traj: pd.DataFrame,
-    pass_at: pd.DataFrame,
-    pass_hat: pd.DataFrame,
-    descriptive: pd.DataFrame,
+    measures: _Measures,
     fit: pd.DataFrame,
-    spells: pd.DataFrame,
-    latency: pd.DataFrame,
-    hazards: pd.DataFrame,
-    kinds: pd.DataFrame,
-    sizes: pd.Series,
     reference_t: int | None,
     min_at_risk: int = 30,
 ) -> RunReport:
+    """One run's numbers, read from the frames of every run and its model fit."""
     mine = traj[traj["run"] == run]
+    sizes = measures.sizes
+    run_sizes = sizes.loc[run] if run in sizes.index.get_level_values(0) else sizes.iloc[:0]
+    hz = measures.hazards[measures.hazards["run"] == run]
+    curves = {
+        str(name): with_bins([
+            HazardPoint(x=int(r.x), value=float(r.value), events=int(r.events),
+                        at_risk=int(r.at_risk))
+            for r in part.sort_values("x").itertuples(index=False)
+        ], min_at_risk)
+        for name, part in hz.groupby("hazard", sort=False)
+    }
+    desc = measures.descriptive[measures.descriptive["run"] == run]
+    return RunReport(
+        run=run,
+        n_tasks=int(mine["task_id"].nunique()),
+        n_trajectories=len(mine),
+        n_turns=int(mine["n_turns"].sum()),
+        min_samples=int(run_sizes.min()) if len(run_sizes) else 0,
+        max_samples=int(run_sizes.max()) if len(run_sizes) else 0,
+        pass_at_kt=_cells(measures.pass_at, run, reference_t),
+        pass_hat_kt=_cells(measures.pass_hat, run, reference_t),
+        descriptive=[
+            DescriptiveRow(t=_t_label(r.t), e=_float(r.e), c=_float(r.c), r=_float(r.r),
+                           success=_float(r.success), n=int(r.n))
+            for r in desc.itertuples(index=False)
+        ],
+        model_fit=[
+            ModelFitRow(t=_t_label(r.t), empirical=_float(r.empirical), model=_float(r.model))
+            for r in fit.itertuples(index=False)
+        ],
+        errors=_error_stats(run, mine, measures),
+        recovery=_recovery_stats(run, measures),
+        hazards=curves,
+    )
+
+
+def _spell_counts(run: str, measures: _Measures) -> tuple[int, int, int]:
+    """A run's error spells: all, recovered, fatal."""
+    sp = measures.spells[measures.spells["run"] == run]
+    if not len(sp):
+        return 0, 0, 0
+    return int(sp["n_spells"].iloc[0]), int(sp["n_recovered"].iloc[0]), int(sp["n_fatal"].iloc[0])
+
+
+def _error_stats(run: str, mine: pd.DataFrame, measures: _Measures) -> ErrorStats:
+    """How often a run (``mine``: its trajectories) errs, and in which kinds."""
     n_traj = len(mine)
     n_turns = int(mine["n_turns"].sum())
-    run_sizes = sizes.loc[run] if run in sizes.index.get_level_values(0) else sizes.iloc[:0]
-
-    sp = spells[spells["run"] == run]
-    n_spells = int(sp["n_spells"].iloc[0]) if len(sp) else 0
-    n_recovered = int(sp["n_recovered"].iloc[0]) if len(sp) else 0
-    n_fatal = int(sp["n_fatal"].iloc[0]) if len(sp) else 0
-    lat = latency[latency["run"] == run].sort_values("latency")
-    lat_values = np.repeat(lat["latency"].to_numpy(dtype=float), lat["n"].to_numpy(dtype=int))
+    kinds = measures.kinds
     kd = kinds[kinds["run"] == run].sort_values(["n", "kind"], ascending=[False, True])
     n_err = int(kd["n_error_turns"].iloc[0]) if len(kd) else 0
     n_err_traj = int(kd["n_trajectories"].iloc[0]) if len(kd) else 0
-
-    errors = ErrorStats(
+    n_spells = _spell_counts(run, measures)[0]
+    return ErrorStats(
         n_turns=n_turns,
         n_error_turns=n_err,
         error_turn_rate=n_err / n_turns if n_turns else math.nan,
@@ -814,7 +963,14 @@ def _run_report(
         spells_per_trajectory=n_spells / n_traj if n_traj else math.nan,
         kinds={str(r.kind): int(r.n) for r in kd.itertuples(index=False)},
     )
-    recovery = RecoveryStats(
+
+
+def _recovery_stats(run: str, measures: _Measures) -> RecoveryStats:
+    """How a run's error spells end, and how long recovery takes."""
+    n_spells, n_recovered, n_fatal = _spell_counts(run, measures)
+    lat = measures.latency[measures.latency["run"] == run].sort_values("latency")
+    lat_values = np.repeat(lat["latency"].to_numpy(dtype=float), lat["n"].to_numpy(dtype=int))
+    return RecoveryStats(
         n_spells=n_spells,
         n_recovered=n_recovered,
         n_fatal=n_fatal,
@@ -827,38 +983,6 @@ def _run_report(
             LatencyBin(latency=int(r.latency), n=int(r.n), share=float(r.share))
             for r in lat.itertuples(index=False)
         ],
-    )
-    hz = hazards[hazards["run"] == run]
-    curves = {
-        str(name): with_bins([
-            HazardPoint(x=int(r.x), value=float(r.value), events=int(r.events),
-                        at_risk=int(r.at_risk))
-            for r in part.sort_values("x").itertuples(index=False)
-        ], min_at_risk)
-        for name, part in hz.groupby("hazard", sort=False)
-    }
-    desc = descriptive[descriptive["run"] == run]
-    return RunReport(
-        run=run,
-        n_tasks=int(mine["task_id"].nunique()),
-        n_trajectories=n_traj,
-        n_turns=n_turns,
-        min_samples=int(run_sizes.min()) if len(run_sizes) else 0,
-        max_samples=int(run_sizes.max()) if len(run_sizes) else 0,
-        pass_at_kt=_cells(pass_at, run, reference_t),
-        pass_hat_kt=_cells(pass_hat, run, reference_t),
-        descriptive=[
-            DescriptiveRow(t=_t_label(r.t), e=_float(r.e), c=_float(r.c), r=_float(r.r),
-                           success=_float(r.success), n=int(r.n))
-            for r in desc.itertuples(index=False)
-        ],
-        model_fit=[
-            ModelFitRow(t=_t_label(r.t), empirical=_float(r.empirical), model=_float(r.model))
-            for r in fit.itertuples(index=False)
-        ],
-        errors=errors,
-        recovery=recovery,
-        hazards=curves,
     )
 
 

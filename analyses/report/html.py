@@ -377,47 +377,76 @@ def _sections(report: Report, prefix: str = "",
               colours: Mapping[str, object] | None = None) -> list[str]:
     """The report's sections; every id starts with ``prefix``; ``colours`` (run -> colour)
     keeps a run's colour across the groups of one page."""
-    from analyses.report import plots
-    from analyses.report.records import MODE_DESCRIPTIONS, headline_lines
+    parts = [_meta_html(report), *_headline_section(report, prefix),
+             *_quality_section(report, prefix)]
+    if report.notes:
+        notes = "".join(f"<li>{_esc(n)}</li>" for n in report.notes)
+        parts.append(f'<section id="{prefix}notes"><h2>Notes</h2><div class="notes"><ul>{notes}'
+                     "</ul></div></section>")
+    parts += _surface_section(report, prefix)
+    parts += _budget_section(report, prefix, colours)
+    if report.comparisons:
+        parts += _decomposition_section(report, prefix)
+    parts += _hazard_section(report, prefix, colours)
+    for name, run in report.runs.items():
+        parts += _run_section(report, prefix, name, run)
+    return parts
+
+
+def _meta_html(report: Report) -> str:
+    """The line of what was computed: mode, runs, K and T, intervals."""
+    from analyses.report.records import MODE_DESCRIPTIONS
 
     esc = _esc
     reason = f" ({esc(report.mode_reason)})" if report.mode_reason else ""
-    parts = [
+    return (
         f'<p class="meta">Mode: {esc(MODE_DESCRIPTIONS.get(report.mode, report.mode))}'
         f"{reason}.<br>"
         f"Runs: {esc(', '.join(report.runs))}; baseline: {esc(report.baseline)}; "
         f"K = {', '.join(map(str, report.ks))}; T = {esc(', '.join(t_label(t) for t in report.ts))}."
         f"<br>Intervals: {report.n_boot} bootstrap resamples of tasks, {report.ci:.0%} "
         f"coverage, seed {report.seed}; hazard model strata: {report.strata}; trajectories "
-        f"with an unknown outcome (left out): {report.n_unknown_outcomes}.</p>",
-    ]
-    if report.sources:
-        parts.append(f'<p class="meta">Inputs: {esc(", ".join(report.sources))}</p>')
+        f"with an unknown outcome (left out): {report.n_unknown_outcomes}.</p>"
+    )
 
-    items = "".join(f"<li>{esc(line)}</li>" for line in headline_lines(report))
+
+def _headline_section(report: Report, prefix: str) -> list[str]:
+    """The inputs, and the headline with its definitions."""
+    from analyses.report.records import headline_lines
+
+    parts = []
+    if report.sources:
+        parts.append(f'<p class="meta">Inputs: {_esc(", ".join(report.sources))}</p>')
+    items = "".join(f"<li>{_esc(line)}</li>" for line in headline_lines(report))
     parts.append(f'<section id="{prefix}headline"><h2>Headline</h2>'
                  f'<div class="headline"><ul>{items}</ul></div>'
                  + _defs(report, "recovery share", "t_90") + "</section>")
+    return parts
 
-    parts.append(f'<section id="{prefix}data-quality"><h2>Data quality</h2>')
-    parts.append("<p>Before any number: what the input looks like. Shares are over all turns "
-                 "of a run; samples per task count the trajectories the analyses use (known "
-                 "outcome and end reason, no crash). Crashed trajectories and unknown outcomes "
-                 "are left out of every number below.</p>")
-    parts.append(_quality_html(report))
+
+def _quality_section(report: Report, prefix: str) -> list[str]:
+    """What the input looks like, and the warnings on extreme shares."""
+    parts = [f'<section id="{prefix}data-quality"><h2>Data quality</h2>',
+             "<p>Before any number: what the input looks like. Shares are over all turns "
+             "of a run; samples per task count the trajectories the analyses use (known "
+             "outcome and end reason, no crash). Crashed trajectories and unknown outcomes "
+             "are left out of every number below.</p>",
+             _quality_html(report)]
     if report.data_warnings:
-        warns = "".join(f"<li>{esc(w)}</li>" for w in report.data_warnings)
+        warns = "".join(f"<li>{_esc(w)}</li>" for w in report.data_warnings)
         parts.append(f'<div class="warn"><ul>{warns}</ul></div>')
     else:
         parts.append("<p>No share is extreme.</p>")
     parts.append("</section>")
+    return parts
 
-    if report.notes:
-        notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
-        parts.append(f'<section id="{prefix}notes"><h2>Notes</h2><div class="notes"><ul>{notes}'
-                     "</ul></div></section>")
 
-    parts.append(f'<section id="{prefix}difference-surface"><h2>Pass@(K,T) surfaces</h2>')
+def _surface_section(report: Report, prefix: str) -> list[str]:
+    """Each run's Pass@(K,T) surface, and each comparison's difference surface."""
+    from analyses.report import plots
+
+    esc = _esc
+    parts = [f'<section id="{prefix}difference-surface"><h2>Pass@(K,T) surfaces</h2>']
     figures = [_img(plots.pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
                for name, run in report.runs.items()]
     compared = [comp for comp in report.comparisons if not comp.shares_no_task()]
@@ -436,10 +465,17 @@ def _sections(report: Report, prefix: str = "",
     if not report.comparisons:
         parts.append("<p>One run: no difference surface (give two or more runs).</p>")
     parts.append("</section>")
+    return parts
 
-    parts.append(f'<section id="{prefix}budget-curves"><h2>Budget curves</h2>')
+
+def _budget_section(report: Report, prefix: str,
+                    colours: Mapping[str, object] | None) -> list[str]:
+    """The budget curves, and each comparison's change of S(T) at every T."""
+    from analyses.report import plots
+
+    parts = [f'<section id="{prefix}budget-curves"><h2>Budget curves</h2>']
     figures = [_img(plots.budget_curves(report, colours=colours),
-                     "Pass@(K,T) against T per run and K")]
+                    "Pass@(K,T) against T per run and K")]
     figures += [_img(plots.budget_difference_figure(comp),
                      f"change of S(T) at every T, {comp.candidate} vs {comp.baseline}")
                 for comp in report.comparisons
@@ -451,57 +487,77 @@ def _sections(report: Report, prefix: str = "",
                      "a range where it leaves 0 is a claim about the whole range. K &gt; 1 is "
                      "read on the T grid.</p>")
     parts.append(_defs(report, "S(T)", "budget curve", "empirical", "model") + "</section>")
-
-    if report.comparisons:
-        parts.append(f'<section id="{prefix}decomposition"><h2>Gain decomposition: single-step '
-                     "quality vs recovery</h2>")
-        parts.append(_defs(report, "delta", "model delta", "single step", "recovery",
-                           "residual", "recovery share", "strata"))
-        for comp in report.comparisons:
-            parts.append(f"<h3>{esc(comp.candidate)} vs {esc(comp.baseline)}</h3>")
-            if comp.shares_no_task():
-                parts.append(f"<p>{esc(comp.no_task_note())}.</p>")
-                continue
-            parts.append(f"<p>{esc(comp.headline)}</p>")
-            parts.append('<div class="figures">'
-                         + _img(plots.decomposition_bars(comp),
-                                f"decomposition of {comp.candidate} vs {comp.baseline}")
-                         + "</div>")
-            parts.append(_comparison_html(comp))
-        parts.append("</section>")
-
-    parts.append(f'<section id="{prefix}hazards"><h2>Errors and recoveries</h2>')
-    parts.append('<div class="figures">'
-                 + _img(plots.hazard_figure(report, colours=colours), "error and recovery hazards")
-                 + _img(plots.latency_figure(report, colours=colours), "recovery latency")
-                 + "</div>")
-    parts.append(_defs(report, "h", "rho", "phi", "latency"))
-    parts.append("<p>Under each hazard: the turns at risk of each bin, the sample count behind "
-                 "its value (clock values are gathered into bins of at least "
-                 f"{report.min_at_risk} turns at risk).</p></section>")
-
-    for name, run in report.runs.items():
-        samples = (str(run.max_samples) if run.min_samples == run.max_samples
-                   else f"{run.min_samples}-{run.max_samples}")
-        reach = (f" Pass@(1,T) reaches 90% of its value at {esc(t_label(report.reference_t))} "
-                 f"by T = {run.t_90}." if run.t_90 is not None else "")
-        parts.append(f'<section id="{prefix}run-{_slug(name)}"><h2>Run {esc(name)}</h2>')
-        parts.append(f'<p class="meta">{run.n_tasks} tasks, {run.n_trajectories} trajectories, '
-                     f"{run.n_turns} turns, {samples} samples per task.{reach}</p>")
-        parts.append('<div class="figures">'
-                     + _img(plots.pass_heatmap(run, report.ks, report.ts, "pass_hat"),
-                            f"pass^(K,T) {name}")
-                     + "</div>")
-        parts.append("<h3>Pass@(K,T)</h3>")
-        parts.append(_grid_html(run.pass_at_kt, report, drop=len(report.ts) > 1))
-        parts.append("<h3>pass^(K,T) (all K samples succeed)</h3>")
-        parts.append(_grid_html(run.pass_hat_kt, report, drop=False))
-        parts.append("<h3>Errors and recoveries</h3>")
-        parts.append(_stats_html(run))
-        parts.append("<h3>S(T): empirical vs model; descriptive e, c, r</h3>")
-        parts.append(_fit_html(run))
-        parts.append(_defs(report, "e", "c", "r") + "</section>")
     return parts
+
+
+def _decomposition_section(report: Report, prefix: str) -> list[str]:
+    """Each comparison's gain decomposition: headline, bars and table."""
+    from analyses.report import plots
+
+    esc = _esc
+    parts = [f'<section id="{prefix}decomposition"><h2>Gain decomposition: single-step '
+             "quality vs recovery</h2>",
+             _defs(report, "delta", "model delta", "single step", "recovery", "residual",
+                   "recovery share", "strata")]
+    for comp in report.comparisons:
+        parts.append(f"<h3>{esc(comp.candidate)} vs {esc(comp.baseline)}</h3>")
+        if comp.shares_no_task():
+            parts.append(f"<p>{esc(comp.no_task_note())}.</p>")
+            continue
+        parts.append(f"<p>{esc(comp.headline)}</p>")
+        parts.append('<div class="figures">'
+                     + _img(plots.decomposition_bars(comp),
+                            f"decomposition of {comp.candidate} vs {comp.baseline}")
+                     + "</div>")
+        parts.append(_comparison_html(comp))
+    parts.append("</section>")
+    return parts
+
+
+def _hazard_section(report: Report, prefix: str,
+                    colours: Mapping[str, object] | None) -> list[str]:
+    """The error and recovery hazards and the recovery latency of every run."""
+    from analyses.report import plots
+
+    return [
+        f'<section id="{prefix}hazards"><h2>Errors and recoveries</h2>',
+        '<div class="figures">'
+        + _img(plots.hazard_figure(report, colours=colours), "error and recovery hazards")
+        + _img(plots.latency_figure(report, colours=colours), "recovery latency")
+        + "</div>",
+        _defs(report, "h", "rho", "phi", "latency"),
+        "<p>Under each hazard: the turns at risk of each bin, the sample count behind "
+        "its value (clock values are gathered into bins of at least "
+        f"{report.min_at_risk} turns at risk).</p></section>",
+    ]
+
+
+def _run_section(report: Report, prefix: str, name: str, run: RunReport) -> list[str]:
+    """One run's own numbers: its grids, error statistics and model fit."""
+    from analyses.report import plots
+
+    esc = _esc
+    samples = (str(run.max_samples) if run.min_samples == run.max_samples
+               else f"{run.min_samples}-{run.max_samples}")
+    reach = (f" Pass@(1,T) reaches 90% of its value at {esc(t_label(report.reference_t))} "
+             f"by T = {run.t_90}." if run.t_90 is not None else "")
+    return [
+        f'<section id="{prefix}run-{_slug(name)}"><h2>Run {esc(name)}</h2>',
+        f'<p class="meta">{run.n_tasks} tasks, {run.n_trajectories} trajectories, '
+        f"{run.n_turns} turns, {samples} samples per task.{reach}</p>",
+        '<div class="figures">'
+        + _img(plots.pass_heatmap(run, report.ks, report.ts, "pass_hat"), f"pass^(K,T) {name}")
+        + "</div>",
+        "<h3>Pass@(K,T)</h3>",
+        _grid_html(run.pass_at_kt, report, drop=len(report.ts) > 1),
+        "<h3>pass^(K,T) (all K samples succeed)</h3>",
+        _grid_html(run.pass_hat_kt, report, drop=False),
+        "<h3>Errors and recoveries</h3>",
+        _stats_html(run),
+        "<h3>S(T): empirical vs model; descriptive e, c, r</h3>",
+        _fit_html(run),
+        _defs(report, "e", "c", "r") + "</section>",
+    ]
 
 
 def write_html(report: Report | GroupedReport, path: str | Path,

@@ -109,13 +109,6 @@ def integer_axis(axis: object) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))  # type: ignore[attr-defined]
 
 
-def _legend(ax: Axes, **kwargs: object) -> None:
-    """A legend only when something is labelled (an empty one makes matplotlib warn)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, **kwargs)
-
-
 QUALITATIVE_MAPS = ("tab10", "tab20", "tab20b", "tab20c")
 """Qualitative colour maps of :func:`run_colours`: ``tab10`` up to 10 runs, ``tab20`` up to
 20, then ``tab20`` + ``tab20b`` + ``tab20c`` (60 colours), then evenly spaced hues."""
@@ -665,32 +658,6 @@ def latency_figure(report: Report, max_latency: int = 10,
     set_title(ax, "Recovery latency")
     ax.grid(axis="y", alpha=0.3)
     _shared_legend(figure, handles)
-    return figure
-
-
-def model_fit_figure(report: Report, colours: Mapping[str, object] | None = None) -> Figure:
-    """Each run's model S(T) (dashed) beside its empirical S(T) (solid); one legend under
-    the axes (a line per run, and the two styles)."""
-    colours = _colours(report, colours)
-    figure = new_figure(6.4 if len(report.runs) <= 3 else 9.0, 4.0)
-    ax = figure.add_subplot()
-    positions, _ = _t_positions(report.ts)
-    where = dict(zip(report.ts, positions, strict=True))
-    for name, run in report.runs.items():
-        rows = sorted((r for r in run.model_fit if r.t in where), key=lambda r: where[r.t])
-        xs = [where[r.t] for r in rows]
-        ax.plot(xs, [r.empirical for r in rows], marker="o", markersize=4,
-                color=colours[name])
-        ax.plot(xs, [r.model for r in rows], linestyle="--", marker="x", color=colours[name])
-    ax.set_xticks(*_t_ticks(report.ts, positions))
-    ax.set_ylim(0.0, 1.02)
-    ax.set_xlabel("turn budget T")
-    ax.set_ylabel("S(T)")
-    set_title(ax, "Model fit: the hazard model's S(T) vs the empirical S(T)")
-    ax.grid(alpha=0.3)
-    styles = [_style_handle("empirical", marker="o", markersize=4),
-              _style_handle("model", linestyle="--", marker="x")]
-    _shared_legend(figure, _run_handles(colours, report.runs) + styles)
     return figure
 
 

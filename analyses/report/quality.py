@@ -25,6 +25,9 @@ def quality_from_frames(
 ) -> dict[str, RunQuality]:
     """:class:`recovery.quality.RunQuality` per run from a trajectories and a flags frame.
 
+    Long because it fills each field of a run's RunQuality from the frames in the order
+    recovery.quality fills them from the store, so the two can be read side by side.
+
     Args:
         traj: Trajectories frame (:func:`analyses.frames.trajectories_frame`; rows of unknown
             outcome, if any, are counted as such).

@@ -12,6 +12,7 @@ too (:func:`shown`), so a label is always shown as the text it is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyses.decompose import COMPONENTS
@@ -164,28 +165,60 @@ def _group_summary_table(table_cls: Any, report: GroupedReport) -> Any:
     return table
 
 
-def _print_one(report: Report, console: Console, width: int) -> None:
-    """:func:`print_report` of one report."""
-    from rich.markup import escape
+@dataclass
+class _Printer:
+    """Where one report is printed, and how a plain line and a heading look there."""
 
-    Table = _table_factory(console)
+    console: Console
+    width: int
+    table: Any
 
-    defs = report.definitions
-
-    def say(text: str, style: str = "dim") -> None:
+    def say(self, text: str, style: str = "dim") -> None:
         """A plain line (no markup); any control character in it is shown escaped."""
-        console.print(printable(text), style=style, highlight=False, markup=False, width=width)
+        self.console.print(printable(text), style=style, highlight=False, markup=False,
+                           width=self.width)
 
-    def heading(text: str) -> None:
+    def heading(self, text: str) -> None:
         """A rule with the text in it, or the text above a rule where it would not fit."""
-        text = printable(text)
-        if len(text) + 6 <= width:
-            _rule(console, width, f"[bold]{escape(text)}")
-        else:
-            console.print(escape(text), style="bold", highlight=False, width=width)
-            _rule(console, width)
+        from rich.markup import escape
 
-    _rule(console, width, "[bold]recovery analyze")
+        text = printable(text)
+        if len(text) + 6 <= self.width:
+            _rule(self.console, self.width, f"[bold]{escape(text)}")
+        else:
+            self.console.print(escape(text), style="bold", highlight=False, width=self.width)
+            _rule(self.console, self.width)
+
+
+def _print_one(report: Report, console: Console, width: int) -> None:
+    """:func:`print_report` of one report: what was computed, the headline, data quality,
+    each run, each comparison, the notes."""
+    out = _Printer(console, width, _table_factory(console))
+    _print_header(out, report)
+    if report.data_quality:
+        console.print()
+        out.heading("data quality")
+        console.print(_quality_table(out.table, report))
+        out.say("Shares are over all turns of a run; samples per task count the trajectories "
+                "the analyses use (known outcome and end reason, no crash).")
+        for warning in report.data_warnings:
+            console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False, width=width)
+    for i, (name, run) in enumerate(report.runs.items()):
+        _print_run(out, report, name, run, first=i == 0)
+    for comp in report.comparisons:
+        _print_comparison(out, report, comp)
+    if report.notes:
+        console.print()
+        console.print("[bold]notes")
+        for note in report.notes:
+            console.print(f"- {shown(note)}", highlight=False, width=width)
+
+
+def _print_header(out: _Printer, report: Report) -> None:
+    """What was computed (runs, mode, K and T, intervals, what was left out), and the
+    headline."""
+    say = out.say
+    _rule(out.console, out.width, "[bold]recovery analyze")
     say(f"runs: {', '.join(report.runs)}; baseline: {report.baseline}", style="")
     say(f"mode: {MODE_DESCRIPTIONS.get(report.mode, report.mode)}", style="")
     if report.mode_reason:
@@ -198,75 +231,63 @@ def _print_one(report: Report, console: Console, width: int) -> None:
     left_out = sum(1 for n in report.notes if "left out of Pass@" in n)
     say(f"trajectories with unknown outcome (left out): {report.n_unknown_outcomes}; "
         f"left-out tasks: {'see notes' if left_out else 'none'}", style="")
-
     if report.headline:
-        console.print()
-        console.print("[bold]headline")
+        out.console.print()
+        out.console.print("[bold]headline")
         for line in headline_lines(report):
             say(f"- {line}", style="")
 
-    if report.data_quality:
-        console.print()
-        heading("data quality")
-        console.print(_quality_table(Table, report))
-        say("Shares are over all turns of a run; samples per task count the trajectories the "
-            "analyses use (known outcome and end reason, no crash).")
-        for warning in report.data_warnings:
-            console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False, width=width)
 
-    first = True
-    for name, run in report.runs.items():
-        console.print()
-        heading(name)
-        reach = (f"; Pass@(1,T) reaches 90% of its value at {t_header(report.reference_t)} "
-                 f"by T = {run.t_90}" if run.t_90 is not None else "")
-        say(f"{run.n_tasks} tasks, {run.n_trajectories} trajectories, {run.n_turns} turns, "
-            f"{_samples_text(run, report.mode)}{reach}", style="")
-        console.print(_grid_table(Table, run.pass_at_kt, report, "Pass@(K,T)"))
+def _print_run(out: _Printer, report: Report, name: str, run: RunReport, first: bool) -> None:
+    """One run's tables; the definitions under the first run's only."""
+    say, Table, defs = out.say, out.table, report.definitions
+    out.console.print()
+    out.heading(name)
+    reach = (f"; Pass@(1,T) reaches 90% of its value at {t_header(report.reference_t)} "
+             f"by T = {run.t_90}" if run.t_90 is not None else "")
+    say(f"{run.n_tasks} tasks, {run.n_trajectories} trajectories, {run.n_turns} turns, "
+        f"{_samples_text(run, report.mode)}{reach}", style="")
+    out.console.print(_grid_table(Table, run.pass_at_kt, report, "Pass@(K,T)"))
+    if first:
+        say(defs["Pass@(K,T)"] + ".")
+    say(f"Under each value: its {report.ci:.0%} interval ({defs['intervals'].split(': ')[1]})."
+        if report.n_boot else "No intervals (no bootstrap).")
+    if len(report.ts) > 1:
+        out.console.print(_drop_table(Table, run.pass_at_kt, report))
         if first:
-            say(defs["Pass@(K,T)"] + ".")
-        say(f"Under each value: its {report.ci:.0%} interval ({defs['intervals'].split(': ')[1]})."
-            if report.n_boot else "No intervals (no bootstrap).")
-        if len(report.ts) > 1:
-            console.print(_drop_table(Table, run.pass_at_kt, report))
-            if first:
-                say(f"Value at T minus value at {t_label(report.reference_t)}: what cutting the "
-                    "budget to T costs.")
-        console.print(_grid_table(Table, run.pass_hat_kt, report, "pass^(K,T)"))
-        if first:
-            say(defs["pass^(K,T)"] + ".")
-        console.print(_stats_table(Table, run))
-        if first:
-            say(defs["latency"] + "; a spell is fatal when it is still open at the end of a "
-                "failed episode.")
-        console.print(_fit_table(Table, run))
-        if first:
-            for key in ("S(T)", "empirical", "model", "e", "c", "r"):
-                say(defs[key] + ".")
-        first = False
-
-    for comp in report.comparisons:
-        console.print()
-        heading(f"{comp.candidate} vs {comp.baseline}")
-        if comp.shares_no_task():
-            say(comp.no_task_note(), style="")
-            continue
-        if comp.headline:
-            say(comp.headline, style="")
-        console.print(_comparison_table(Table, comp, report))
-        for key in ("delta", "model delta", "single step", "recovery", "residual",
-                    "recovery share", "strata"):
+            say(f"Value at T minus value at {t_label(report.reference_t)}: what cutting the "
+                "budget to T costs.")
+    out.console.print(_grid_table(Table, run.pass_hat_kt, report, "pass^(K,T)"))
+    if first:
+        say(defs["pass^(K,T)"] + ".")
+    out.console.print(_stats_table(Table, run))
+    if first:
+        say(defs["latency"] + "; a spell is fatal when it is still open at the end of a "
+            "failed episode.")
+    out.console.print(_fit_table(Table, run))
+    if first:
+        for key in ("S(T)", "empirical", "model", "e", "c", "r"):
             say(defs[key] + ".")
-        for note in _share_notes(comp):
-            say(note, style="")
-        console.print(_difference_table(Table, comp, report))
-        say(defs["difference"] + "; * = its interval excludes 0.")
 
-    if report.notes:
-        console.print()
-        console.print("[bold]notes")
-        for note in report.notes:
-            console.print(f"- {shown(note)}", highlight=False, width=width)
+
+def _print_comparison(out: _Printer, report: Report, comp: Comparison) -> None:
+    """One comparison: its decomposition table and its difference surface, defined."""
+    say, defs = out.say, report.definitions
+    out.console.print()
+    out.heading(f"{comp.candidate} vs {comp.baseline}")
+    if comp.shares_no_task():
+        say(comp.no_task_note(), style="")
+        return
+    if comp.headline:
+        say(comp.headline, style="")
+    out.console.print(_comparison_table(out.table, comp, report))
+    for key in ("delta", "model delta", "single step", "recovery", "residual",
+                "recovery share", "strata"):
+        say(defs[key] + ".")
+    for note in _share_notes(comp):
+        say(note, style="")
+    out.console.print(_difference_table(out.table, comp, report))
+    say(defs["difference"] + "; * = its interval excludes 0.")
 
 
 def _samples_text(run: RunReport, mode: str = "truncation") -> str:

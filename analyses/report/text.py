@@ -63,13 +63,6 @@ def signed_interval(lo: float, hi: float, digits: int = 3) -> str:
     return interval(lo, hi, digits, signed=True, compact=False)
 
 
-def share_text(value: float) -> str:
-    """A share as a whole percentage, ``74%``; :data:`MISSING` for NaN."""
-    if value is None or not math.isfinite(value):
-        return MISSING
-    return f"{100 * value:.0f}%"
-
-
 STRATA_KEYS = {
     "clean_success": "successes per clean turn",
     "success": "success rate",

@@ -359,6 +359,13 @@ def state_label(data: dict[str, Any]) -> str:
 
 
 def _state_figure(graph: nx.DiGraph, title: str | None, max_states: int) -> Figure:
+    """The figure of a state graph: the selected states laid out as a tree, coloured by success,
+    with a legend and a colour bar.
+
+    Long because one matplotlib drawing in order (layout, nodes, labels, edges, title, legend,
+    colour bar) over sizes and axes that every step shares; split, the parts would pass them all
+    around.
+    """
     import math
 
     import networkx as nx

@@ -34,6 +34,9 @@ def turn_graph(
     "recovers"`` and ``next = True``; every edge has boolean ``next`` and ``recovers``.
     The graph's own attributes: ``traj_id, run, task_id, sample, success, n_turns``.
 
+    Long because the docstring defines the graph's nodes, edges and attributes; the body (about
+    60 lines) reads the turns and adds each kind of node and edge in turn.
+
     Raises:
         KeyError: when the trajectory is not in the store.
     """

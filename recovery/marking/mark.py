@@ -63,6 +63,9 @@ def _kinds_query(
     The ``repeat`` rule compares ``hash(action, observation)`` of a turn with the previous
     turn's: found by ``lag`` over the trajectory's turns, or, with ``hashes_given``, read from
     the source's ``step_hash`` and ``prev_hash`` columns.
+
+    Long because it assembles one SQL text from pieces (marks, labels, each content rule,
+    repeat, prm) that only make sense in the order the query takes them.
     """
     formats = _formats(con, scope) if formats is None else set(formats)
     all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])

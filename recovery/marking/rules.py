@@ -128,6 +128,9 @@ def rule_from_dict(
 ) -> Rule:
     """Validate one rule table (as in a ``[[rule]]`` of a TOML file).
 
+    Long because it checks every field of a rule table in turn, each with its own message; a
+    flat list of checks reads best in one place.
+
     Args:
         raw: The table: ``kind``, ``field`` and at least one predicate (``pattern``,
             ``equals``, ``startswith``, ``contains``, ``lt``, ``gt``, ``exists``); optional

@@ -276,6 +276,13 @@ def run_episode(
     sample: int,
     progress_texts: dict[int, tuple[str, str]],
 ) -> Trajectory:
+    """One simulated episode of a policy on a task at a budget: its turns, each turn's meta holding
+    the truth.
+
+    Long because it is the simulator's turn loop: each turn takes its draws in a fixed order
+    (which keeps the output byte-identical for a seed) and its events (progress, error, spell,
+    recovery) share the loop's state.
+    """
     draws = _turn_draws(config.seed, task.index, sample)
     episode = _Episode(task, progress_texts)
     turns = episode.turns

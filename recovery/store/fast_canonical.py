@@ -407,6 +407,11 @@ def _ingest(
     mark: bool,
     rules: RuleSet | None,
 ) -> FastIngest:
+    """Ingest one canonical JSONL file with DuckDB's JSON reader, in SQL.
+
+    Long because a sequence of SQL statements over the same staging tables (read, check, count,
+    insert); they read best in the order they run.
+    """
     if probe.duckdb_path is None:
         raise Declined("DuckDB cannot be given the file's name")
     # DuckDB reads this name as the one file (a file called x[12].jsonl is no pattern); the

@@ -217,7 +217,7 @@ def test_wrong_types_name_field_and_line(tmp_path: Path, store: Path) -> None:
 
 def test_max_record_mb(tmp_path: Path, store: Path) -> None:
     # A chat file: canonical JSONL goes through the fast path first, whose size limit is
-    # tested (and currently xfailed) in test_store.py.
+    # tested in tests/recovery/store/test_ingest.py (both paths).
     def chat(task_id: str, text: str) -> str:
         return json.dumps({"task_id": task_id, "success": True, "messages": [
             {"role": "user", "content": "q"}, {"role": "assistant", "content": text}]})

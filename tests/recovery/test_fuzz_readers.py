@@ -29,10 +29,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +39,7 @@ from hypothesis import strategies as st
 
 from recovery.formats import known_formats
 from recovery.store import IngestError, IngestOptions, open_store
+from tests.recovery.formats._support import deadline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 # Readers warn about what they guessed (e.g. verl outputs without role markers); not a failure.
@@ -289,25 +287,6 @@ HEADER = "Step,Action,Reasoning,Observation,Reward,Done\n"
 ENTRY_KINDS = ("valid", "valid", "garbage", "other-header", "bad-bytes", "empty", "link-out",
                "link-passwd", "link-in", "dangling", "fifo", "folder", "linked-folder")
 
-
-class Blocked(BaseException):
-    """Raised by :func:`deadline`: not an OSError, so no reader's ``except OSError`` eats it."""
-
-
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail, instead of hanging the suite, when the body runs longer than ``seconds``."""
-
-    def expire(signum: int, frame: Any) -> None:
-        raise Blocked(f"still running after {seconds} s: a reader blocked")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _outside(root: Path) -> Path:

@@ -12,32 +12,20 @@ import pytest
 from recovery.formats import UnknownFormatError, detect_format, parse_json, read_file
 from recovery.schema import RecordError
 from recovery.store import IngestError, IngestOptions, open_store
+from tests.cli_support import FORMAT_FIXTURES, canonical_store, refused
 from tests.cli_support import run_cli as run
-from tests.cli_support import table_rows as dump
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+FIXTURES = FORMAT_FIXTURES
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    path = tmp_path / "s.duckdb"
-    assert run("ingest", FIXTURES / "canonical.jsonl", "--store", path).exit_code == 0
-    return path
+    return canonical_store(tmp_path)
 
 
 def canonical(**fields: object) -> dict:
     return {"task_id": "t", "success": True,
             "turns": [{"action": "a", "observation": "o"}]} | fields
-
-
-def refused(store: Path, path: Path, *extra: object) -> str:
-    """Ingest ``path``; it must fail with one clean message and change nothing."""
-    before = dump(store)
-    result = run("ingest", path, "--store", store, *extra)
-    assert result.exit_code == 1, result.output
-    assert dump(store) == before
-    (message,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    return message
 
 
 # --------------------------------------------------------------------------------------------

@@ -125,6 +125,9 @@ def budgeted_environment(
     schema from them): a call within the budget runs and is recorded as a turn; a call past
     it returns :data:`REFUSAL` and runs nothing.
 
+    Long because the docstring documents nine arguments, and the environment's methods (reset,
+    the reward) are defined inside so that TRL is imported only when it is used.
+
     Args:
         env_cls: A TRL environment class (``reset(**row)``, tool methods, optionally
             ``get_reward()`` for the outcome); it must be constructible without arguments

@@ -25,6 +25,9 @@ def run_episodes(
 ) -> Rollouts:
     """Run one episode per entry, all at once (one policy call per turn index).
 
+    Long because it steps every episode at once with numpy arrays per turn index; the arrays
+    made at its top are the loop's state.
+
     Args:
         policy: The policy network.
         env: Environment parameters.

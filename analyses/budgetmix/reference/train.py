@@ -215,6 +215,9 @@ def train_policy(
 ) -> tuple[torch.nn.Module, StepScorer | None]:
     """Train one policy under ``mode``; returns it and its PRM (``budgetmix+prm``).
 
+    Long because it is one training loop whose iteration (rollouts, PRM fit, advantages, update,
+    log) shares the set-up's seeds, optimizer and window of trajectories.
+
     Args:
         mode: The training mode.
         config: What to run.

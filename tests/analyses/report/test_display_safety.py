@@ -139,7 +139,6 @@ def test_a_dollar_label_renders_as_literal_text_in_every_plot(runs):
         "decomposition": plots.decomposition_bars(comparison),
         "hazards": plots.hazard_figure(report),
         "latency": plots.latency_figure(report),
-        "model fit": plots.model_fit_figure(report),
     }
     for name, figure in figures.items():
         plots.figure_png(figure)                     # draws: no mathtext error

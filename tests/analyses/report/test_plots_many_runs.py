@@ -51,14 +51,13 @@ def dense():
 
 
 def all_figures(report, every: bool = True) -> dict[str, object]:
-    """Every figure the HTML report draws (and the model-fit figure); ``every=False``: the
+    """Every figure the HTML report draws; ``every=False``: the
     heatmaps of the first and last run, the figures of the first and last comparison (the
     others differ only in their numbers; the bench checks them all)."""
     figures = {
         "budget curves": plots.budget_curves(report),
         "hazards": plots.hazard_figure(report),
         "latency": plots.latency_figure(report),
-        "model fit": plots.model_fit_figure(report),
     }
     runs = list(report.runs.items())
     comparisons = list(report.comparisons)
@@ -104,7 +103,7 @@ def seven_figures(seven):
 
 
 def test_no_text_overlaps_or_runs_off_in_any_figure_of_seven_runs(seven_figures):
-    assert len(seven_figures) == 4 + 2 * 2 + 3 * 2
+    assert len(seven_figures) == 3 + 2 * 2 + 3 * 2
     for name, figure in seven_figures.items():
         assert plots.layout_problems(figure) == [], name
 
@@ -122,7 +121,7 @@ def test_the_overlap_check_finds_overlapping_and_clipped_texts():
 
 
 def test_legends_stand_outside_the_axes(seven_figures, seven):
-    for name in ("budget curves", "hazards", "latency", "model fit",
+    for name in ("budget curves", "hazards", "latency",
                  f"bars {seven.comparisons[0].candidate}",
                  f"S(T) change {seven.comparisons[0].candidate}"):
         figure = seven_figures[name]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +60,23 @@ def store_kinds(path: Path, **options: Any) -> dict[tuple[str, int], str | None]
     finally:
         con.close()
     return {(f"{task}#{sample}", t): kind for task, sample, t, kind in rows}
+
+
+class Blocked(BaseException):
+    """Raised by :func:`deadline`; not an OSError, so no reader's ``except OSError`` eats it."""
+
+
+@contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise Blocked(f"still running after {seconds} s: a reader blocked")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

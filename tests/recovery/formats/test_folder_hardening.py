@@ -16,12 +16,9 @@ import gzip
 import json
 import os
 import re
-import signal
 import struct
 import time
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +28,7 @@ from recovery.formats import detect_format
 from recovery.schema import RecordError, Trajectory
 from recovery.store import IngestError, IngestOptions, open_store
 
-from ._support import FIXTURES, load_fixture, only_error, read_items, write_json
+from ._support import FIXTURES, deadline, load_fixture, only_error, read_items, write_json
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -40,25 +37,6 @@ GOTO = "babyai/BabyAI-MixedTrainLocal-v0/goto/BabyAI-MixedTrainLocal-v0"
 HEADER = "Step,Action,Reasoning,Observation,Reward,Done\n"
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
 
-
-class Blocked(BaseException):
-    """Raised by :func:`deadline`; not an OSError, so no reader's ``except OSError`` eats it."""
-
-
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
-
-    def expire(signum: int, frame: Any) -> None:
-        raise Blocked(f"still running after {seconds} s: the reader blocked")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def balrog_folder(tmp_path: Path) -> Path:

@@ -16,12 +16,17 @@ def marks(con) -> dict[tuple[str, int, int], str | None]:
         "JOIN trajectories tr USING (traj_id)").fetchall()}
 
 
-def as_canonical(con, path: Path) -> Path:
-    """The stored episodes written out as canonical JSONL: the same turns, another format."""
-    rows = con.execute(
+def _episodes(con) -> list[tuple]:
+    """Each stored episode: task, sample, success, its actions and its observations."""
+    return con.execute(
         "SELECT tr.task_id, tr.sample, tr.success, list(u.action ORDER BY u.t), "
         "list(u.observation ORDER BY u.t) FROM trajectories tr JOIN turns u USING (traj_id) "
         "GROUP BY ALL").fetchall()
+
+
+def as_canonical(con, path: Path) -> Path:
+    """The stored episodes written out as canonical JSONL: the same turns, another format."""
+    rows = _episodes(con)
     with path.open("w") as out:
         for task, sample, success, actions, observations in rows:
             out.write(json.dumps({
@@ -33,10 +38,7 @@ def as_canonical(con, path: Path) -> Path:
 
 def as_chat(con, path: Path) -> Path:
     """The same episodes as OpenAI chat messages, the observation a user message."""
-    rows = con.execute(
-        "SELECT tr.task_id, tr.sample, tr.success, list(u.action ORDER BY u.t), "
-        "list(u.observation ORDER BY u.t) FROM trajectories tr JOIN turns u USING (traj_id) "
-        "GROUP BY ALL").fetchall()
+    rows = _episodes(con)
     with path.open("w") as out:
         for task, sample, success, actions, observations in rows:
             messages = [{"role": "user", "content": "start"}]

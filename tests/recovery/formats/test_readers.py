@@ -1,6 +1,6 @@
 """Readers of recovery.formats on small fixtures written here: field values, odd cases, errors.
 
-Inspect AI logs have their own module (test_formats_inspect.py): they are produced by
+Inspect AI logs have their own module (test_inspect_log.py): they are produced by
 inspect_ai itself.
 """
 
@@ -585,7 +585,7 @@ def test_each_format_is_detected(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 # docs/formats.md: its examples read as it says
 
-DOCS_FORMATS = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
+DOCS_FORMATS = Path(__file__).resolve().parents[3] / "docs" / "formats.md"
 
 
 def doc_examples() -> dict[str, tuple[str, str]]:
