@@ -118,13 +118,18 @@ class StructuredStepScorer:
     computes the turn features of ``setting`` (:func:`prm.features.step_features`) and fits the
     model (its ``C``, text block and threshold chosen by its inner grouped folds). The sibling
     (self-consistency) features are left out: BudgetMix scores each finished episode alone,
-    where they would be neutral, so the model is not fitted on what it would not see.
+    where they would be neutral, so the model is not fitted on what it would not see. For the
+    same reason, unless ``outcome_at_scoring``, the features are computed with the outcome
+    withheld (the targets still come from it): the TRL adapter hands the scorer finished
+    episodes without their outcome, where the outcome features are neutral.
 
     Args:
         labels: Label source of the targets (see ``prm.labels``).
-        setting: ``hindsight`` (default: the episode's end and outcome are features) or
-            ``blind``.
+        setting: ``hindsight`` (default: the episode's end, and the outcome when given, are
+            features) or ``blind``.
         seed: Seed of the model's inner folds.
+        outcome_at_scoring: The trajectories to score carry their outcome (``success``), so
+            the fit reads it as a feature too.
 
     Attributes:
         n_fits: Fits that learnt a model.
@@ -132,10 +137,12 @@ class StructuredStepScorer:
         model: The fitted :class:`prm.structured.StructuredStepModel` (``None`` before).
     """
 
-    def __init__(self, labels: str = "outcome", setting: str = "hindsight", seed: int = 0):
+    def __init__(self, labels: str = "outcome", setting: str = "hindsight", seed: int = 0,
+                 outcome_at_scoring: bool = False):
         self.labels = labels
         self.setting = setting
         self.seed = seed
+        self.outcome_at_scoring = outcome_at_scoring
         self.n_fits = 0
         self.last_fit = "not fitted"
         self.model: Any = None
@@ -150,7 +157,14 @@ class StructuredStepScorer:
         from prm.structured import StructuredStepModel
         from recovery.errors import InputProblem
 
-        examples, table, names = _from_store(trajectories, self.labels, self.setting)
+        trajectories = list(trajectories)
+        if self.outcome_at_scoring:
+            examples, table, names = _from_store(trajectories, self.labels, self.setting)
+        else:  # targets from the outcomes, features without them (same trajectory ids)
+            examples = _step_examples(trajectories, self.labels)
+            _, table, names = _from_store(
+                [dataclasses.replace(tr, success=None) for tr in trajectories], None,
+                self.setting)
         rows = turn_rows(examples).merge(table.drop(columns=["task_id", "run"]),
                                          on=["traj_id", "t"], validate="one_to_one")
         try:

@@ -49,10 +49,24 @@ def test_structured_scores_follow_the_given_order_one_by_one_or_together():
     together = scorer.score(trajectories[::-1])
     alone = np.concatenate([scorer.score([t]) for t in trajectories[::-1]])
     np.testing.assert_allclose(together, alone)
-    # hindsight: the outcome is a feature, so successful episodes' turns score higher
     flat = np.concatenate([[t.success] * len(t.turns) for t in trajectories[::-1]])
     assert together[flat].mean() > together[~flat].mean()
     assert scorer.score([]).shape == (0,)
+
+
+def test_structured_fit_withholds_the_outcome_unless_scoring_sees_it():
+    import dataclasses
+
+    from prm.online import StructuredStepScorer
+
+    trajectories = _trajectories()
+    hidden = [dataclasses.replace(t, success=None) for t in trajectories]
+    blind_to_it = StructuredStepScorer("outcome").fit(trajectories)
+    # scored as the TRL adapter hands episodes over (no outcome): the same as with it
+    np.testing.assert_allclose(blind_to_it.score(hidden), blind_to_it.score(trajectories))
+    reads_it = StructuredStepScorer("outcome", outcome_at_scoring=True).fit(trajectories)
+    assert reads_it.n_fits == 1
+    assert not np.allclose(reads_it.score(hidden), reads_it.score(trajectories))
 
 
 @pytest.mark.parametrize("kind", ["tfidf", "structured"])
