@@ -200,10 +200,11 @@ def advantage_targets(
             )
             SELECT traj_id, t,
                    CASE WHEN t = 1 OR t_before = t - 1
-                        THEN 1.0 / (1.0 + exp(-(v - v_before) / {float(temperature)!r}))
+                        THEN 1.0 / (1.0 + exp(-(v - v_before) / $temperature))
                    END::DOUBLE AS target
             FROM steps ORDER BY traj_id, t
-            """
+            """,
+            {"temperature": float(temperature)},
         ).df()
 
 

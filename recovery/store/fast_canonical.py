@@ -417,12 +417,11 @@ def _ingest(
     # DuckDB reads this name as the one file (a file called x[12].jsonl is no pattern); the
     # rows name the file as it was given
     file = _literal(probe.duckdb_path)
-    source_file = _literal(str(path))
     max_size = _buffer(longest_line)
-    run_expr = (
-        _literal(run_override)
-        if run_override
-        else f"coalesce(nullif(run, ''), {_literal(default_run)})"
+    # the run labels are bound parameters of the statements that name a trajectory's run
+    run_expr, run_params = (
+        ("$run_override", {"run_override": run_override}) if run_override
+        else ("coalesce(nullif(run, ''), $default_run)", {"default_run": default_run})
     )
     # The trajectories' own fields, from a read that skips the turns (their own read follows).
     con.execute(
@@ -434,7 +433,7 @@ def _ingest(
                    task_id->>'$'                                AS task_id,
                    sample::INTEGER                              AS given_sample,
                    budget::INTEGER                              AS budget,
-                   coalesce(success, reward >= {float(success_threshold)!r}) AS success,
+                   coalesce(success, reward >= $success_threshold) AS success,
                    reward,
                    nullif(prompt, '')                           AS prompt,
                    end_reason                                   AS given_end_reason,
@@ -457,7 +456,8 @@ def _ingest(
         )
         SELECT *, {traj_id_sql("run", "task_id", "budget", "sample")} AS traj_id
         FROM sampled
-        """
+        """,
+        {**run_params, "success_threshold": float(success_threshold)},
     )
     n_records, clashes, implicit, deep_lines = con.execute(
         """
@@ -476,6 +476,7 @@ def _ingest(
         # a meta with many brackets may be nested deeper than the readers' limit: its depth
         # is measured the way the Python reader measures it
         _check_depth(con, file, max_size, sorted(deep_lines))
+    turn_params = None
     if implicit:
         # A sample numbered by position: the turns' trajectory is found by the record's line
         # (the reader numbers the records, on one thread).
@@ -488,11 +489,12 @@ def _ingest(
         # Every record names its sample: its trajectory id follows from the record alone, and
         # the turns stream from a parallel read.
         traj_id = traj_id_sql(run_expr, "(task_id->>'$')", "budget::INTEGER", "sample::INTEGER")
+        turn_params = run_params
         records = f"""(
             SELECT {traj_id} AS traj_id, turns
             FROM read_json({file}, format = 'newline_delimited', columns = {TURN_COLUMNS},
                            maximum_object_size = {max_size}))"""
-    _insert_turns(con, records, mark=mark, rules=rules)
+    _insert_turns(con, records, turn_params, mark=mark, rules=rules)
     # Turns per trajectory, and the first one done, from the turns just stored.
     con.execute(
         """
@@ -511,10 +513,11 @@ def _ingest(
                {success_turn_sql("success", "n_turns", "first_done")} AS success_turn,
                {end_reason_sql("success", "n_turns", "budget", "given_end_reason")}
                                                                   AS end_reason,
-               'canonical' AS format, prompt, {source_file} AS source_file,
+               'canonical' AS format, prompt, $source_file AS source_file,
                line AS source_line, meta
         FROM _fast_traj JOIN _fast_counts USING (traj_id, success) ORDER BY line
-        """
+        """,
+        {"source_file": str(path)},
     )
     (n_turns,) = con.execute("SELECT coalesce(sum(n_turns), 0) FROM _fast_counts").fetchone()
     if mark and n_turns:
@@ -529,10 +532,12 @@ def _ingest(
 
 
 def _insert_turns(
-    con: duckdb.DuckDBPyConnection, records: str, *, mark: bool, rules: RuleSet | None
+    con: duckdb.DuckDBPyConnection, records: str, params: dict[str, object] | None, *,
+    mark: bool, rules: RuleSet | None,
 ) -> None:
-    """Unnest the turns of ``records`` (``traj_id, turns``), check every value, mark them, and
-    store them, in one statement that streams from the file."""
+    """Unnest the turns of ``records`` (``traj_id, turns``; a query whose named parameters
+    are ``params``), check every value, mark them, and store them, in one statement that
+    streams from the file."""
     # hash(action, observation) of every turn and of the one before it, from the list itself
     # (no window, no sort): what the repeat rule compares.
     hashes = "list_transform(turns, lambda u: hash(u.action, coalesce(u.observation, '')))"
@@ -577,7 +582,8 @@ def _insert_turns(
         source = f"SELECT * FROM {staged}"
         marks = "NULL AS error_kind, false AS is_error"
     con.execute(
-        f"INSERT INTO turns BY NAME SELECT traj_id, {', '.join(columns)}, {marks} FROM ({source})"
+        f"INSERT INTO turns BY NAME SELECT traj_id, {', '.join(columns)}, {marks} FROM ({source})",
+        params,
     )
 
 
