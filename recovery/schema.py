@@ -369,6 +369,13 @@ def derive_success(
     return reward >= threshold
 
 
+def derive_success_sql(success: str, reward: str, threshold: str) -> str:
+    """:func:`derive_success` as a SQL expression over column expressions (``success`` a
+    BOOLEAN; a record with neither is NULL here: the caller refuses it as the Python rule
+    does, or keeps it as unknown)."""
+    return f"coalesce({success}, {reward} >= {threshold})"
+
+
 def turn_from_dict(raw: Any, index: int) -> Turn:
     """Validate one canonical turn object (``index`` is 1-based, for messages)."""
     where = f"turns[{index - 1}]"

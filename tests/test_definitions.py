@@ -360,3 +360,29 @@ def test_label_scale_and_class_index_have_one_home() -> None:
     logits = torch.full((5, 3), -30.0)
     logits[torch.arange(5), torch.from_numpy(target_class(known))] = 30.0
     assert float(step_loss(logits, torch.tensor(known, dtype=torch.float32))) < 1e-6
+
+
+def test_success_has_one_rule_and_its_sql_twin_agrees() -> None:
+    """derive_success and derive_success_sql on every kind of record: a flag wins over the
+    reward, the reward counts at and above the threshold, neither is unknown (SQL) or refused
+    (Python, when required); the fast ingest path reads the SQL twin."""
+    import duckdb
+
+    from recovery.schema import RecordError, derive_success, derive_success_sql
+
+    cases = [(True, None), (False, 1.0), (None, 1.0), (None, 0.5), (None, 0.7), (None, -3.0),
+             (True, 0.0), (None, None)]
+    con = duckdb.connect()
+    for threshold in (0.7, 1.0 - 1e-6):
+        for success, reward in cases:
+            (sql,) = con.execute(
+                f"SELECT {derive_success_sql('s', 'r', '$threshold')} "
+                "FROM (SELECT $s::BOOLEAN AS s, $r::DOUBLE AS r)",
+                {"s": success, "r": reward, "threshold": threshold},
+            ).fetchone()
+            assert sql == derive_success(success, reward, threshold, required=False)
+            if success is None and reward is None:
+                with pytest.raises(RecordError):
+                    derive_success(success, reward, threshold)
+    source = (Path(__file__).resolve().parents[1] / "recovery" / "store" / "fast_canonical.py").read_text()
+    assert "derive_success_sql(" in source

@@ -36,6 +36,7 @@ from recovery.schema import (
     CANONICAL_TRAJECTORY_KEYS,
     END_REASONS,
     MAX_STORED_INT,
+    derive_success_sql,
     end_reason_sql,
     success_turn_sql,
 )
@@ -433,7 +434,8 @@ def _ingest(
                    task_id->>'$'                                AS task_id,
                    sample::INTEGER                              AS given_sample,
                    budget::INTEGER                              AS budget,
-                   coalesce(success, reward >= $success_threshold) AS success,
+                   {derive_success_sql("success", "reward", "$success_threshold")}
+                                                                AS success,
                    reward,
                    nullif(prompt, '')                           AS prompt,
                    end_reason                                   AS given_end_reason,
