@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recovery.config import opt
-from recovery.errors import InputProblem, UsageProblem
+from recovery.errors import InputProblem, Problem, UsageProblem
 
 if TYPE_CHECKING:
     import duckdb
@@ -111,10 +111,7 @@ class AnalyzeConfig:
 def _max_turns(values: list[str] | None) -> dict[str, int] | None:
     from analyses.caps import parse_max_turns
 
-    try:
-        return parse_max_turns(values) if values else None
-    except ValueError as err:
-        raise UsageProblem(str(err)) from None
+    return parse_max_turns(values) if values else None
 
 
 def parse_turn_limits(values: list[str] | None) -> list[int | None] | None:
@@ -269,7 +266,7 @@ def _names_its_run(path: Path, options: IngestOptions) -> bool:
         for record in records:
             if isinstance(record, Trajectory):
                 return record.run != default_run_name(path)
-    except Exception:  # the ingest reads the file again and reports what is wrong
+    except (Problem, OSError):  # the ingest reads the file again and reports what is wrong
         return False
     finally:
         records.close()
@@ -402,7 +399,7 @@ def analyze(
 
             try:
                 group_expression(con, config.by)
-            except ValueError as err:
+            except UsageProblem as err:
                 raise UsageProblem(f"--by: {err}") from None
         try:
             if config.by:
@@ -411,8 +408,6 @@ def analyze(
             else:
                 report = build_report(con, runs or None, options, progress=progress,
                                       traj_ids=traj_ids)
-        except ValueError as err:
-            raise UsageProblem(str(err)) from None
         except duckdb.Error as err:  # damage that only shows when the data is read
             raise InputProblem(f"store {config.store or ':memory:'} cannot be read: "
                                f"{str(err).splitlines()[0]}") from None
