@@ -22,6 +22,8 @@ def open_store(path: str | Path, *, writable: bool = False) -> duckdb.DuckDBPyCo
     Raises:
         InputProblem: the store does not exist (nothing is created) or is not a store.
     """
+    import duckdb
+
     from recovery.store import connect
 
     path = Path(path)
@@ -36,7 +38,7 @@ def open_store(path: str | Path, *, writable: bool = False) -> duckdb.DuckDBPyCo
         raise InputProblem(str(err)) from None
     except InputProblem:
         raise
-    except Exception as err:  # duckdb's IOException for a file that is not a database
+    except (duckdb.Error, OSError) as err:  # e.g. IOException: a file that is not a database
         raise InputProblem(f"{path} cannot be opened as a store ({err})") from None
     if not writable:
         return con
