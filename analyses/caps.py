@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from recovery.errors import UsageProblem
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -103,7 +105,7 @@ def step_caps(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> dic
         Run -> its cap, for the runs that have one.
 
     Raises:
-        ValueError: for a ``--max-turns`` run that is not among the runs, or a cap below 1.
+        UsageProblem: for a ``--max-turns`` run that is not among the runs, or a cap below 1.
     """
     import pandas as pd
 
@@ -111,8 +113,8 @@ def step_caps(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> dic
     runs = sorted(str(r) for r in pd.unique(traj["run"]))
     unknown = sorted(set(given) - set(runs))
     if unknown:
-        raise ValueError(f"--max-turns names run(s) {', '.join(unknown)} that are not among "
-                         f"the runs ({', '.join(runs)})")
+        raise UsageProblem(f"--max-turns names run(s) {', '.join(unknown)} that are not "
+                           f"among the runs ({', '.join(runs)})")
     out: dict[str, StepCap] = {}
     for run in runs:
         mine = traj[traj["run"].astype(str) == run]
@@ -124,7 +126,7 @@ def step_caps(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> dic
         if run in given:
             cap = int(given[run])
             if cap < 1:
-                raise ValueError(f"--max-turns {run}={cap}: a cap is at least 1 turn")
+                raise UsageProblem(f"--max-turns {run}={cap}: a cap is at least 1 turn")
             source = "--max-turns"
         elif (reason == "budget").any():
             cap = int(n_turns[reason == "budget"].max())
@@ -163,13 +165,13 @@ def parse_max_turns(values: list[str] | tuple[str, ...]) -> dict[str, int]:
     the last one splits).
 
     Raises:
-        ValueError: for an entry without ``=`` or a cap that is not a positive whole number.
+        UsageProblem: for an entry without ``=`` or a cap that is not a positive whole number.
     """
     out: dict[str, int] = {}
     for value in values:
         run, sep, cap = str(value).rpartition("=")
         if not sep or not run or not cap.strip().isdigit() or int(cap) < 1:
-            raise ValueError(f"--max-turns {value!r}: give RUN=N with N a whole number of "
-                             "turns, at least 1")
+            raise UsageProblem(f"--max-turns {value!r}: give RUN=N with N a whole number of "
+                               "turns, at least 1")
         out[run] = int(cap)
     return out

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from recovery.errors import UsageProblem
+
 if TYPE_CHECKING:
     import duckdb
     import numpy as np
@@ -278,12 +280,12 @@ def group_expression(con: duckdb.DuckDBPyConnection, by: str) -> tuple[str, list
     if by.startswith("meta."):
         key = by.removeprefix("meta.")
         if not key:
-            raise ValueError("give the meta field after 'meta.', e.g. meta.level")
+            raise UsageProblem("give the meta field after 'meta.', e.g. meta.level")
         path = '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
         return "json_extract_string(meta, ?)", [path]
     columns = [row[0] for row in con.execute("DESCRIBE trajectories").fetchall()]
     if by not in columns:
-        raise ValueError(
+        raise UsageProblem(
             f"{by!r} is not a field to group by: give env (the task id up to its first '/'), "
             f"meta.KEY (a field of the trajectory's meta), or a column of the trajectories "
             f"table ({', '.join(columns)})")

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.frames import success_turns
+from recovery.errors import UsageProblem
 
 Mode = Literal["truncation", "budgeted"]
 Metric = Literal["pass_at", "pass_hat"]
@@ -449,7 +450,7 @@ def _grid(
     finite_ts, with_none = _normalise_ts(ts, mode)
     if mode == "budgeted":
         if not finite_ts and data.run_names:
-            raise ValueError(
+            raise UsageProblem(
                 "budgeted mode: no budget T to report (no budget is common to every run, "
                 "or none was asked for); pass ts= or select runs"
             )
@@ -508,7 +509,7 @@ def _check_budgets(run_names: list[str], budgets: list[set[int]], wanted: list[i
                 f"(has {', '.join(map(str, sorted(present))) or 'no budgets'})"
             )
     if missing:
-        raise ValueError(
+        raise UsageProblem(
             "budgeted mode needs trajectories run at each requested budget T: "
             + "; ".join(missing)
         )

@@ -128,12 +128,12 @@ def check_gguf(path: Path) -> None:
 
 
 def _intact_safetensors(path: Path) -> bool:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), "pt"):
             return True
-    except Exception:  # SafetensorError, OSError: missing or truncated
+    except (SafetensorError, OSError):  # missing or truncated
         return False
 
 
@@ -234,10 +234,10 @@ def check_causal(backbone: Any) -> None:
     """Refuse a backbone whose hidden states depend on later tokens (:func:`is_causal`).
 
     Raises:
-        ValueError: when the backbone is not causal.
+        UsageProblem: when the backbone is not causal.
     """
     if not is_causal(backbone):
-        raise ValueError(
+        raise UsageProblem(
             "the backbone is not causal (earlier positions change when a later token does), "
             "even with is_decoder=True: it would let a turn see later turns; use a decoder "
             "(causal LM) checkpoint or an encoder that accepts a causal mask"

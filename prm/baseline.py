@@ -61,6 +61,17 @@ def turn_frame(examples: Sequence[StepExample]) -> pd.DataFrame:
     return frame
 
 
+def learnable(y: Sequence[float] | np.ndarray) -> bool:
+    """Whether soft targets in [0, 1] hold both classes once weighted (NaN targets left out):
+    some weight on the positive class (a target above 0) and some on the negative one (a
+    target below 1). :meth:`TfidfStepBaseline.fit` refuses anything else."""
+    import numpy as np
+
+    y = np.asarray(y, dtype=float)
+    y = y[~np.isnan(y)]
+    return bool((y > 0).any() and (y < 1).any())
+
+
 class TfidfStepBaseline:
     """TF-IDF over a turn and its previous turn, then logistic regression.
 
@@ -125,7 +136,7 @@ class TfidfStepBaseline:
         labels = np.concatenate([np.ones(len(y), int), np.zeros(len(y), int)])
         weights = np.concatenate([y, 1.0 - y])
         keep = weights > 0
-        if len(np.unique(labels[keep])) < 2:
+        if not learnable(y):
             raise ValueError("the targets are all one class: nothing to learn")
         pipeline = Pipeline(
             [

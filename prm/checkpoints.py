@@ -183,7 +183,7 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     check every loader runs), the split is there, and that every safetensors file has a whole
     header and covers its tensors (a truncated file does not).
     """
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         read_trainer_state(checkpoint)
@@ -200,7 +200,7 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
         try:
             with safe_open(str(path), "pt"):
                 pass
-        except Exception as err:  # SafetensorError for a truncated or garbled file
+        except (SafetensorError, OSError) as err:  # a truncated or garbled file
             return f"{path}: damaged or truncated ({err})"
     return None
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from prm.labels import target_class
 from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
+from recovery.errors import InputProblem
 
 if TYPE_CHECKING:
     import numpy as np
@@ -216,7 +217,7 @@ def fit_head(
         Cs: Candidate inverse regularisation strengths.
 
     Raises:
-        ValueError: when no turn has a target, or all targets are one class.
+        InputProblem: when no turn has a target, or all targets are one class.
     """
     import numpy as np
     from sklearn.model_selection import GroupKFold
@@ -227,10 +228,10 @@ def fit_head(
     rows, X = rows.loc[known].reset_index(drop=True), np.asarray(features, float)[known]
     targets = rows["target"].to_numpy(float)
     if not len(rows):
-        raise ValueError("no turn has a target to fit the head on")
+        raise InputProblem("no turn has a target to fit the head on")
     if (ternary and len(np.unique(target_class(targets))) < 2) or (
             not ternary and (targets.min() == targets.max())):
-        raise ValueError("the targets are all one class: nothing to learn")
+        raise InputProblem("the targets are all one class: nothing to learn")
     from sklearn.decomposition import PCA
 
     mean, scale = X.mean(axis=0), X.std(axis=0)

@@ -42,6 +42,7 @@ from prm.checkpoints import (
 from prm.distributed import Distributed, barrier, init_distributed
 from prm.labels import target_class
 from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
+from recovery.errors import InputProblem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -420,7 +421,7 @@ def _resume(resume_from: Path, run: _Run) -> TrainPosition:
     info = run.info
     state = read_trainer_state(resume_from)
     if state["world_size"] != info.world_size:
-        raise ValueError(
+        raise InputProblem(
             f"checkpoint {resume_from} was written by {state['world_size']} processes; "
             f"resume with the same number (now {info.world_size})"
         )

@@ -271,13 +271,14 @@ def load_weights(path: Path) -> dict[str, Any]:
     Raises:
         InputProblem: naming the file when it is missing, truncated or not safetensors.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if not path.is_file():
         raise InputProblem(f"{path} is missing")
     try:
         return load_file(str(path))
-    except Exception as err:  # SafetensorError, OSError: a damaged or truncated file
+    except (SafetensorError, OSError) as err:  # a damaged or truncated file
         raise InputProblem(f"{path}: damaged or not a safetensors file ({err})") from None
 
 
@@ -288,7 +289,7 @@ def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     Raises:
         InputProblem: naming the file when it is missing, truncated or not safetensors.
     """
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     if path.name.endswith(".index.json"):
         from prm.spec import read_json
@@ -308,7 +309,7 @@ def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     try:
         with safe_open(str(path), "pt") as fh:
             return {key: tuple(fh.get_slice(key).get_shape()) for key in fh.keys()}  # noqa: SIM118
-    except Exception as err:  # SafetensorError, OSError: a damaged or truncated file
+    except (SafetensorError, OSError) as err:  # a damaged or truncated file
         raise InputProblem(f"{path}: damaged or not a safetensors file ({err})") from None
 
 

@@ -33,6 +33,7 @@ def model_spec(config: TrainConfig, examples: list[StepExample],
                echo: Callable[[str], Any] = print) -> PRMSpec:
     """The spec a run of ``config`` builds: its mode, head, pooling and window resolved."""
     from prm.backbones import PRETRAINED
+    from prm.windows import MIN_WINDOW
 
     pretrained = config.backbone in PRETRAINED
     mode = config.mode if config.mode != "auto" else ("frozen" if pretrained else "full")
@@ -47,6 +48,8 @@ def model_spec(config: TrainConfig, examples: list[StepExample],
         raise UsageProblem("--head ternary needs data labels of -1, 0 and +1 (--labels data)")
     pool = config.pool if config.pool != "auto" else (
         "marker" if config.backbone == "tiny" else "marker+mean")
+    if config.max_length < MIN_WINDOW:
+        raise UsageProblem(f"--max-length must be at least {MIN_WINDOW} tokens")
     max_length = config.max_length
     if pretrained and max_length > PRETRAINED[config.backbone].max_positions:
         max_length = PRETRAINED[config.backbone].max_positions
@@ -132,6 +135,9 @@ def train_examples(
         else:
             fractions = (1.0 - config.val_fraction - config.test_fraction, config.val_fraction,
                          config.test_fraction)
+            if min(fractions) < 0:
+                raise UsageProblem("--val-fraction and --test-fraction must be at least 0 and "
+                                   "sum to at most 1")
             split = TaskSplit.make(examples, seed=config.seed, fractions=fractions)
     if config.backbone == "sklearn":
         return train_baseline(config, examples, split)
@@ -159,12 +165,16 @@ def train_baseline(
     config: TrainConfig, examples: list[StepExample], split: TaskSplit
 ) -> TrainResult:
     """Fit :class:`prm.baseline.TfidfStepBaseline` on the train split and save it."""
-    from prm.baseline import TfidfStepBaseline, save_baseline_model, turn_frame
+    from prm.baseline import TfidfStepBaseline, learnable, save_baseline_model, turn_frame
+    from recovery.errors import InputProblem
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     frame = turn_frame(split.select(examples, "train"))
+    if not learnable(frame["target"].to_numpy()):
+        raise InputProblem(f"the targets of the train split of {config.store} are all one "
+                           "class: nothing to learn")
     baseline = TfidfStepBaseline().fit(frame, frame["target"].to_numpy())
     save_baseline_model(out, baseline, labels=config.labels, label_base=config.label_base)
     split.save(out / SPLIT_FILE)

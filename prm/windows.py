@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
     from prm.data import StepExample
 
+MIN_WINDOW = 16
+"""The fewest tokens a window may hold (``--max-length``)."""
+
 BUCKET_WINDOWS = 512
 """Windows per length bucket: larger buckets pad less, smaller ones shuffle more."""
 
@@ -77,8 +80,8 @@ def encode_examples(
     Returns:
         Windows in example order; every turn is scored in exactly one window.
     """
-    if max_length < 16:
-        raise ValueError("max_length must be at least 16")
+    if max_length < MIN_WINDOW:
+        raise ValueError(f"max_length must be at least {MIN_WINDOW}")
     ids = TokenIds.of(tokenizer, step_token)
     head = [] if ids.bos is None else [ids.bos]
     prompt_cap = min(max_prompt_tokens, max_length // 4)

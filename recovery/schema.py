@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recovery.errors import InputProblem
+
 SUCCESS_THRESHOLD = 1.0 - 1e-6
 """Default threshold: an episode succeeded when ``reward >= SUCCESS_THRESHOLD``."""
 
@@ -34,7 +36,7 @@ CANONICAL_TURN_KEYS = frozenset(
 )
 
 
-class RecordError(ValueError):
+class RecordError(InputProblem):
     """A record that cannot be read. Carries where it came from.
 
     Readers *yield* these (rather than raise them) so that ingest can either stop at the

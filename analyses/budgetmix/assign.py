@@ -368,7 +368,7 @@ def assign(config: AssignConfig) -> AssignResult:
         raise UsageProblem("assign needs --schedule, --dataset and --out")
     try:
         schedule = BudgetSchedule.load(config.schedule)
-    except ValueError as err:
+    except UsageProblem as err:  # the schedule is this command's input: exit status 1
         raise InputProblem(str(err)) from None
     return assign_budgets(config.dataset, schedule, config.out, seed=config.seed,
                           trainer=config.trainer, overwrite=config.overwrite)

@@ -59,7 +59,7 @@ def _plan_budgets(config: PlanConfig) -> list[int] | None:
     if config.budget_range:
         try:
             return parse_budget_range(config.budget_range)
-        except ValueError as err:
+        except UsageProblem as err:
             raise UsageProblem(f"--range: {err}") from None
     budgets = [check_budget(b, "--budgets") for b in config.budgets] if config.budgets else None
     if config.reference is not None:
@@ -85,19 +85,15 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
     budgets = _plan_budgets(config)
     if strategy != "mixture" and config.weights:
         raise UsageProblem("--weights only goes with --strategy mixture")
-    try:
-        if strategy == "uniform":
-            if not budgets:
-                raise UsageProblem("uniform needs --budgets or --range")
-            return uniform_schedule(budgets)
-        if strategy == "mixture":
-            if not budgets or not config.weights:
-                raise UsageProblem("mixture needs --budgets (or --range) and --weights")
-            return mixture_schedule(budgets, config.weights)
-    except UsageProblem:
-        raise
-    except ValueError as err:  # repeated or non-positive budgets, bad weights
-        raise UsageProblem(str(err)) from None
+    # repeated or non-positive budgets, bad weights: UsageProblems of the schedule's checks
+    if strategy == "uniform":
+        if not budgets:
+            raise UsageProblem("uniform needs --budgets or --range")
+        return uniform_schedule(budgets)
+    if strategy == "mixture":
+        if not budgets or not config.weights:
+            raise UsageProblem("mixture needs --budgets (or --range) and --weights")
+        return mixture_schedule(budgets, config.weights)
     if config.store is None:
         raise UsageProblem("adaptive needs --store")
     if not 0.0 <= config.floor <= 1.0:

@@ -337,7 +337,7 @@ class BudgetSchedule:
             raise UsageProblem(f"{path}: not a BudgetMix schedule: {what}") from None
         try:
             return cls.from_dict(data)
-        except (TypeError, ValueError) as err:
+        except (UsageProblem, TypeError, ValueError) as err:  # named by the file it is in
             raise UsageProblem(f"{path}: {err}") from None
 
 

@@ -111,10 +111,7 @@ class AnalyzeConfig(CheckedOptions):
 def _max_turns(values: list[str] | None) -> dict[str, int] | None:
     from analyses.caps import parse_max_turns
 
-    try:
-        return parse_max_turns(values) if values else None
-    except ValueError as err:
-        raise UsageProblem(str(err)) from None
+    return parse_max_turns(values) if values else None
 
 
 def parse_turn_limits(values: list[str] | None) -> list[int | None] | None:
@@ -332,7 +329,7 @@ def analyze(
 
             try:
                 group_expression(con, config.by)
-            except ValueError as err:
+            except UsageProblem as err:
                 raise UsageProblem(f"--by: {err}") from None
         try:
             if config.by:
@@ -341,8 +338,6 @@ def analyze(
             else:
                 report = build_report(con, runs or None, options, progress=progress,
                                       traj_ids=traj_ids)
-        except ValueError as err:
-            raise UsageProblem(str(err)) from None
         except duckdb.Error as err:  # damage that only shows when the data is read
             raise InputProblem(f"store {config.store or ':memory:'} cannot be read: "
                                f"{str(err).splitlines()[0]}") from None

@@ -40,6 +40,7 @@ from analyses.report.records import (
     RunReport,
 )
 from analyses.report.text import definitions, number, signed_interval, t_header
+from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
     import duckdb
@@ -87,8 +88,8 @@ def build_report(
         The :class:`Report`.
 
     Raises:
-        ValueError: when there is nothing to analyse, the baseline is not one of the runs, or
-            the options do not fit the data (e.g. budgeted mode without shared budgets).
+        UsageProblem: when there is nothing to analyse, the baseline is not one of the runs,
+            or the options do not fit the data (e.g. budgeted mode without shared budgets).
     """
     from analyses.frames import (
         data_quality,
@@ -139,7 +140,7 @@ def build_grouped_report(
         traj_ids: Only these trajectories count (``None`` = all of the runs').
 
     Raises:
-        ValueError: for an unknown field, nothing to analyse, or a baseline that is none of
+        UsageProblem: for an unknown field, nothing to analyse, or a baseline that is none of
             the runs.
     """
     import dataclasses
@@ -159,11 +160,11 @@ def build_grouped_report(
     flags = turn_flags_frame(con, runs, traj_ids)
     spells = spells_frame(con, runs, traj_ids)
     if traj.empty:
-        raise ValueError("no trajectories with a known outcome to analyse")
+        raise UsageProblem("no trajectories with a known outcome to analyse")
     run_names = sorted(str(r) for r in traj["run"].unique())
     if options.baseline is not None and options.baseline not in run_names:
-        raise ValueError(f"baseline run {options.baseline!r} not found "
-                         f"(runs: {', '.join(run_names)})")
+        raise UsageProblem(f"baseline run {options.baseline!r} not found "
+                           f"(runs: {', '.join(run_names)})")
     timings = {"load frames": time.perf_counter() - started}
     cpu_timings = {"load frames": time.process_time() - cpu_started}
     values = values.assign(value=values["value"].fillna(NO_GROUP))
@@ -231,7 +232,7 @@ def _group_report(
             traj, flags[is_in(flags["traj_id"], traj["traj_id"])], options,
             n_unknown_outcomes=n_unknown, progress=progress,
             spells=spells[is_in(spells["traj_id"], traj["traj_id"])], quality=quality)
-    except ValueError as err:
+    except UsageProblem as err:  # options that do not fit this group's data
         return Group(key=by, value=value, report=None, problem=str(err))
     report.timings = {"load frames": loaded, **report.timings}
     report.cpu_timings = {"load frames": cpu_loaded, **report.cpu_timings}
@@ -298,7 +299,7 @@ def report_from_frames(
         The :class:`Report`.
 
     Raises:
-        ValueError: see :func:`build_report`.
+        UsageProblem: see :func:`build_report`.
     """
     options = _checked(options or ReportOptions())
     if quality is None:
@@ -419,9 +420,12 @@ class _Measures:
 def _checked(options: ReportOptions) -> ReportOptions:
     """``options``, once their mode and strata are known to make sense."""
     if options.mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
+        raise UsageProblem(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
     if options.strata < 1:
-        raise ValueError(f"strata must be at least 1, got {options.strata}")
+        raise UsageProblem(f"strata must be at least 1, got {options.strata}")
+    if not 0.0 < options.ci < 1.0:
+        raise UsageProblem(f"ci (the coverage of the intervals) must lie in (0, 1), "
+                           f"got {options.ci}")
     return options
 
 
@@ -435,7 +439,7 @@ def _known_frames(
     if "success" in traj and traj["success"].isna().any():
         traj = traj[traj["success"].notna()]
     if traj.empty:
-        raise ValueError("no trajectories with a known outcome to analyse")
+        raise UsageProblem("no trajectories with a known outcome to analyse")
     traj = traj.assign(task_id=traj["task_id"].astype(str)).reset_index(drop=True)
     traj = _apply_step_caps(traj, options, quality)
     # Every analysis reads only the error turns (a turn missing from the flags is clean), so
@@ -454,11 +458,11 @@ def _plan(traj: pd.DataFrame, options: ReportOptions) -> tuple[_Plan, list[str]]
     run_names = sorted(str(r) for r in traj["run"].unique())
     baseline = options.baseline if options.baseline is not None else run_names[0]
     if baseline not in run_names:
-        raise ValueError(f"baseline run {baseline!r} not found (runs: {', '.join(run_names)})")
+        raise UsageProblem(f"baseline run {baseline!r} not found (runs: {', '.join(run_names)})")
     mode, mode_reason = resolve_mode(traj, options.mode, options.ts)
     asked_ks = sorted({int(k) for k in options.ks}) if options.ks else choose_ks(traj, mode)
     if not asked_ks or asked_ks[0] < 1:
-        raise ValueError(f"K must be at least 1, got {asked_ks}")
+        raise UsageProblem(f"K must be at least 1, got {asked_ks}")
     # K = 1 is always computed: Pass@(1,T) = S(T) is what the curves, the headline and the
     # decomposition speak of.
     ks = sorted({1, *asked_ks})

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 # The mode and the budgets of runs are facts of Pass@(K,T) itself: their one home is passkt.
 from analyses.passkt import resolve_mode, run_budgets
+from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,7 +37,8 @@ def choose_ts(
     in budgeted mode.
 
     Raises:
-        ValueError: in budgeted mode, for a ``None`` T or when no budget is shared by every run.
+        UsageProblem: in budgeted mode, for a ``None`` T or when no budget is shared by every
+            run; for a T below 1.
     """
     from analyses.passkt import common_budgets, default_ts
 
@@ -44,19 +46,19 @@ def choose_ts(
         if ts is None:
             common = common_budgets(traj)
             if not common:
-                raise ValueError(
+                raise UsageProblem(
                     "budgeted mode: no budget is present in every run (the 'budget' field); "
                     "use --mode truncation or give --t"
                 )
             return common
         if any(t is None for t in ts):
-            raise ValueError("budgeted mode takes budgets as T; 'no limit' has no meaning there")
+            raise UsageProblem("budgeted mode takes budgets as T; 'no limit' has no meaning there")
         return sorted({int(t) for t in ts})  # type: ignore[arg-type]
     if ts is None:
         return list(default_ts(traj["n_turns"]))
     finite = sorted({int(t) for t in ts if t is not None})
     if finite and finite[0] < 1:
-        raise ValueError(f"turn limits must be at least 1, got {finite[0]}")
+        raise UsageProblem(f"turn limits must be at least 1, got {finite[0]}")
     return [*finite, None]
 
 

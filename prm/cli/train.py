@@ -24,14 +24,9 @@ def train(config: TrainConfig) -> None:
     transformers.
     """
     from prm.train import train as run_train
-    from recovery.errors import InputProblem, UsageProblem
 
-    try:
-        result = run_train(config, echo=click.echo)
-    except (UsageProblem, InputProblem):
-        raise  # reported by command_options, without a traceback
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(str(err)) from None
+    # a Problem is reported by command_options on one line; anything else is a bug
+    result = run_train(config, echo=click.echo)
     if result.kind == "structured":
         click.echo(f"saved {result.out}: structured PRM ({config.setting} setting) on "
                    f"{result.n_train} trajectories")

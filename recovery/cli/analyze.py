@@ -18,7 +18,6 @@ import click
 from analyses.report.analyze import AnalyzeConfig
 from recovery.cli.options import command_options
 from recovery.display import printable
-from recovery.errors import InputProblem, UsageProblem
 
 PIPED_TABLE_WIDTH = 100_000
 """Width of the tables when standard output is not a terminal (as wide as they are)."""
@@ -49,13 +48,9 @@ def analyze(config: AnalyzeConfig) -> None:
 
         status.update(Text(f"{printable(step)} ..."))
 
-    try:
-        with log.status("analyzing") as status:
-            report = run_analyze(config, echo=echo, progress=progress)
-    except UsageProblem as err:
-        raise UsageProblem(printable(str(err), keep_newlines=True)) from None
-    except InputProblem as err:
-        raise InputProblem(printable(str(err), keep_newlines=True)) from None
+    # a Problem is reported by command_options on one line; anything else is a bug
+    with log.status("analyzing") as status:
+        report = run_analyze(config, echo=echo, progress=progress)
     if not config.quiet:
         out = Console()
         width = out.width

@@ -15,7 +15,6 @@ from collections.abc import Callable
 import click
 
 from recovery.cli.options import command_options
-from recovery.errors import InputProblem, UsageProblem
 
 
 def _plan_command() -> click.Command:
@@ -92,13 +91,8 @@ def _train_sim_command() -> click.Command:
         """Train small policies on a simulated agent task at fixed budgets, with BudgetMix, and
         with BudgetMix + PRM shaping; write evaluation rollouts that `recovery analyze` reads.
         """
-        try:
-            result = train_sim(config, scorer_factory=tfidf_scorer_factory(config.prm_labels),
-                               echo=lambda line: click.echo(line, err=True))
-        except (UsageProblem, InputProblem):
-            raise
-        except ValueError as err:
-            raise UsageProblem(str(err)) from None
+        result = train_sim(config, scorer_factory=tfidf_scorer_factory(config.prm_labels),
+                           echo=lambda line: click.echo(line, err=True))
         files = " ".join(str(m.rollouts) for m in result.modes)
         click.echo(f"summary {result.summary}")
         click.echo(f"measure: recovery analyze {files} --mode budgeted")

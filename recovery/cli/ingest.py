@@ -18,7 +18,6 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
     files."""
     from tqdm import tqdm
 
-    from recovery.formats import UnknownFormatError
     from recovery.store import IngestResult
     from recovery.store.command import ingest_command, names_line
 
@@ -36,12 +35,10 @@ def run_ingest(config: IngestConfig, *, echo=click.echo) -> int:
         return tqdm(files, desc="ingest", unit="file", file=sys.stderr,
                     disable=len(files) < 3, leave=False)
 
-    try:
-        outcome = ingest_command(
-            config, on_result=report, progress=progress,
-            on_names=lambda names: echo(printable(names_line(names)), err=True))
-    except UnknownFormatError as err:
-        raise click.UsageError(str(err)) from None
+    # an unknown --format is a UsageProblem, which command_options reports (exit 2)
+    outcome = ingest_command(
+        config, on_result=report, progress=progress,
+        on_names=lambda names: echo(printable(names_line(names)), err=True))
     if outcome.removed:
         echo(f"store {config.store} not created: no file could be ingested", err=True)
     else:

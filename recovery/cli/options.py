@@ -19,7 +19,7 @@ import click
 
 from recovery.config import opt
 from recovery.display import printable
-from recovery.errors import InputProblem, UsageProblem
+from recovery.errors import Problem, UsageProblem
 
 __all__ = ["CommaList", "command_options", "opt"]
 
@@ -68,9 +68,11 @@ def _click_type(tp: Any, choices: tuple[str, ...] | None) -> Any:
 def command_options(config_cls: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a click command so that it receives one ``config_cls`` instance.
 
-    The command function is called as ``fn(config)``. A :class:`recovery.errors.UsageProblem`
-    it raises is reported as a usage error (exit 2) and an
-    :class:`recovery.errors.InputProblem` as an error (exit 1), both without a traceback.
+    The command function is called as ``fn(config)``. This is where the command line turns a
+    :class:`recovery.errors.Problem` into one line without a traceback: a
+    :class:`recovery.errors.UsageProblem` is reported as a usage error (exit 2), any other
+    problem (an :class:`recovery.errors.InputProblem`, say) as an error (exit 1). Every other
+    exception is a bug and propagates with its traceback.
     """
     hints = typing.get_type_hints(config_cls)
     fields = [f for f in dataclasses.fields(config_cls) if f.metadata.get("help") is not None]
@@ -90,7 +92,7 @@ def command_options(config_cls: type) -> Callable[[Callable[..., Any]], Callable
                 return fn(config_cls(**values))
             except UsageProblem as err:
                 raise click.UsageError(printable(str(err), keep_newlines=True)) from None
-            except InputProblem as err:
+            except Problem as err:
                 raise click.ClickException(printable(str(err), keep_newlines=True)) from None
 
         wrapper.__name__ = fn.__name__

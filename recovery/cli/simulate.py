@@ -55,7 +55,7 @@ def build_sim_config(options: SimulateCliConfig):
     if options.config is not None:
         try:
             config = load_config(options.config)
-        except (OSError, ValueError) as err:
+        except OSError as err:  # a bad file is a UsageProblem, reported by command_options
             raise click.UsageError(str(err)) from None
         from_file = True
     else:
@@ -88,7 +88,7 @@ def build_sim_config(options: SimulateCliConfig):
         changes["mc_rollouts"] = options.mc_rollouts
     try:
         return dataclasses.replace(config, **changes)
-    except (TypeError, ValueError) as err:
+    except ValueError as err:  # SimConfig's check of the values the options gave
         raise click.UsageError(str(err)) from None
 
 

@@ -52,11 +52,12 @@ def sniff(path: Path, head: bytes) -> bool:
     """A Parquet file with ART's ``group_index`` and ``reward`` columns and its messages."""
     if not head.startswith(PARQUET_MAGIC):
         return False
-    try:
-        import pyarrow.parquet as pq
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
+    try:
         names = set(pq.read_schema(path).names)
-    except Exception:  # any unreadable file is simply not ART's
+    except (pa.ArrowException, OSError):  # any unreadable file is simply not ART's
         return False
     return {"group_index", "reward"} <= names and bool({"messages", "trajectory_json"} & names)
 

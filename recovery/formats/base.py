@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from recovery.errors import UsageProblem
 from recovery.schema import SUCCESS_THRESHOLD, RecordError, Trajectory
 
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024 * 1024
@@ -60,7 +61,7 @@ class Reader:
     directory: bool = False
 
 
-class UnknownFormatError(ValueError):
-    """The format could not be detected or the name is not registered."""
+class UnknownFormatError(UsageProblem):
+    """The format could not be detected or the name is not registered (``--format`` fixes it)."""
 
 

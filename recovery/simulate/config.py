@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from recovery.errors import UsageProblem
 from recovery.simulate.params import PRESETS, PolicyParams, SimConfig, TaskParams
 
 # --------------------------------------------------------------------------------------------
@@ -27,24 +28,24 @@ def policy_from_dict(data: Mapping[str, Any], where: str = "policy") -> PolicyPa
     ``preset = "base"`` starts from a preset; the other keys replace its fields.
 
     Raises:
-        ValueError: naming an unknown key or preset, or a bad value.
+        UsageProblem: naming an unknown key or preset, or a bad value.
     """
     values = dict(data)
     preset = values.pop("preset", None)
     unknown = sorted(set(values) - _POLICY_FIELDS)
     if unknown:
-        raise ValueError(
+        raise UsageProblem(
             f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_POLICY_FIELDS))}"
         )
     if preset is not None and preset not in PRESETS:
-        raise ValueError(f"{where}: unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        raise UsageProblem(f"{where}: unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     if "kind_weights" in values:
         values["kind_weights"] = tuple(values["kind_weights"])
     start = PRESETS[preset] if preset is not None else PolicyParams()
     try:
         return dataclasses.replace(start, **values)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise UsageProblem(f"{where}: {err}") from None
 
 
 def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfig:
@@ -52,10 +53,13 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
 
     Keys: ``policies`` (name -> policy fields, optionally ``preset``), ``tasks`` (TaskParams
     fields), ``n_tasks``, ``n_samples``, ``budgets``, ``seed``; all optional.
+
+    Raises:
+        UsageProblem: naming an unknown key, or a bad value and where it is.
     """
     unknown = sorted(set(data) - _CONFIG_FIELDS)
     if unknown:
-        raise ValueError(
+        raise UsageProblem(
             f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_CONFIG_FIELDS))}"
         )
     kwargs: dict[str, Any] = {k: data[k]
@@ -64,7 +68,7 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
     if "policies" in data:
         policies = data["policies"]
         if not isinstance(policies, Mapping):
-            raise ValueError(f"{where}: 'policies' must be a table of policy tables")
+            raise UsageProblem(f"{where}: 'policies' must be a table of policy tables")
         kwargs["policies"] = {
             str(name): policy_from_dict(p, f"{where}: policies.{name}")
             for name, p in policies.items()
@@ -73,7 +77,7 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         tasks = dict(data["tasks"])
         bad = sorted(set(tasks) - _TASK_FIELDS)
         if bad:
-            raise ValueError(
+            raise UsageProblem(
                 f"{where}: tasks: unknown field(s) {', '.join(bad)}; known: {', '.join(sorted(_TASK_FIELDS))}"
             )
         if "domains" in tasks:
@@ -81,11 +85,11 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> SimConfi
         try:
             kwargs["tasks"] = TaskParams(**tasks)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{where}: tasks: {err}") from None
+            raise UsageProblem(f"{where}: tasks: {err}") from None
     try:
         return SimConfig(**kwargs)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise UsageProblem(f"{where}: {err}") from None
 
 
 def resolve_config_path(path: str | Path) -> Path:
@@ -117,11 +121,12 @@ def load_config(path: str | Path) -> SimConfig:
 
     Raises:
         FileNotFoundError: when the file does not exist.
-        ValueError: naming the file and the bad key or value.
+        UsageProblem: naming the file and the bad key or value (or that it is not UTF-8,
+            TOML or JSON).
     """
     resolved = resolve_config_path(path)
-    text = resolved.read_text(encoding="utf-8")
     try:
+        text = resolved.read_text(encoding="utf-8")
         if resolved.suffix == ".json":
             data = json.loads(text)
         else:
@@ -131,8 +136,8 @@ def load_config(path: str | Path) -> SimConfig:
                 import tomli as tomllib
 
             data = tomllib.loads(text)
-    except (json.JSONDecodeError, ValueError) as err:
-        raise ValueError(f"{resolved}: cannot read config: {err}") from None
+    except ValueError as err:  # not UTF-8, or not JSON or TOML (their errors are ValueErrors)
+        raise UsageProblem(f"{resolved}: cannot read config: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{resolved}: expected a table/object at the top level")
+        raise UsageProblem(f"{resolved}: expected a table/object at the top level")
     return config_from_dict(data, str(resolved))

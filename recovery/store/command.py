@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recovery.config import CheckedOptions, opt
-from recovery.errors import UsageProblem
+from recovery.errors import Problem, UsageProblem
 from recovery.formats import ReadOptions
 from recovery.store.ingest import IngestOptions, IngestResult
 
@@ -159,7 +159,7 @@ def _names_its_run(path: Path, options: IngestOptions) -> bool:
         for record in records:
             if isinstance(record, Trajectory):
                 return record.run != default_run_name(path)
-    except Exception:  # the ingest reads the file again and reports what is wrong
+    except (Problem, OSError):  # the ingest reads the file again and reports what is wrong
         return False
     finally:
         records.close()

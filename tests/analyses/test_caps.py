@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from analyses.caps import detect_cap, parse_max_turns, step_caps, with_step_caps
+from recovery.errors import UsageProblem
 from tests.cli_support import run_cli
 
 
@@ -66,14 +67,14 @@ def test_caps_come_from_the_flag_then_the_data_then_detection() -> None:
     assert out["end_reason"].tolist() == (["budget"] * 3 + ["success", "failure", "success"]
                                           + ["budget", "budget", "success", "failure"]
                                           + ["success", "failure", "budget"])
-    with pytest.raises(ValueError, match="not among the runs"):
+    with pytest.raises(UsageProblem, match="not among the runs"):
         step_caps(traj, {"zz": 3})
 
 
 def test_max_turns_values_are_parsed_strictly() -> None:
     assert parse_max_turns(["rl=100", "a=b=5"]) == {"rl": 100, "a=b": 5}
     for bad in ("rl", "rl=", "=5", "rl=0", "rl=2.5", "rl=true"):
-        with pytest.raises(ValueError, match="RUN=N"):
+        with pytest.raises(UsageProblem, match="RUN=N"):
             parse_max_turns([bad])
 
 

@@ -22,6 +22,7 @@ from analyses.passkt import (
     pass_hat_k,
     pass_hat_kt,
 )
+from recovery.errors import UsageProblem
 
 # A task is a list of samples; a sample is its success turn, or None for a failure.
 Task = list
@@ -296,7 +297,7 @@ def test_budgeted_says_which_budgets_are_missing() -> None:
     frame = pd.concat(
         [budget_example(), make_frame({"x": [2]}, run="other", budget=10)], ignore_index=True
     )
-    with pytest.raises(ValueError, match=r"'other' lacks 5, 20 \(has 10\)") as info:
+    with pytest.raises(UsageProblem, match=r"'other' lacks 5, 20 \(has 10\)") as info:
         pass_at_kt(frame, ks=[1], ts=[5, 10, 20], mode="budgeted")
     assert "'r' lacks 20 (has 5, 10)" in str(info.value)
     with pytest.raises(ValueError, match="None"):
@@ -524,6 +525,6 @@ def test_budgeted_without_a_common_budget_says_so() -> None:
     frame = pd.concat(
         [make_frame({"a": [1]}, run="x", budget=5), make_frame({"a": [1]}, run="y", budget=9)]
     )
-    with pytest.raises(ValueError, match="no budget is common"):
+    with pytest.raises(UsageProblem, match="no budget is common"):
         pass_at_kt(frame, mode="budgeted")
     assert pass_at_kt(make_frame({"a": [1]}), ks=[1], ts=[], n_boot=5).empty

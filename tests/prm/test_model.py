@@ -13,6 +13,7 @@ from prm.model import build_scorer, score_windows
 from prm.spec import TinyConfig
 from prm.tokenize import STEP_TOKEN, TokenIds, train_tokenizer
 from prm.windows import collate, encode_examples, token_budget_batches
+from recovery.errors import UsageProblem
 
 ACTIONS = [f"get_order(id=\"#W{i:07d}\")" for i in range(60)]
 OBSERVATIONS = [f"order #W{i + 1:07d} has ${i % 97}" for i in range(60)]
@@ -198,7 +199,7 @@ def test_a_bidirectional_backbone_is_refused_and_would_leak():
     torch.manual_seed(0)
     encoder = BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
                                    num_attention_heads=2, intermediate_size=64))
-    with pytest.raises(ValueError, match="not causal"):
+    with pytest.raises(UsageProblem, match="not causal"):
         check_causal(encoder)
     decoder = tiny_backbone(TinyConfig(hidden_size=32, num_layers=1, num_heads=2,
                                        intermediate_size=64), 100, 64)

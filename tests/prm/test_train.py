@@ -14,6 +14,7 @@ from prm.checkpoints import latest_checkpoint
 from prm.loop import lr_factor
 from prm.train import train
 from prm.windows import epoch_batches
+from recovery.errors import InputProblem
 from recovery.store import open_store
 from tests.prm.conftest import make_trajectory, tiny_train_config
 
@@ -124,7 +125,7 @@ def test_sklearn_backbone_trains_the_baseline(error_store, tmp_path):
 def test_labels_with_no_target_are_refused_with_a_hint(error_store, tmp_path):
     # error_store has no process labels, so neither data nor advantage targets exist
     for labels, hint in (("data", "no process labels"), ("advantage", "--mc-rollouts")):
-        with pytest.raises(ValueError, match=hint):
+        with pytest.raises(InputProblem, match=hint):
             train(tiny_train_config(error_store, tmp_path / labels, backbone="sklearn",
                                     labels=labels))
         assert not (tmp_path / labels).exists()

@@ -48,6 +48,7 @@ from analyses.budgetmix.schedule import BudgetSchedule, parse_budget_range, unif
 from analyses.budgetmix.scorer import ScorerFactory, StepScorer
 from analyses.budgetmix.shaping import discounted_returns, shape_rewards
 from recovery.config import CheckedOptions, opt
+from recovery.errors import UsageProblem
 from recovery.jsonsafe import dumps, write_json
 from recovery.schema import Trajectory, write_jsonl
 
@@ -150,19 +151,19 @@ def parse_mode(mode: str) -> tuple[str, int | None]:
     """``"fixed:8"`` -> ``("fixed", 8)``; ``"budgetmix"`` -> ``("budgetmix", None)``.
 
     Raises:
-        ValueError: for an unknown mode or a bad budget.
+        UsageProblem: for an unknown mode or a bad budget.
     """
     if mode.startswith("fixed:"):
         try:
             budget = int(mode.split(":", 1)[1])
         except ValueError:
-            raise ValueError(f"bad mode {mode!r}: expected fixed:T with an integer T") from None
+            raise UsageProblem(f"bad mode {mode!r}: expected fixed:T with an integer T") from None
         if budget < 1:
-            raise ValueError(f"bad mode {mode!r}: T must be positive")
+            raise UsageProblem(f"bad mode {mode!r}: T must be positive")
         return "fixed", budget
     if mode in ("budgetmix", "budgetmix+prm"):
         return mode, None
-    raise ValueError(f"unknown mode {mode!r}; use fixed:T, budgetmix or budgetmix+prm")
+    raise UsageProblem(f"unknown mode {mode!r}; use fixed:T, budgetmix or budgetmix+prm")
 
 
 def mode_file_stem(mode: str) -> str:
@@ -365,6 +366,10 @@ def train_sim(
 
     Returns:
         The files written, per mode.
+
+    Raises:
+        UsageProblem: for a bad or repeated mode, or iterations, tasks, group size or
+            evaluation budgets out of range.
     """
     import torch
 
@@ -387,11 +392,11 @@ def _train_sim(
     for mode in modes:
         parse_mode(mode)
     if len(set(modes)) != len(modes):
-        raise ValueError(f"repeated mode in {modes}")
+        raise UsageProblem(f"repeated mode in {modes}")
     if config.iterations < 1 or config.tasks_per_iteration < 1 or config.group_size < 2:
-        raise ValueError("need iterations >= 1, tasks_per_iteration >= 1 and group_size >= 2")
+        raise UsageProblem("need iterations >= 1, tasks_per_iteration >= 1 and group_size >= 2")
     if not config.eval_budgets or min(config.eval_budgets) < 1:
-        raise ValueError(f"eval_budgets must be positive, got {config.eval_budgets}")
+        raise UsageProblem(f"eval_budgets must be positive, got {config.eval_budgets}")
     if "budgetmix+prm" in modes and scorer_factory is None:
         raise ValueError("mode budgetmix+prm needs a PRM scorer: pass scorer_factory (the "
                          "`recovery budgetmix train-sim` command builds the prm package's)")

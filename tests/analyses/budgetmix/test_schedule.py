@@ -16,6 +16,7 @@ from analyses.budgetmix.schedule import (
     parse_budget_range,
     uniform_schedule,
 )
+from recovery.errors import UsageProblem
 from tests.analyses.budgetmix.helpers import budgeted_store
 
 
@@ -27,7 +28,7 @@ def test_uniform_and_range():
     assert parse_budget_range("4:6") == [4, 5, 6]
     assert parse_budget_range("4:32:8") == [4, 12, 20, 28]
     for bad in ("4", "a:b", "8:4", "0:4", "4:8:0"):
-        with pytest.raises(ValueError):
+        with pytest.raises(UsageProblem):
             parse_budget_range(bad)
 
 
@@ -37,15 +38,15 @@ def test_mixture_normalises_sorts_and_validates():
     assert schedule.weights == pytest.approx([0.25, 0.75])
     assert sum(schedule.weights) == pytest.approx(1.0)
     assert schedule.mean_budget() == pytest.approx(4 * 0.25 + 16 * 0.75)
-    with pytest.raises(ValueError, match="one weight per budget"):
+    with pytest.raises(UsageProblem, match="one weight per budget"):
         mixture_schedule([4, 8], [1.0])
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(UsageProblem, match="non-negative"):
         mixture_schedule([4, 8], [1.0, -1.0])
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(UsageProblem, match="non-negative"):
         mixture_schedule([4, 8], [0.0, 0.0])
-    with pytest.raises(ValueError, match="repeated"):
+    with pytest.raises(UsageProblem, match="repeated"):
         mixture_schedule([4, 4], [1.0, 1.0])
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(UsageProblem, match="positive"):
         mixture_schedule([0, 4], [1.0, 1.0])
 
 
@@ -72,7 +73,7 @@ def test_schedule_json_round_trip(tmp_path, con):
     assert loaded.evidence == schedule.evidence
     assert loaded.evidence_kind == "shortfall"
     (tmp_path / "bad.json").write_text('{"budgets": [1], "weights": [1]}')
-    with pytest.raises(ValueError, match=r"bad\.json"):
+    with pytest.raises(UsageProblem, match=r"bad\.json"):
         BudgetSchedule.load(tmp_path / "bad.json")
 
 

@@ -27,6 +27,7 @@ from analyses.report import (
     print_report,
     report_from_frames,
 )
+from recovery.errors import UsageProblem
 from recovery.jsonsafe import json_safe
 from recovery.marking.spells import spells_of_frames
 
@@ -138,9 +139,9 @@ def test_choose_ts_adds_no_limit_and_checks_budgets():
     assert default[:-1] == sorted(default[:-1])
     assert max(default[:-1]) == traj["n_turns"].max()
     assert choose_ts(traj, ts=[10, 5, 5]) == [5, 10, None]
-    with pytest.raises(ValueError, match="no budget"):
+    with pytest.raises(UsageProblem, match="no budget"):
         choose_ts(traj, mode="budgeted")
-    with pytest.raises(ValueError, match="no limit"):
+    with pytest.raises(UsageProblem, match="no limit"):
         choose_ts(traj, mode="budgeted", ts=[5, None])
 
 
@@ -266,9 +267,9 @@ def test_tasks_with_fewer_than_k_samples_are_counted_and_noted(frames):
 
 def test_unknown_baseline_and_empty_input_raise(frames):
     traj, flags = frames
-    with pytest.raises(ValueError, match="baseline run 'Z' not found"):
+    with pytest.raises(UsageProblem, match="baseline run 'Z' not found"):
         report_from_frames(traj, flags, ReportOptions(baseline="Z"))
-    with pytest.raises(ValueError, match="no trajectories"):
+    with pytest.raises(UsageProblem, match="no trajectories"):
         report_from_frames(traj.iloc[:0], flags, ReportOptions())
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from recovery.errors import UsageProblem
 from recovery.simulate import (
     NORMAL_TEXT_FORBIDDEN,
     PRESETS,
@@ -634,13 +635,13 @@ def test_load_config_toml_and_json_agree(tmp_path):
 def test_load_config_errors_name_the_problem(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[policies.x]\np_recovr = 0.5\n')
-    with pytest.raises(ValueError, match=r"bad\.toml.*policies\.x.*p_recovr"):
+    with pytest.raises(UsageProblem, match=r"bad\.toml.*policies\.x.*p_recovr"):
         load_config(bad)
     bad.write_text('[policies.x]\npreset = "nope"\n')
-    with pytest.raises(ValueError, match="unknown preset 'nope'"):
+    with pytest.raises(UsageProblem, match="unknown preset 'nope'"):
         load_config(bad)
     bad.write_text("n_taks = 3\n")
-    with pytest.raises(ValueError, match="n_taks"):
+    with pytest.raises(UsageProblem, match="n_taks"):
         load_config(bad)
     with pytest.raises(FileNotFoundError, match=r"packaged configs: .*demo"):
         load_config(tmp_path / "missing.toml")

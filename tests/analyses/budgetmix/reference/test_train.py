@@ -18,6 +18,7 @@ from analyses.budgetmix.reference.train import (
 )
 from analyses.budgetmix.schedule import BudgetSchedule, mixture_schedule
 from prm.online import tfidf_scorer_factory
+from recovery.errors import UsageProblem
 
 torch = pytest.importorskip("torch")
 
@@ -27,7 +28,7 @@ def test_modes():
     assert parse_mode("budgetmix") == ("budgetmix", None)
     assert parse_mode("budgetmix+prm") == ("budgetmix+prm", None)
     for bad in ("fixed:x", "fixed:0", "bm"):
-        with pytest.raises(ValueError):
+        with pytest.raises(UsageProblem):
             parse_mode(bad)
     assert mode_file_stem("fixed:8") == "fixed-8"
 
@@ -121,11 +122,11 @@ def test_train_sim_is_reproducible_and_reads_a_schedule(tmp_path):
 
 
 def test_train_sim_rejects_bad_configs(tmp_path):
-    with pytest.raises(ValueError, match="unknown mode"):
+    with pytest.raises(UsageProblem, match="unknown mode"):
         train_sim(_tiny(tmp_path, modes=["nope"]))
-    with pytest.raises(ValueError, match="repeated"):
+    with pytest.raises(UsageProblem, match="repeated"):
         train_sim(_tiny(tmp_path, modes=["budgetmix", "budgetmix"]))
-    with pytest.raises(ValueError, match="group_size"):
+    with pytest.raises(UsageProblem, match="group_size"):
         train_sim(_tiny(tmp_path, group_size=1))
 
 
