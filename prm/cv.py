@@ -199,9 +199,11 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
                             echo: Callable[[str], Any]) -> tuple[pd.DataFrame, str, list[str]]:
     """Out-of-fold scores of the structured PRM: the features once (they read no label),
     a model fitted per fold."""
+    import numpy as np
     import pandas as pd
 
-    from prm.structured import StructuredStepModel, feature_rows, with_embeddings
+    from prm.metrics import threshold_words
+    from prm.structured import StructuredStepModel, feature_rows, text_counts, with_embeddings
 
     table, names, notes = feature_rows(con, config.setting, rows["traj_id"].unique().tolist())
     for note in notes:
@@ -210,23 +212,27 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
         table = with_embeddings(table, con, echo=echo, progress=config.progress)
     merged = rows[["traj_id", "t", "task_id", "target", "fold"]].merge(
         table.drop(columns="task_id"), on=["traj_id", "t"], validate="one_to_one")
+    counts = text_counts(merged)  # no label read: once for every fold
     parts, head = [], "binary"
     for k in range(config.folds):
         train, test = merged["fold"] != k, merged["fold"] == k
         fitted = merged.loc[train].reset_index(drop=True)
         model = StructuredStepModel(setting=config.setting, head=config.head,
                                     seed=config.seed, embeddings=config.embeddings
-                                    ).fit(fitted, fitted["target"], names)
+                                    ).fit(fitted, fitted["target"], names,
+                                          counts=counts[np.flatnonzero(train.to_numpy())])
         part = rows.loc[test.to_numpy()].copy()
-        scored = model.score_steps(merged.loc[test])
+        scored = model.score_steps(merged.loc[test],
+                                   counts=counts[np.flatnonzero(test.to_numpy())])
         part["score"] = scored["score"].to_numpy()
         if "p_neutral" in scored:
             part["p_neutral"] = scored["p_neutral"].to_numpy()
         part["threshold"] = model.error_threshold_
         parts.append(part)
         head = model.head_
-        echo(f"fold {k + 1}/{config.folds}: C = {model.C_:g}, error threshold "
-             f"{model.error_threshold_:g}")
+        echo(f"fold {k + 1}/{config.folds}: C = {model.C_:g}, "
+             f"{'with' if model.use_text_ else 'without'} the text scores, "
+             f"{threshold_words(model.error_threshold_)}")
     return pd.concat(parts, ignore_index=True), head, notes
 
 
@@ -237,6 +243,7 @@ def _frozen_predictions(config: CVConfig, spec: Any, examples: list[StepExample]
 
     from prm.device import resolve_device
     from prm.frozen import extract_features, fit_head, frozen_scorer
+    from prm.metrics import threshold_words
 
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -261,8 +268,8 @@ def _frozen_predictions(config: CVConfig, spec: Any, examples: list[StepExample]
             part["p_neutral"] = probs[:, 1]
         part["threshold"] = fit.error_threshold
         parts.append(part)
-        echo(f"fold {k + 1}/{config.folds}: head C = {fit.C:g}, error threshold "
-             f"{fit.error_threshold:g}")
+        echo(f"fold {k + 1}/{config.folds}: head C = {fit.C:g}, "
+             f"{threshold_words(fit.error_threshold)}")
     import pandas as pd
 
     return pd.concat(parts, ignore_index=True)
@@ -274,6 +281,7 @@ def _trained_predictions(config: CVConfig, examples: list[StepExample], fold: li
     import pandas as pd
 
     from prm.data import TaskSplit, split_tasks
+    from prm.metrics import threshold_words
     from prm.score import predict_steps
     from prm.spec import PRMSpec
     from prm.train import train_examples
@@ -297,7 +305,7 @@ def _trained_predictions(config: CVConfig, examples: list[StepExample], fold: li
         part["threshold"] = spec.error_threshold
         parts.append(part)
         echo(f"fold {k + 1}/{config.folds}: {len(train)} trajectories trained, {len(test)} "
-             f"scored, error threshold {spec.error_threshold:g}")
+             f"scored, {threshold_words(spec.error_threshold)}")
     return pd.concat(parts, ignore_index=True)
 
 
@@ -399,7 +407,7 @@ def _baseline_predictions(config: CVConfig, examples: list[StepExample], fold: l
     import pandas as pd
 
     from prm.baseline import TfidfStepBaseline, turn_frame
-    from prm.metrics import choose_error_threshold
+    from prm.metrics import choose_error_threshold, threshold_words
 
     parts = []
     for k in range(config.folds):
@@ -430,5 +438,5 @@ def _baseline_predictions(config: CVConfig, examples: list[StepExample], fold: l
         part["threshold"] = threshold
         parts.append(part)
         echo(f"fold {k + 1}/{config.folds}: TF-IDF fitted on {len(train)} trajectories, "
-             f"{len(test)} scored, error threshold {threshold:g}")
+             f"{len(test)} scored, {threshold_words(threshold)}")
     return pd.concat(parts, ignore_index=True)

@@ -93,9 +93,11 @@ class EvalReport:
             f"{f(self.processbench.get('accuracy_error_free'))})",
         ]
         if self.decisions:
+            from prm.metrics import threshold_words
+
             d = self.decisions
             out.append(
-                f"  decisions (error threshold {f(d.get('error_threshold'))}): step accuracy "
+                f"  decisions ({threshold_words(d.get('error_threshold'))}): step accuracy "
                 f"{f(d.get('step_acc'))} (every step correct: "
                 f"{f(d.get('floor_all_correct_step_acc'))}), first-error accuracy "
                 f"{f(d.get('first_error_acc'))} (every step correct: "

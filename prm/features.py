@@ -67,8 +67,29 @@ _SPACE_RE = re.compile(r"\s+")
 _WORD_RE = re.compile(r"[0-9a-z]+")
 
 FRAME_COLUMNS = ("traj_id", "run", "task_id", "t", "n_turns", "success", "success_turn",
-                 "action", "observation", "is_tool", "is_error", "error_kind")
+                 "action", "observation", "is_tool", "is_error", "error_kind", "speaker")
 """The columns of a turn frame."""
+
+SPEAKER_KEYS = ("agent", "speaker", "role")
+"""Keys of a turn's meta that name who wrote it, first present wins: a multi-agent log keeps
+the agent's name there (Who&When's ``agent``); single-agent formats name nobody, and the
+speaker features are then constant (neutral)."""
+
+SPEAKER_BUCKETS = 32
+"""Hashed one-hot buckets of the speaker's name (CRC-32 of the normalised name, so the same
+name lands in the same bucket on every machine and in every run)."""
+
+POSITION_EDGES = (1, 2, 3, 4, 5, 6, 9, 17, 33)
+"""Lower edges of the position buckets (``pos_1``, ``pos_2``, ..., ``pos_6_8``, ...,
+``pos_33_up``): one-hot, so a linear head can give each early position its own weight."""
+
+TURNS_LEFT_EDGES = (0, 1, 2, 3, 4, 5, 6, 9, 17, 33)
+"""Lower edges of the hindsight turns-left buckets (``left_0`` is the last turn)."""
+
+TEXT_COLUMNS = ("action", "observation", "prev_action", "prev_observation")
+"""Text columns a feature table carries beside the numbers, for the structured model's
+optional hashed TF-IDF block: the turn's own action and observation and the previous turn's
+(nothing later, so they are blind)."""
 
 
 def normalise(text: str | None) -> str:
@@ -91,18 +112,21 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
     ``turns.is_error`` as stored: marking lets a process label below 0 mark its turn
     (``labelled``), and a feature that read that would read the label it is trained to
     predict. ``is_tool`` is whether the turn's action is a tool call: the data gave a
-    structured action (``action_json``) or the text reads ``name(...)``.
+    structured action (``action_json``) or the text reads ``name(...)``. ``speaker`` is who
+    wrote the turn, from its meta (:data:`SPEAKER_KEYS`; empty when the data names nobody).
     """
     from recovery.marking import rule_marks
     from recovery.store import traj_scope
 
+    speaker = ", ".join(f"json_extract_string(u.meta, '$.{k}')" for k in SPEAKER_KEYS)
     with traj_scope(con, traj_ids, "tr.traj_id") as scope:
         frame = con.execute(
             f"""
             SELECT tr.traj_id, tr.run, tr.task_id::VARCHAR AS task_id, u.t, tr.n_turns,
                    tr.success, tr.success_turn, coalesce(u.action, '') AS action,
                    coalesce(u.observation, '') AS observation,
-                   u.action_json IS NOT NULL AS has_json
+                   u.action_json IS NOT NULL AS has_json,
+                   coalesce({speaker}, '') AS speaker
             FROM turns u JOIN trajectories tr USING (traj_id)
             WHERE {scope} ORDER BY tr.traj_id, u.t
             """
@@ -127,18 +151,78 @@ def _cumcount_true(flags: np.ndarray, traj: np.ndarray) -> np.ndarray:
     return pd.Series(flags.astype(float)).groupby(traj).cumsum().to_numpy()
 
 
+def _bucket_names(prefix: str, edges: Sequence[int]) -> list[str]:
+    """``prefix_a`` for a one-wide bucket, ``prefix_a_b`` for ``[a, b]``, ``prefix_a_up``."""
+    names = []
+    for i, low in enumerate(edges):
+        high = edges[i + 1] - 1 if i + 1 < len(edges) else None
+        names.append(f"{prefix}_{low}" if high == low else
+                     f"{prefix}_{low}_up" if high is None else f"{prefix}_{low}_{high}")
+    return names
+
+
+def _buckets(values: np.ndarray, prefix: str, edges: Sequence[int]) -> dict[str, np.ndarray]:
+    """One-hot of the bucket of ``edges`` (lower edges, ascending) each value falls in."""
+    import numpy as np
+
+    index = np.searchsorted(np.asarray(edges, float), values, side="right") - 1
+    return {name: (index == i).astype(float)
+            for i, name in enumerate(_bucket_names(prefix, edges))}
+
+
 def position_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """Where the turn is: ``position`` (t), ``log_t`` (``log(1 + t)``), ``first`` (t = 1); in hindsight
-    also ``turns_left`` (``n_turns - t``) and ``fraction`` (``t / n_turns``). A blind turn
-    knows its position only: how many turns are left is the future."""
+    """Where the turn is: ``position`` (t), ``log_t`` (``log(1 + t)``), ``first`` (t = 1) and
+    one-hot buckets of t (:data:`POSITION_EDGES`: ``pos_1``, ``pos_2``, ..., ``pos_6_8``,
+    ..., ``pos_33_up``). In hindsight also ``turns_left`` (``n_turns - t``), ``fraction``
+    (``t / n_turns``) and one-hot buckets of the turns left (:data:`TURNS_LEFT_EDGES`:
+    ``left_0`` is the last turn, ``left_1`` the one before, ...). A blind turn knows its
+    position only: how many turns are left is the future."""
     import numpy as np
 
     t = frame["t"].to_numpy(float)
-    out = {"position": t, "log_t": np.log1p(t), "first": (t == 1).astype(float)}
+    out = {"position": t, "log_t": np.log1p(t), "first": (t == 1).astype(float),
+           **_buckets(t, "pos", POSITION_EDGES)}
     if setting == "hindsight":
         n = frame["n_turns"].to_numpy(float)
         out["turns_left"] = n - t
         out["fraction"] = t / np.maximum(n, 1.0)
+        out.update(_buckets(n - t, "left", TURNS_LEFT_EDGES))
+    return out
+
+
+def speaker_key(name: object) -> str:
+    """A speaker's name compared: lower case, white space collapsed, stripped."""
+    return normalise(None if name is None else str(name))
+
+
+def speaker_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """Who wrote the turn (multi-agent logs; constant, so neutral, where nobody is named):
+    ``speaker_0`` ... (a one-hot of the name hashed into :data:`SPEAKER_BUCKETS` buckets by
+    CRC-32, :func:`speaker_key`), ``speaker_known`` (a name is given), ``speaker_changed``
+    (another speaker than the turn before's), ``speaker_new`` (this speaker's first turn) and
+    ``log_speaker_turns`` (``log(1 + `` this speaker's turns so far, this one included ``)``).
+    Only the turn and earlier turns are read."""
+    import zlib
+
+    import numpy as np
+    import pandas as pd
+
+    n = len(frame)
+    names = (frame["speaker"].map(speaker_key).to_numpy(object) if "speaker" in frame
+             else np.full(n, "", object))
+    known = names != ""
+    bucket = np.array([zlib.crc32(x.encode()) % SPEAKER_BUCKETS for x in names], int)
+    out = {f"speaker_{b}": ((bucket == b) & known).astype(float)
+           for b in range(SPEAKER_BUCKETS)}
+    traj = frame["traj_id"].to_numpy()
+    same_traj = np.r_[False, traj[1:] == traj[:-1]]
+    previous = np.r_[[None], names[:-1]]
+    keys = pd.DataFrame({"traj": traj, "speaker": names})
+    count = keys.groupby(["traj", "speaker"], sort=False).cumcount().to_numpy() + 1.0
+    out["speaker_known"] = known.astype(float)
+    out["speaker_changed"] = (known & same_traj & (names != previous)).astype(float)
+    out["speaker_new"] = (known & (count == 1)).astype(float)
+    out["log_speaker_turns"] = np.where(known, np.log1p(count), 0.0)
     return out
 
 
@@ -302,7 +386,7 @@ def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndar
 
 
 FAMILIES: tuple[Callable[[pd.DataFrame, str], dict[str, np.ndarray]], ...] = (
-    position_features, turn_kind_features, spell_age_features, repeat_features,
+    position_features, speaker_features, turn_kind_features, spell_age_features, repeat_features,
     observation_features, tool_count_features, length_features, hedging_features,
     episode_end_features,
 )
@@ -367,12 +451,29 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     return out
 
 
+def turn_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    """:data:`TEXT_COLUMNS` of a sorted turn frame: each turn's action and observation and the
+    previous turn's (empty on a first turn)."""
+    import pandas as pd
+
+    traj = frame["traj_id"].to_numpy()
+    first = pd.Series(traj).ne(pd.Series(traj).shift()).to_numpy()
+    out = pd.DataFrame({"action": frame["action"].fillna("").astype(str),
+                        "observation": frame["observation"].fillna("").astype(str)},
+                       index=frame.index)
+    for name in ("action", "observation"):
+        previous = out[name].shift(1).fillna("")
+        out[f"prev_{name}"] = previous.where(~first, "")
+    return out[list(TEXT_COLUMNS)]
+
+
 @dataclass
 class FeatureTable:
     """Features of every turn of a turn frame.
 
     Attributes:
-        table: ``traj_id, t`` and one float column per feature, in the frame's row order.
+        table: ``traj_id, t``, one float column per feature and the text columns
+            (:data:`TEXT_COLUMNS`), in the frame's row order.
         names: The feature columns, in order.
         setting: ``blind`` or ``hindsight``.
         notes: Things the caller should tell the user (e.g. sibling features were neutral).
@@ -412,5 +513,6 @@ def step_features(frame: pd.DataFrame, setting: str = "blind", *,
                          "neutral; they need at least 2 samples of a task in the same run")
     names = list(columns)
     table = pd.concat([frame[list(ID_COLUMNS)],
-                       pd.DataFrame(columns, index=frame.index).astype(float)], axis=1)
+                       pd.DataFrame(columns, index=frame.index).astype(float),
+                       turn_texts(frame)], axis=1)
     return FeatureTable(table=table, names=names, setting=setting, notes=notes)

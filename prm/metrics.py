@@ -456,6 +456,17 @@ def decision_intervals(
     return out
 
 
+def threshold_words(threshold: float | None) -> str:
+    """``error threshold 0.7`` as printed, with what :data:`prm.spec.NEVER_AN_ERROR` means
+    said in words: the model never calls a step an error."""
+    if threshold is None or threshold != threshold:
+        return "error threshold n/a"
+    if threshold >= NEVER_AN_ERROR:
+        return (f"error threshold {threshold:g} (above every score: the model never calls a "
+                f"step an error; held-out turns were scored best that way)")
+    return f"error threshold {threshold:g}"
+
+
 def choose_error_threshold(frame: pd.DataFrame,
                            thresholds: Sequence[float] = ERROR_THRESHOLDS) -> float:
     """The error threshold that maximises the mean of step and first-error accuracy.

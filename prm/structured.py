@@ -5,13 +5,20 @@ error observations, tool calls so far, lengths, hedging words, agreement with si
 in hindsight also the episode's end and outcome). They are standardised (training mean and
 scale; an unknown feature is filled with its mean, so it is neutral) and read by a
 scikit-learn logistic regression: ternary (-1 / 0 / +1) when the labels are, else binary.
-Its regularisation ``C`` is chosen by grouped cross-validation over the training tasks (log
-loss), and its error threshold on the same held-out predictions
-(:func:`prm.metrics.choose_error_threshold`).
+Beside them the head can read four text scores, one per text field (the turn's action and
+observation and the previous turn's): the words of the field (unigrams and bigrams hashed
+into fixed columns, :func:`text_counts`) weighted by their Naive Bayes log-count ratio,
+"how much more often this word occurs in error turns than in the others", estimated on the
+training turns (:func:`nb_ratios`). A training turn's own scores come from ratios estimated on
+the other training tasks (cross-fitting), so the head learns how far the text can be trusted
+on tasks it has not seen. Its regularisation ``C`` and whether the text scores are used are
+chosen by grouped cross-validation over the training tasks (log loss), and its error
+threshold on the same held-out predictions (:func:`prm.metrics.choose_error_threshold`).
 
 A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
-names, ``C``, the error threshold, the label source) and ``structured.npz`` (coefficients,
-intercepts, means and scales, read with ``allow_pickle=False``), ``split.json`` and
+names, ``C``, whether the text scores are used, the error threshold, the label source) and
+``structured.npz`` (coefficients, intercepts, means and scales, the text ratios, read with
+``allow_pickle=False``), ``split.json`` and
 ``train_summary.json``: nothing in it is code, and nothing loaded from it runs any. A folder
 records its setting; scoring it in the other setting is refused.
 """
@@ -38,10 +45,21 @@ if TYPE_CHECKING:
 STRUCTURED_FILE = "structured.json"
 ARRAYS_FILE = "structured.npz"
 FORMAT = "prm-structured"
-VERSION = 1
+VERSION = 2
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 """Regularisation strengths the inner cross-validation tries."""
+TEXT_BITS = 15
+"""Each text field (:data:`prm.features.TEXT_COLUMNS`) is hashed into ``2 ** TEXT_BITS``
+columns of word unigrams and bigrams."""
+TEXT_FIELDS = 4
+"""Text fields scored: :data:`prm.features.TEXT_COLUMNS`."""
+TEXT_WIDTH = TEXT_FIELDS * 2 ** TEXT_BITS
+"""Hashed columns of the text fields side by side."""
+NB_ALPHA = 1.0
+"""Additive smoothing of the Naive Bayes word counts."""
 ARRAY_NAMES = ("coef", "intercept", "means", "scales", "emb_mean", "emb_components")
+TEXT_ARRAYS = ("ratios", "text_means", "text_scales")
+"""Arrays of the text scores (empty when they are not used; absent from version 1 folders)."""
 MAX_EMBEDDING_WIDTH = 4096
 """The widest turn embedding a folder may declare (MiniLM's marker+mean features are 768)."""
 
@@ -56,6 +74,96 @@ def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
     from prm.metrics import target_classes
 
     return target_classes(targets) if ternary else (targets >= 0.5).astype(float) * 2 - 1
+
+
+def text_counts(table: pd.DataFrame) -> Any:
+    """The text block's raw counts: each of :data:`prm.features.TEXT_COLUMNS` hashed
+    (scikit-learn's ``HashingVectorizer``: lower case, word unigrams and bigrams, ``2 **``
+    :data:`TEXT_BITS` columns, no sign flipping), ``log(1 + count)``, side by side. Needs no
+    fitting, so it can be computed once for every fold.
+
+    Raises:
+        UsageProblem: the table has no text columns.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    from prm.features import TEXT_COLUMNS
+
+    missing = [c for c in TEXT_COLUMNS if c not in table]
+    if missing:
+        raise UsageProblem(f"this structured model reads the turns' text: the table has no "
+                           f"{missing[0]!r} column (prm.structured.feature_rows gives it)")
+    vectorizer = HashingVectorizer(n_features=2 ** TEXT_BITS, ngram_range=(1, 2),
+                                   alternate_sign=False, norm=None, dtype=np.float64)
+    blocks = []
+    for column in TEXT_COLUMNS:
+        counts = vectorizer.transform(table[column].fillna("").astype(str).tolist()).tocsr()
+        counts.data = np.log1p(counts.data)
+        blocks.append(counts)
+    return sp.hstack(blocks, format="csr")
+
+
+def _error_mass(targets: np.ndarray, ternary: bool) -> np.ndarray:
+    """How much of each turn is an error: ``1 - target`` (binary, soft targets as they are);
+    ternary: 1 for class -1, else 0."""
+    import numpy as np
+
+    if ternary:
+        return (_classes_of(targets, True) == -1.0).astype(float)
+    return 1.0 - np.clip(targets, 0.0, 1.0)
+
+
+def nb_ratios(counts: Any, error: np.ndarray) -> np.ndarray:
+    """Naive Bayes log-count ratios of the hashed text columns: ``log(p / |p|) - log(q /
+    |q|)`` with ``p`` the error turns' counts and ``q`` the others' (each weighted by how
+    much of the turn is an error, :data:`NB_ALPHA` added), per text field (each field's own
+    normalisation). A column no training turn has gets 0."""
+    import numpy as np
+
+    width = 2 ** TEXT_BITS
+    p = np.asarray(counts.T @ error).ravel()
+    q = np.asarray(counts.T @ (1.0 - error)).ravel()
+    seen = np.asarray((counts != 0).sum(axis=0)).ravel() > 0
+    out = np.zeros(counts.shape[1])
+    for k in range(counts.shape[1] // width):
+        part = slice(k * width, (k + 1) * width)
+        pk, qk = p[part] + NB_ALPHA, q[part] + NB_ALPHA
+        out[part] = np.log(pk / pk.sum()) - np.log(qk / qk.sum())
+    return np.where(seen, out, 0.0)
+
+
+def running_means(scores: np.ndarray, table: pd.DataFrame) -> np.ndarray:
+    """Per turn, the mean of ``scores`` over its trajectory's turns up to and including it
+    (by ``t``): how error-like the trajectory's text has been so far. Reads no later turn."""
+    import numpy as np
+    import pandas as pd
+
+    traj, t = table["traj_id"].to_numpy(), table["t"].to_numpy()
+    order = np.lexsort((t, traj))
+    ordered = pd.DataFrame(scores[order])
+    sums = ordered.groupby(traj[order], sort=False).cumsum().to_numpy()
+    counts = ordered.groupby(traj[order], sort=False).cumcount().to_numpy() + 1.0
+    out = np.empty_like(scores)
+    out[order] = sums / counts[:, None]
+    return out
+
+
+def text_scores(counts: Any, ratios: np.ndarray) -> np.ndarray:
+    """Per turn and text field: the mean ratio of its words (counts as weights; 0 for an empty
+    field), one column per field."""
+    import numpy as np
+
+    width = 2 ** TEXT_BITS
+    fields = counts.shape[1] // width
+    out = np.zeros((counts.shape[0], fields))
+    for k in range(fields):
+        part = counts[:, k * width:(k + 1) * width]
+        total = np.asarray(part.sum(axis=1)).ravel()
+        out[:, k] = np.asarray(part @ ratios[k * width:(k + 1) * width]).ravel() / np.maximum(
+            total, 1e-12)
+    return out
 
 
 @dataclass
@@ -73,6 +181,9 @@ class StructuredStepModel:
         seed: Seed of the inner folds.
         embeddings: Principal components of the turn embeddings (columns ``emb_0, ...`` of
             the table, :func:`step_embeddings`) added to the features; 0 = none.
+        text: The text scores (:func:`text_scores` and their :func:`running_means`): ``on``
+            (when the table has the text columns; the head weighs them like any feature),
+            ``auto`` (used or not, as the inner cross-validation chooses) or ``off``.
     """
 
     setting: str = "blind"
@@ -81,6 +192,7 @@ class StructuredStepModel:
     inner_folds: int = 3
     seed: int = 0
     embeddings: int = 0
+    text: str = "on"
 
     # ----------------------------------------------------------------------------- fitting
     def _raw(self, table: pd.DataFrame) -> np.ndarray:
@@ -98,12 +210,24 @@ class StructuredStepModel:
         E = table[[f"emb_{i}" for i in range(width)]].to_numpy(float)
         return np.hstack([X, (E - self.emb_mean_) @ self.emb_components_.T])
 
-    def _matrix(self, table: pd.DataFrame) -> np.ndarray:
+    def _dense(self, table: pd.DataFrame) -> np.ndarray:
         import numpy as np
 
         X = self._raw(table)
         X = np.where(np.isnan(X), self.means_, X)
         return (X - self.means_) / self.scales_
+
+    def _matrix(self, table: pd.DataFrame, counts: Any = None) -> np.ndarray:
+        """The standardised features and, when used, the standardised text scores."""
+        import numpy as np
+
+        X = self._dense(table)
+        if not self.use_text_:
+            return X
+        counts = text_counts(table) if counts is None else counts
+        scores = text_scores(counts, self.ratios_)
+        scores = np.hstack([scores, running_means(scores, table)])
+        return np.hstack([X, (scores - self.text_means_) / self.text_scales_])
 
     def _fit_embeddings(self, table: pd.DataFrame) -> None:
         """The principal components of the training turns' embeddings (none when off)."""
@@ -127,6 +251,9 @@ class StructuredStepModel:
         model = LogisticRegression(C=C, solver="newton-cg", max_iter=500)
         if self.head_ == "ternary":
             model.fit(X, _classes_of(targets, True))
+            return model.coef_, model.intercept_
+        if np.isin(targets, (0.0, 1.0)).all():
+            model.fit(X, targets)
             return model.coef_, model.intercept_
         # Soft targets exactly: each row a positive with weight y and a negative with 1 - y.
         y = np.r_[np.ones(len(X)), np.zeros(len(X))]
@@ -154,63 +281,95 @@ class StructuredStepModel:
             out["score"] = probs
         return out
 
-    def _inner_choice(self, X: np.ndarray, rows: pd.DataFrame, targets: np.ndarray
-                      ) -> tuple[float, float]:
-        """``C`` (lowest held-out log loss) and the error threshold on its held-out scores."""
+    def _inner_folds(self, rows: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """The inner grouped folds (by task), or None with too few tasks."""
         import numpy as np
-        import pandas as pd
         from sklearn.model_selection import GroupKFold
-
-        from prm.metrics import choose_error_threshold
 
         groups = rows["task_id"].astype(str).to_numpy()
         if len(np.unique(groups)) < self.inner_folds:
-            return (self.C or 1.0), 0.5
-        grid = (self.C,) if self.C is not None else C_GRID
+            return None
         splitter = GroupKFold(n_splits=self.inner_folds, shuffle=True, random_state=self.seed)
-        folds = list(splitter.split(X, groups=groups))
-        best: tuple[float, float, Any] = (np.inf, 1.0, None)
-        for C in grid:
-            held = np.zeros((len(X), 3)) if self.head_ == "ternary" else np.zeros(len(X))
-            for train, test in folds:
-                if len(np.unique(_classes_of(targets[train], self.head_ == "ternary"))) < 2:
-                    break
-                held[test] = self._proba(X[test], *self._fit_lr(X[train], targets[train], C))
-            else:
-                loss = _log_loss(held, targets, self.head_ == "ternary")
-                if loss < best[0] - 1e-12:
-                    best = (loss, C, held)
-        if best[2] is None:
-            return (self.C or 1.0), 0.5
-        frame = pd.concat([self._scored(rows, best[2]).reset_index(drop=True),
+        return list(splitter.split(np.zeros(len(rows)), groups=groups))
+
+    def _cross_fitted_scores(self, counts: Any, error: np.ndarray,
+                             folds: list[tuple[np.ndarray, np.ndarray]] | None) -> np.ndarray:
+        """Each training turn's text scores from ratios estimated without its own task's fold
+        (all training turns when there are too few tasks for folds)."""
+        import numpy as np
+
+        if folds is None:
+            return text_scores(counts, nb_ratios(counts, error))
+        out = np.zeros((counts.shape[0], counts.shape[1] // 2 ** TEXT_BITS))
+        for train, test in folds:
+            out[test] = text_scores(counts[test], nb_ratios(counts[train], error[train]))
+        return out
+
+    def _inner_choice(self, X: np.ndarray, S: np.ndarray | None, rows: pd.DataFrame,
+                      targets: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]] | None
+                      ) -> tuple[float, bool, float]:
+        """``C`` and whether to use the text scores ``S`` (lowest held-out log loss), and the
+        error threshold on their held-out scores."""
+        import numpy as np
+        import pandas as pd
+
+        from prm.metrics import choose_error_threshold
+
+        uses = (False,) if S is None or self.text == "off" else (
+            (True,) if self.text == "on" else (False, True))
+        if folds is None:
+            return (self.C or 1.0), uses[-1], 0.5
+        grid = (self.C,) if self.C is not None else C_GRID
+        best: tuple[float, float, bool, Any] = (np.inf, 1.0, False, None)
+        for use in uses:
+            Z = np.hstack([X, S]) if use else X
+            for C in grid:
+                held = np.zeros((len(X), 3)) if self.head_ == "ternary" else np.zeros(len(X))
+                for train, test in folds:
+                    if len(np.unique(_classes_of(targets[train], self.head_ == "ternary"))) < 2:
+                        break
+                    held[test] = self._proba(Z[test], *self._fit_lr(Z[train], targets[train], C))
+                else:
+                    loss = _log_loss(held, targets, self.head_ == "ternary")
+                    if loss < best[0] - 1e-12:
+                        best = (loss, C, use, held)
+        if best[3] is None:
+            return (self.C or 1.0), uses[-1], 0.5
+        frame = pd.concat([self._scored(rows, best[3]).reset_index(drop=True),
                            pd.Series(targets, name="target")], axis=1)
-        return best[1], choose_error_threshold(frame)
+        return best[1], best[2], choose_error_threshold(frame)
 
     def fit(self, table: pd.DataFrame, targets: Sequence[float] | np.ndarray,
-            feature_names: Sequence[str] | None = None) -> StructuredStepModel:
+            feature_names: Sequence[str] | None = None, *, counts: Any = None
+            ) -> StructuredStepModel:
         """Fit on labelled turns.
 
         Args:
-            table: ``traj_id, t, task_id`` and the feature columns (a
-                :class:`prm.features.FeatureTable`'s table with ``task_id`` added).
+            table: ``traj_id, t, task_id``, the feature columns and (for the text block) the
+                text columns (a :class:`prm.features.FeatureTable`'s table with ``task_id``
+                added).
             targets: One target in [0, 1] per row; NaN rows are left out.
-            feature_names: The feature columns (default: every column but ``traj_id, t,
-                task_id``).
+            feature_names: The feature columns (default: every numeric column but ``traj_id,
+                t, task_id``).
+            counts: :func:`text_counts` of ``table``, when already computed (row for row).
 
         Returns:
             self.
         """
         import numpy as np
 
+        from prm.features import TEXT_COLUMNS
         from prm.metrics import target_classes
 
+        if self.text not in ("auto", "on", "off"):
+            raise UsageProblem(f"text must be auto, on or off, not {self.text!r}")
         targets = np.asarray(targets, dtype=float)
         keep = ~np.isnan(targets)
         rows, targets = table.loc[keep].reset_index(drop=True), targets[keep]
         if not len(rows):
             raise InputProblem("no labelled turn to fit the structured PRM on")
         self.feature_names_ = list(feature_names or [
-            c for c in table.columns if c not in ("traj_id", "t", "task_id")
+            c for c in table.columns if c not in ("traj_id", "t", "task_id", *TEXT_COLUMNS)
             and not c.startswith("emb_")])
         classes = set(target_classes(targets).tolist())
         ternary_labels = 0.0 in classes and set(np.unique(targets)) <= {0.0, 0.5, 1.0}
@@ -228,20 +387,44 @@ class StructuredStepModel:
         self.means_ = np.nan_to_num(means)
         scales = np.nanstd(np.where(np.isnan(raw), self.means_, raw), axis=0)
         self.scales_ = np.where(scales > 1e-12, scales, 1.0)
-        X = self._matrix(rows)
-        self.C_, self.error_threshold_ = self._inner_choice(X, rows, targets)
+        X = self._dense(rows)
+        T = None
+        if counts is not None and self.text != "off":
+            T = counts[np.flatnonzero(keep)]
+        elif self.text != "off" and all(c in rows for c in TEXT_COLUMNS):
+            T = text_counts(rows)
+        S = None
+        self.ratios_ = np.zeros(0)
+        self.text_means_, self.text_scales_ = np.zeros(0), np.zeros(0)
+        folds = self._inner_folds(rows)
+        if T is not None:
+            error = _error_mass(targets, self.head_ == "ternary")
+            raw_scores = self._cross_fitted_scores(T, error, folds)
+            raw_scores = np.hstack([raw_scores, running_means(raw_scores, rows)])
+            self.text_means_ = raw_scores.mean(axis=0)
+            spread = raw_scores.std(axis=0)
+            self.text_scales_ = np.where(spread > 1e-12, spread, 1.0)
+            S = (raw_scores - self.text_means_) / self.text_scales_
+        self.C_, self.use_text_, self.error_threshold_ = self._inner_choice(
+            X, S, rows, targets, folds)
+        if self.use_text_:
+            self.ratios_ = nb_ratios(T, error)
+            X = np.hstack([X, S])
+        else:
+            self.text_means_, self.text_scales_ = np.zeros(0), np.zeros(0)
         self.coef_, self.intercept_ = self._fit_lr(X, targets, self.C_)
         self.classes_ = np.array([-1.0, 0.0, 1.0] if self.head_ == "ternary" else [-1.0, 1.0])
         return self
 
     # ----------------------------------------------------------------------------- scoring
-    def predict_proba(self, table: pd.DataFrame) -> np.ndarray:
-        """P(class) per row, columns in :attr:`classes_` order (binary: P(+1), one column)."""
-        return self._proba(self._matrix(table), self.coef_, self.intercept_)
+    def predict_proba(self, table: pd.DataFrame, *, counts: Any = None) -> np.ndarray:
+        """P(class) per row, columns in :attr:`classes_` order (binary: P(+1), one column);
+        ``counts``: :func:`text_counts` of ``table`` when already computed."""
+        return self._proba(self._matrix(table, counts), self.coef_, self.intercept_)
 
-    def score_steps(self, table: pd.DataFrame) -> pd.DataFrame:
+    def score_steps(self, table: pd.DataFrame, *, counts: Any = None) -> pd.DataFrame:
         """``traj_id, t, score`` (P(not -1)) and, ternary, ``p_neutral``."""
-        return self._scored(table, self.predict_proba(table))
+        return self._scored(table, self.predict_proba(table, counts=counts))
 
     # ----------------------------------------------------------------------------- storage
     def save(self, out: str | Path, **extra: Any) -> None:
@@ -254,11 +437,13 @@ class StructuredStepModel:
                   "head": self.head_, "classes": [float(c) for c in self.classes_],
                   "feature_names": self.feature_names_, "C": float(self.C_),
                   "error_threshold": float(self.error_threshold_),
-                  "embeddings": [int(x) for x in self.emb_components_.shape], **extra}
+                  "embeddings": [int(x) for x in self.emb_components_.shape],
+                  "text": bool(self.use_text_), **extra}
         (out / STRUCTURED_FILE).write_text(json.dumps(record, indent=1))
         np.savez(out / ARRAYS_FILE, coef=self.coef_, intercept=self.intercept_,
                  means=self.means_, scales=self.scales_, emb_mean=self.emb_mean_,
-                 emb_components=self.emb_components_)
+                 emb_components=self.emb_components_, ratios=self.ratios_,
+                 text_means=self.text_means_, text_scales=self.text_scales_)
 
     @classmethod
     def load(cls, model_dir: str | Path) -> tuple[StructuredStepModel, dict[str, Any]]:
@@ -285,15 +470,22 @@ class StructuredStepModel:
         _check_member_sizes(arrays_path, record)
         try:
             with np.load(arrays_path, allow_pickle=False) as data:
-                arrays = {name: np.asarray(data[name], dtype=float) for name in ARRAY_NAMES}
+                names = ARRAY_NAMES + (TEXT_ARRAYS if record["version"] > 1 else ())
+                arrays = {name: np.asarray(data[name], dtype=float) for name in names}
+            for name in TEXT_ARRAYS:
+                arrays.setdefault(name, np.zeros(0))
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise InputProblem(f"{arrays_path}: not the structured model's arrays "
                                f"({type(err).__name__}: {err})") from None
         n_pc, width = record["embeddings"]
+        text = bool(record["text"])
         d = len(record["feature_names"]) + n_pc
         k = 3 if record["head"] == "ternary" else 1
-        expected = {"coef": (k, d), "intercept": (k,), "means": (d,), "scales": (d,),
-                    "emb_mean": (width,), "emb_components": (n_pc, width)}
+        n_scores, n_ratios = (2 * TEXT_FIELDS, TEXT_WIDTH) if text else (0, 0)
+        expected = {"coef": (k, d + n_scores), "intercept": (k,), "means": (d,),
+                    "scales": (d,), "emb_mean": (width,), "emb_components": (n_pc, width),
+                    "ratios": (n_ratios,), "text_means": (n_scores,),
+                    "text_scales": (n_scores,)}
         for name, shape in expected.items():
             if arrays[name].shape != shape or not np.isfinite(arrays[name]).all():
                 raise InputProblem(f"{arrays_path}: '{name}' has shape {arrays[name].shape}, "
@@ -306,6 +498,9 @@ class StructuredStepModel:
         model.means_, model.scales_ = arrays["means"], arrays["scales"]
         model.emb_mean_, model.emb_components_ = arrays["emb_mean"], arrays["emb_components"]
         model.embeddings = n_pc
+        model.use_text_, model.text = text, "on" if text else "off"
+        model.ratios_ = arrays["ratios"]
+        model.text_means_, model.text_scales_ = arrays["text_means"], arrays["text_scales"]
         return model, record
 
 
@@ -326,8 +521,10 @@ def _check_record(record: Any, path: Path) -> None:
 
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise InputProblem(f"{path}: not a structured PRM (no 'format': {FORMAT!r})")
+    if record.get("version") == 1 and "text" not in record:
+        record["text"] = False  # written before the text scores existed: none
     checks = {
-        "version": lambda v: v == VERSION,
+        "version": lambda v: v in (1, VERSION),
         "setting": lambda v: v in SETTINGS,
         "head": lambda v: v in ("binary", "ternary"),
         "classes": lambda v: v in ([-1.0, 1.0], [-1.0, 0.0, 1.0]),
@@ -339,6 +536,7 @@ def _check_record(record: Any, path: Path) -> None:
         "embeddings": lambda v: isinstance(v, list) and len(v) == 2 and all(
             isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
         and v[0] <= v[1] <= MAX_EMBEDDING_WIDTH and (v[0] > 0) == (v[1] > 0),
+        "text": lambda v: isinstance(v, bool),
     }
     for name, ok in checks.items():
         if name not in record or not ok(record[name]):
@@ -352,8 +550,9 @@ def _check_member_sizes(path: Path, record: dict[str, Any]) -> None:
     import zipfile
 
     n_pc, width = record["embeddings"]
-    d = len(record["feature_names"]) + n_pc
-    bound = 8 * (3 * d + 3 + 2 * d + width + n_pc * width) + 4096
+    n_text = TEXT_WIDTH if record["text"] else 0
+    d = len(record["feature_names"]) + n_pc + 2 * TEXT_FIELDS
+    bound = 8 * (3 * d + 3 + 2 * d + width + n_pc * width + n_text) + 4096
     try:
         with zipfile.ZipFile(path) as archive:
             too_big = [i.filename for i in archive.infolist() if i.file_size > bound]
@@ -441,6 +640,7 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     chosen by inner grouped folds, so validation tasks need not be held out) and save it."""
     from prm.config import TrainResult
     from prm.frozen import turn_rows
+    from prm.metrics import threshold_words
     from prm.spec import SPLIT_FILE, SUMMARY_FILE
     from prm.stores import open_store
 
@@ -467,8 +667,9 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     result = TrainResult(out=out, kind="structured", wall_s=time.perf_counter() - started,
                          n_train=len(fit_examples), n_test=len(split.select(examples, "test")))
     (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
-    echo(f"structured PRM ({model.setting}, {model.head_}, C = {model.C_:g}, error threshold "
-         f"{model.error_threshold_:g}) on {len(fit_examples)} trajectories")
+    echo(f"structured PRM ({model.setting}, {model.head_}, C = {model.C_:g}, "
+         f"{'with' if model.use_text_ else 'without'} the text scores, "
+         f"{threshold_words(model.error_threshold_)}) on {len(fit_examples)} trajectories")
     return result
 
 

@@ -40,12 +40,49 @@ def col(frame: pd.DataFrame, family, name: str, setting: str = "blind") -> list[
 def test_position_blind_knows_no_turns_left():
     frame = frame_of(ONE)
     blind = F.position_features(frame, "blind")
-    assert list(blind) == ["position", "log_t", "first"]
+    assert list(blind)[:3] == ["position", "log_t", "first"]
+    assert not any(name.startswith(("left_", "turns_left", "fraction")) for name in blind)
     assert list(blind["position"]) == [1, 2, 3, 4]
     assert list(blind["first"]) == [1, 0, 0, 0]
+    assert list(blind["pos_2"]) == [0, 1, 0, 0] and list(blind["pos_4"]) == [0, 0, 0, 1]
     hind = F.position_features(frame, "hindsight")
     assert list(hind["turns_left"]) == [3, 2, 1, 0]
     assert list(hind["fraction"]) == [0.25, 0.5, 0.75, 1.0]
+    assert list(hind["left_0"]) == [0, 0, 0, 1] and list(hind["left_3"]) == [1, 0, 0, 0]
+
+
+def test_position_buckets_cover_every_position_once():
+    t = np.array([1, 5, 6, 8, 9, 16, 17, 32, 33, 200], float)
+    buckets = F._buckets(t, "pos", F.POSITION_EDGES)
+    assert list(buckets)[5:] == ["pos_6_8", "pos_9_16", "pos_17_32", "pos_33_up"]
+    assert (sum(buckets.values()) == 1).all()
+    assert list(buckets["pos_6_8"]) == [0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert list(buckets["pos_33_up"]) == [0, 0, 0, 0, 0, 0, 0, 0, 1, 1]
+
+
+def test_speaker_features_hash_the_name_and_count_its_turns():
+    frame = frame_of({"a": [("x", ""), ("y", ""), ("z", ""), ("w", "")]})
+    frame["speaker"] = ["Planner", "Coder (thought)", "planner ", ""]
+    out = F.speaker_features(frame, "blind")
+    import zlib
+    bucket = zlib.crc32(b"planner") % F.SPEAKER_BUCKETS
+    assert list(out[f"speaker_{bucket}"])[:1] == [1] and out[f"speaker_{bucket}"][2] == 1
+    assert sum(out[f"speaker_{b}"][3] for b in range(F.SPEAKER_BUCKETS)) == 0  # unnamed
+    assert list(out["speaker_known"]) == [1, 1, 1, 0]
+    assert list(out["speaker_changed"]) == [0, 1, 1, 0]
+    assert list(out["speaker_new"]) == [1, 1, 0, 0]
+    assert out["log_speaker_turns"][2] == pytest.approx(math.log1p(2))
+    # A frame without speakers (single-agent formats): constant, so neutral.
+    plain = F.speaker_features(frame_of(ONE), "blind")
+    assert all((v == 0).all() for v in plain.values())
+
+
+def test_turn_texts_are_the_turn_and_the_one_before():
+    frame = frame_of({"a": [("s(1)", "o1"), ("s(2)", "o2")], "b": [("t(1)", "p1")]})
+    texts = F.turn_texts(frame)
+    assert list(texts.columns) == list(F.TEXT_COLUMNS)
+    assert list(texts["prev_action"]) == ["", "s(1)", ""]
+    assert list(texts["prev_observation"]) == ["", "o1", ""]
 
 
 def test_turn_kind_and_spells():
@@ -161,7 +198,7 @@ def test_siblings_are_samples_of_the_same_run_and_task():
 def test_step_features_table_has_every_family_and_no_duplicate_column():
     out = F.step_features(frame_of(SIBS), "hindsight")
     assert len(out.names) == len(set(out.names))
-    assert list(out.table.columns) == ["traj_id", "t", *out.names]
+    assert list(out.table.columns) == ["traj_id", "t", *out.names, *F.TEXT_COLUMNS]
     assert {"position", "in_spell", "spell_age", "action_repeat", "observation_empty",
             "tool_calls_so_far", "log_action_chars", "hedges", "last",
             "sib_agree_final"} <= set(out.names)

@@ -101,3 +101,12 @@ def test_sklearn_cv_prints_progress(ternary_store):
     cross_validate(CVConfig(store=ternary_store, folds=3, n_boot=20, backbone="sklearn"),
                    echo=lines.append)
     assert sum(line.startswith("fold ") for line in lines) == 3
+
+
+def test_a_threshold_that_never_calls_an_error_is_said_in_words():
+    from prm.metrics import threshold_words
+    from prm.spec import NEVER_AN_ERROR
+
+    assert threshold_words(0.7) == "error threshold 0.7"
+    words = threshold_words(NEVER_AN_ERROR)
+    assert words.startswith("error threshold 1.01") and "never calls a step an error" in words

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from recovery.errors import InputProblem
+from recovery.errors import InputProblem, UsageProblem
 
 
 def _fitted(ternary_store: Path, setting: str = "blind"):
@@ -34,7 +35,9 @@ def test_fit_learns_and_scores_are_probabilities(ternary_store):
     from prm.metrics import step_auroc
 
     model, rows = _fitted(ternary_store)
-    assert model.head_ == "ternary" and model.coef_.shape == (3, len(model.feature_names_))
+    assert model.head_ == "ternary" and model.use_text_
+    # The features, then the four text scores and their four running means.
+    assert model.coef_.shape == (3, len(model.feature_names_) + 8)
     assert model.C_ in (0.01, 0.1, 1.0, 10.0) and 0 < model.error_threshold_ <= 1.01
     scored = model.score_steps(rows)
     assert ((scored["score"] >= 0) & (scored["score"] <= 1)).all()
@@ -51,7 +54,8 @@ def test_saved_without_pickle_and_loads_to_the_same_scores(ternary_store, tmp_pa
     assert record["setting"] == "hindsight" and record["feature_names"] == model.feature_names_
     with np.load(tmp_path / ARRAYS_FILE, allow_pickle=False) as data:
         assert set(data.files) == {"coef", "intercept", "means", "scales", "emb_mean",
-                                   "emb_components"}
+                                   "emb_components", "ratios", "text_means", "text_scales"}
+    assert record["text"] is True and record["version"] == 2
     loaded, _ = StructuredStepModel.load(tmp_path)
     np.testing.assert_allclose(loaded.score_steps(rows)["score"],
                                model.score_steps(rows)["score"], rtol=0, atol=1e-12)
@@ -119,9 +123,11 @@ def test_embedding_components_are_fitted_saved_and_checked(ternary_store, tmp_pa
     signal = (rows["target"].to_numpy() < 0.5).astype(float)
     for i in range(6):
         rows[f"emb_{i}"] = rng.normal(size=len(rows)) + (2.0 * signal if i == 0 else 0.0)
-    names = [c for c in rows.columns if c not in ("traj_id", "t", "task_id", "target")
-             and not c.startswith("emb_")]
-    model = StructuredStepModel(embeddings=3).fit(rows, rows["target"], names)
+    from prm.features import TEXT_COLUMNS
+
+    names = [c for c in rows.columns if c not in ("traj_id", "t", "task_id", "target",
+                                                  *TEXT_COLUMNS) and not c.startswith("emb_")]
+    model = StructuredStepModel(embeddings=3, text="off").fit(rows, rows["target"], names)
     assert model.emb_components_.shape == (3, 6)
     assert model.coef_.shape == (3, len(names) + 3)
     model.save(tmp_path)
@@ -144,3 +150,37 @@ def test_an_oversized_array_member_is_refused_before_it_is_read(ternary_store, t
              emb_components=np.zeros((0, 0)))
     with pytest.raises(InputProblem, match="larger than the model's shapes allow"):
         StructuredStepModel.load(tmp_path)
+
+
+def test_nb_ratios_and_text_scores_by_hand():
+    """Two hashed columns per field would collide; a tiny hand case through the real width:
+    'boom' only in error turns gets a positive ratio, 'fine' a negative one, an unseen column 0."""
+    import scipy.sparse as sp
+
+    from prm.structured import TEXT_BITS, nb_ratios, running_means, text_scores
+
+    width = 2 ** TEXT_BITS
+    # One field: column 0 = 'boom', column 1 = 'fine'; rows: error, error, right.
+    counts = sp.csr_matrix(np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]]))
+    counts = sp.hstack([counts, sp.csr_matrix((3, width - 2))], format="csr")
+    ratios = nb_ratios(counts, np.array([1.0, 1.0, 0.0]))
+    # p = (2, 1) + 1 = (3, 2) over 5 + (width - 2) alphas; q = (0, 2) + 1 = (1, 3) over 4 + ...
+    p_total, q_total = 3 + 2 + (width - 2), 1 + 3 + (width - 2)
+    assert ratios[0] == pytest.approx(np.log(3 / p_total) - np.log(1 / q_total))
+    assert ratios[1] == pytest.approx(np.log(2 / p_total) - np.log(3 / q_total))
+    assert ratios[0] > 0 > ratios[1] and ratios[2] == 0.0
+    scores = text_scores(counts, ratios)
+    assert scores[:, 0] == pytest.approx([ratios[0], (ratios[0] + ratios[1]) / 2, ratios[1]])
+    table = pd.DataFrame({"traj_id": ["b", "a", "a"], "t": [1, 2, 1]})
+    means = running_means(np.array([[1.0], [3.0], [5.0]]), table)
+    assert list(means[:, 0]) == [1.0, 4.0, 5.0]  # a's turn 2 averages turns 1 and 2
+
+
+def test_text_scores_are_cross_fitted_and_can_be_turned_off(ternary_store):
+    from prm.structured import StructuredStepModel
+
+    model, rows = _fitted(ternary_store)
+    off = StructuredStepModel(text="off").fit(rows, rows["target"], model.feature_names_)
+    assert not off.use_text_ and off.coef_.shape[1] == len(model.feature_names_)
+    with pytest.raises(UsageProblem, match="text"):
+        StructuredStepModel(text="maybe").fit(rows, rows["target"], model.feature_names_)
