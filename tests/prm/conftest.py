@@ -15,7 +15,7 @@ def tiny_train_config(store: Path, out: Path, **overrides: object):
     from prm.train import TrainConfig
 
     config = TrainConfig(
-        store=store, out=out, labels="recovery", label_base="outcome", epochs=2,
+        store=store, out=out, backbone="tiny", labels="recovery", label_base="outcome", epochs=2,
         batch_tokens=2048, lr=3e-3, max_length=256, max_prompt_tokens=32, log_every=1,
         progress=False, vocab_size=320, hidden_size=32, num_layers=2, num_heads=2,
         intermediate_size=64, threads=1,

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from prm.cli import main
 from recovery.store import open_store
 
-TINY = ["--vocab-size", "320", "--hidden-size", "32", "--num-layers", "2", "--num-heads", "2",
+TINY = ["--backbone", "tiny", "--vocab-size", "320", "--hidden-size", "32", "--num-layers", "2", "--num-heads", "2",
         "--intermediate-size", "64", "--max-length", "256", "--threads", "1", "--no-progress"]
 
 
@@ -99,3 +99,15 @@ def test_ddp_two_cpu_processes_train_and_save_one_model(store, tmp_path):
     log = (out / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line)["step"] for line in log if "loss" in json.loads(line)]
     assert steps == sorted(set(steps))  # one writer
+
+
+def test_default_backbone_is_structured_and_a_log_only_folder_is_explained(store, tmp_path):
+    """prm train's default is the structured PRM (no --max-length warning, seconds); a folder
+    that a stopped run left holding only metrics.jsonl is named as such and started afresh."""
+    out = tmp_path / "killed"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n')
+    output = _invoke("train", "--store", str(store), "--out", str(out), "--labels", "outcome")
+    assert "holds only metrics.jsonl" in output and "stopped before it saved" in output
+    assert "--max-length" not in output and "structured PRM" in output
+    assert (out / "structured.json").exists() and not (out / "metrics.jsonl").exists()

@@ -189,6 +189,6 @@ def test_resume_with_every_checkpoint_damaged_names_the_file(sim_store, tmp_path
     with pytest.raises(InputProblem, match=r"trainer_state\.json"):
         train(dataclasses.replace(config, resume=True), echo=lambda *_: None)
     result = _run("train", "--store", str(sim_store), "--out", str(tmp_path / "run"),
-                  "--resume", "--save-every", "2", "--no-progress", "--threads", "1")
+                  "--backbone", "tiny", "--resume", "--save-every", "2", "--no-progress", "--threads", "1")
     assert result.exit_code == 1 and "trainer_state.json" in result.output
     _no_traceback(result)

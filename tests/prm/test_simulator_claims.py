@@ -35,7 +35,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory):
         store,
     ).close()
     common = {"store": store, "labels": "advantage", "progress": False}
-    train(TrainConfig(out=root / "tiny", epochs=1, lr=2e-3, hidden_size=64, num_layers=2,
+    train(TrainConfig(out=root / "tiny", backbone="tiny", epochs=1, lr=2e-3, hidden_size=64, num_layers=2,
                       num_heads=4, intermediate_size=192, max_length=512, **common),
           echo=lambda *_: None)
     train(TrainConfig(out=root / "tfidf", backbone="sklearn", **common), echo=lambda *_: None)
