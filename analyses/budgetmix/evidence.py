@@ -29,6 +29,7 @@ from analyses.budgetmix.schedule import (
     check_budget,
     evidence_weights,
 )
+from recovery.errors import InputProblem, UsageProblem
 from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _selected_trajectories(
     traj = trajectories_frame(con, runs)
     if traj.empty:
         which = f" of runs {', '.join(runs)}" if runs else ""
-        raise ValueError(f"no trajectories with a known outcome{which} in the store")
+        raise InputProblem(f"no trajectories with a known outcome{which} in the store")
     return traj
 
 
@@ -67,12 +68,12 @@ def _run_with(traj: pd.DataFrame, budgets: Sequence[int]) -> np.ndarray:
 
 def _resolve_mode(traj: pd.DataFrame, wanted: Sequence[int], mode: str) -> str:
     if mode not in EVIDENCE_MODES:
-        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(EVIDENCE_MODES)}")
+        raise UsageProblem(f"unknown mode {mode!r}; known: {', '.join(EVIDENCE_MODES)}")
     present = _budgets_present(traj)
     if mode == "budgeted":
         missing = sorted(set(wanted) - present)
         if missing:
-            raise ValueError(
+            raise InputProblem(
                 f"budgeted mode: no trajectories run with budget(s) {missing} "
                 f"(present: {sorted(present) or 'none'}); use --mode truncation"
             )
@@ -90,6 +91,9 @@ def default_budgets(con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None =
 
     The distinct budgets of the store when there are at least two, else turn limits at
     quantiles of the turn counts (:func:`analyses.passkt.default_ts`).
+
+    Raises:
+        InputProblem: when the store has no trajectory with a known outcome (of ``runs``).
     """
     from analyses.passkt import default_ts
 
@@ -125,13 +129,19 @@ def budget_evidence(
     Returns:
         The evidence per budget (budget order) and a dict with ``mode``, ``reference_budget``,
         ``reference_pass_at_1`` and ``reference_unrecovered_share``.
+
+    Raises:
+        UsageProblem: for an unknown ``mode``, no budgets, or a budget that is not a positive
+            integer.
+        InputProblem: when the store has no trajectory with a known outcome (of ``runs``), or
+            ``mode="budgeted"`` asks for budgets no trajectory was run with.
     """
     from analyses.passkt import pass_at_kt
 
     # Checked, never rounded: 4.9 is refused rather than read as 4, 2**63 before DuckDB sees it.
     budgets = sorted({check_budget(b) for b in budgets})
     if not budgets:
-        raise ValueError("no budgets to describe")
+        raise UsageProblem("no budgets to describe")
     reference = (check_budget(reference_budget, "the reference budget")
                  if reference_budget is not None else budgets[-1])
     traj = _selected_trajectories(con, runs)
@@ -247,16 +257,20 @@ def adaptive_schedule(
 
     Returns:
         The schedule, with its evidence and parameters.
+
+    Raises:
+        UsageProblem: for an unknown ``evidence`` or ``mode``, or a ``floor`` outside [0, 1].
+        InputProblem: when the store cannot give the evidence (see :func:`budget_evidence`).
     """
     if evidence not in EVIDENCE_KINDS:
-        raise ValueError(f"unknown evidence {evidence!r}; known: {', '.join(EVIDENCE_KINDS)}")
+        raise UsageProblem(f"unknown evidence {evidence!r}; known: {', '.join(EVIDENCE_KINDS)}")
     if not 0.0 <= floor <= 1.0:
-        raise ValueError(f"floor must lie in [0, 1], got {floor}")
+        raise UsageProblem(f"floor must lie in [0, 1], got {floor}")
     if budgets is None:
         budgets = default_budgets(con, runs)
         if not budgets:
-            raise ValueError("the store's trajectories have no turns to choose budgets from; "
-                             "give --budgets")
+            raise InputProblem("the store's trajectories have no turns to choose budgets from; "
+                               "give --budgets")
     rows, info = budget_evidence(
         con, budgets, runs=runs, mode=mode, reference_budget=reference_budget
     )

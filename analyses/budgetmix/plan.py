@@ -104,7 +104,7 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
             con, budgets, evidence=config.evidence, runs=config.runs, mode=config.mode,
             reference_budget=config.reference, floor=config.floor,
         )
-    except ValueError as err:
+    except InputProblem as err:  # what the store cannot give, named by the store
         raise InputProblem(f"store {config.store}: {err}") from None
     finally:
         con.close()

@@ -337,7 +337,7 @@ class BudgetSchedule:
             raise UsageProblem(f"{path}: not a BudgetMix schedule: {what}") from None
         try:
             return cls.from_dict(data)
-        except (UsageProblem, TypeError, ValueError) as err:  # named by the file it is in
+        except UsageProblem as err:  # named by the file it is in
             raise UsageProblem(f"{path}: {err}") from None
 
 
@@ -406,9 +406,14 @@ def evidence_weights(evidence: Sequence[float], floor: float = 0.2) -> np.ndarra
 
     Returns:
         Weights summing to 1.
+
+    Raises:
+        UsageProblem: for a ``floor`` outside [0, 1] (an option the user gives).
+        ValueError: for no evidence or negative evidence (a caller's bug: the evidence of
+            :func:`analyses.budgetmix.evidence.adaptive_schedule` is never negative).
     """
     if not 0.0 <= floor <= 1.0:
-        raise ValueError(f"floor must lie in [0, 1], got {floor}")
+        raise UsageProblem(f"floor must lie in [0, 1], got {floor}")
     x = np.nan_to_num(np.asarray(evidence, dtype=float), nan=0.0)
     if x.size == 0:
         raise ValueError("no budgets")

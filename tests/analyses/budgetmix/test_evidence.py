@@ -6,6 +6,7 @@ import pytest
 
 from analyses.budgetmix.evidence import adaptive_schedule, budget_evidence
 from analyses.budgetmix.schedule import evidence_weights
+from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import budgeted_store, traj
 
 
@@ -42,7 +43,7 @@ def test_adaptive_truncation_mode(con):
     ev = {e.budget: e for e in schedule.evidence}
     assert [ev[t].pass_at_1 for t in (4, 8, 16)] == pytest.approx([0.25, 0.5, 0.75])
     assert schedule.weights[0] > schedule.weights[1] > schedule.weights[2]
-    with pytest.raises(ValueError, match="budgeted mode"):
+    with pytest.raises(InputProblem, match="budgeted mode"):
         budget_evidence(con, [4, 8], mode="budgeted")
 
 
@@ -71,13 +72,24 @@ def test_adaptive_unrecovered_evidence(con):
 
 
 def test_adaptive_errors(con):
-    with pytest.raises(ValueError, match="no trajectories"):
+    with pytest.raises(InputProblem, match="no trajectories"):
         adaptive_schedule(con, [4, 8])
     budgeted_store(con, {4: 0.5, 8: 0.5})
-    with pytest.raises(ValueError, match="unknown evidence"):
+    with pytest.raises(UsageProblem, match="unknown evidence"):
         adaptive_schedule(con, [4, 8], evidence="vibes")
-    with pytest.raises(ValueError, match="no trajectories"):
+    with pytest.raises(InputProblem, match="no trajectories"):
         adaptive_schedule(con, [4, 8], runs=["nope"])
+    with pytest.raises(UsageProblem, match="unknown mode 'exact'"):
+        adaptive_schedule(con, [4, 8], mode="exact")
+    with pytest.raises(UsageProblem, match=r"floor must lie in \[0, 1\], got 1.5") as err:
+        adaptive_schedule(con, [4, 8], floor=1.5)
+    assert not isinstance(err.value, ValueError)
+    with pytest.raises(UsageProblem, match="no budgets to describe"):
+        budget_evidence(con, [])
+    with pytest.raises(UsageProblem, match="floor must lie"):
+        evidence_weights([1.0], floor=-0.1)
+    with pytest.raises(ValueError, match="non-negative"):  # a caller's bug, not the user's
+        evidence_weights([-1.0, 1.0])
 
 
 def test_trajectories_without_a_budget_are_left_out_of_budgeted_mode(con):
