@@ -131,13 +131,14 @@ def shaped_rewards_frame(
         ``n_unscored``, ``n_unknown_outcome``, ``initial_potential``.
 
     Raises:
-        ValueError: when the model has no scores, or a turn is unscored and not
+        InputProblem: when the store has no scores of the model, or a turn is unscored and not
             ``skip_unscored``.
+        UsageProblem: for an ``initial_potential`` that is neither a number nor ``"mean"``.
     """
     if not con.execute("SELECT 1 FROM step_scores WHERE model = ? LIMIT 1", [model]).fetchone():
         known = [r[0] for r in con.execute(
             "SELECT DISTINCT model FROM step_scores ORDER BY 1").fetchall()]
-        raise ValueError(
+        raise InputProblem(
             f"no step_scores for model {model!r} (models: {', '.join(known) or 'none'}); "
             "run `prm score` first"
         )
@@ -184,14 +185,15 @@ def shaped_rewards_frame(
     n_unscored = int(frame.loc[unscored, "traj_id"].nunique())
     if n_unscored and not skip_unscored:
         example = frame.loc[unscored, "traj_id"].iloc[0]
-        raise ValueError(
+        raise InputProblem(
             f"{n_unscored} trajectories have turns without a score from model {model!r} "
             f"(e.g. {example}); score them with `prm score` or pass --skip-unscored"
         )
     frame = frame[~unscored].reset_index(drop=True)
     if isinstance(initial_potential, str):
         if initial_potential != "mean":
-            raise ValueError(f"initial_potential must be a number or 'mean', got {initial_potential!r}")
+            raise UsageProblem(
+                f"initial_potential must be a number or 'mean', got {initial_potential!r}")
         phi0 = float(frame["score"].mean()) if len(frame) else DEFAULT_INITIAL_POTENTIAL
     else:
         phi0 = float(initial_potential)
@@ -254,15 +256,20 @@ def export_shaped_rewards(
 
     Returns:
         What was written.
+
+    Raises:
+        UsageProblem: for an unknown ``layout`` or ``initial_potential``.
+        InputProblem: for an ``out`` that is not ``.jsonl``, ``.json`` or ``.parquet``, or a
+            store that cannot give the rewards (see :func:`shaped_rewards_frame`).
     """
     import pyarrow as pa
 
     if layout not in REWARD_LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(REWARD_LAYOUTS)}")
+        raise UsageProblem(f"unknown layout {layout!r}; known: {', '.join(REWARD_LAYOUTS)}")
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in (".jsonl", ".json", ".parquet"):
-        raise ValueError(f"{out}: the file must end in .jsonl, .json or .parquet")
+        raise InputProblem(f"{out}: the file must end in .jsonl, .json or .parquet")
     frame, info = shaped_rewards_frame(
         con, model, lam=lam, gamma=gamma, initial_potential=initial_potential, runs=runs,
         skip_unscored=skip_unscored,
@@ -336,7 +343,5 @@ def export_rewards(config: RewardsConfig) -> RewardsExport:
             initial_potential=initial, runs=config.runs, skip_unscored=config.skip_unscored,
             layout=config.layout,
         )
-    except ValueError as err:
-        raise InputProblem(str(err)) from None
     finally:
         con.close()

@@ -56,6 +56,23 @@ def test_cli_plan_and_rewards_round_trip(scored_store, tmp_path):
     assert not math.isnan(schedule.mean_budget())
 
 
+def test_what_the_store_cannot_give_is_one_line_without_a_traceback(scored_store, tmp_path):
+    victim = scored_store.execute(
+        "SELECT traj_id FROM trajectories ORDER BY traj_id LIMIT 1").fetchone()[0]
+    scored_store.execute("DELETE FROM step_scores WHERE traj_id = ? AND t = 1", [victim])
+    store = copy_to_file(scored_store, tmp_path / "s.duckdb")
+    result = _run("rewards", "--store", store, "--model", "m", "--out", tmp_path / "r.jsonl")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.splitlines() == [
+        f"Error: 1 trajectories have turns without a score from model 'm' (e.g. {victim}); "
+        "score them with `prm score` or pass --skip-unscored"]
+    assert not (tmp_path / "r.jsonl").exists()
+    result = _run("plan", "--store", store, "--runs", "nope")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.splitlines() == [
+        f"Error: store {store}: no trajectories with a known outcome of runs nope in the store"]
+
+
 # ------------------------------------------------------------------ a real store without budgets
 
 

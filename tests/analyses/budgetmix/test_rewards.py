@@ -7,6 +7,7 @@ import pytest
 
 from analyses.budgetmix.alignment import render_trajectory
 from analyses.budgetmix.rewards import REWARD_COLUMNS, export_shaped_rewards, shaped_rewards_frame
+from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import scored_store as make_scored_store
 
 
@@ -61,15 +62,15 @@ def test_rewards_unscored_turns_and_unknown_model(scored_store, tmp_path):
     con = scored_store
     victim = con.execute("SELECT traj_id FROM trajectories ORDER BY traj_id LIMIT 1").fetchone()[0]
     con.execute("DELETE FROM step_scores WHERE traj_id = ? AND t = 1", [victim])
-    with pytest.raises(ValueError, match="without a score"):
+    with pytest.raises(InputProblem, match="without a score"):
         export_shaped_rewards(con, "m", tmp_path / "r.parquet")
     result = export_shaped_rewards(con, "m", tmp_path / "r.parquet", skip_unscored=True)
     assert result.n_unscored == 1
     frame = pd.read_parquet(tmp_path / "r.parquet")
     assert victim not in set(frame["traj_id"])
-    with pytest.raises(ValueError, match="models: m"):
+    with pytest.raises(InputProblem, match="models: m"):
         export_shaped_rewards(con, "other", tmp_path / "r.parquet")
-    with pytest.raises(ValueError, match=r"\.jsonl"):
+    with pytest.raises(InputProblem, match=r"\.jsonl"):
         export_shaped_rewards(con, "m", tmp_path / "r.csv")
 
 
@@ -85,3 +86,12 @@ def test_rewards_trajectory_layout_and_mean_potential(scored_store, tmp_path):
         assert len(row.reward) == len(row.score) == len(row.action_end) == row.n_turns
         assert row.shaped_return == pytest.approx(sum(row.reward))
         assert row.shaped_return == pytest.approx(row.episode_outcome - mean_score)
+
+
+def test_rewards_options_a_python_caller_gets_wrong_are_usage_problems(scored_store, tmp_path):
+    with pytest.raises(UsageProblem, match="unknown layout 'wide'") as err:
+        export_shaped_rewards(scored_store, "m", tmp_path / "r.jsonl", layout="wide")
+    assert not isinstance(err.value, ValueError)
+    with pytest.raises(UsageProblem, match="initial_potential must be a number or 'mean'"):
+        shaped_rewards_frame(scored_store, "m", initial_potential="high")
+    assert not (tmp_path / "r.jsonl").exists()
