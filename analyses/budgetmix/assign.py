@@ -107,8 +107,8 @@ def row_budget(values: Mapping[str, Any] | None, key: str = BUDGET_KEY) -> int |
         The budget, or ``None`` when the row has none.
 
     Raises:
-        ValueError: for a budget that is not a positive integer up to ``2**31 - 1`` (a float
-            is read when it holds a whole number, as a Parquet column of doubles does).
+        InputProblem: for a budget that is not a positive integer up to ``2**31 - 1`` (a
+            float is read when it holds a whole number, as a Parquet column of doubles does).
     """
     if values is None:
         return None
@@ -120,17 +120,17 @@ def row_budget(values: Mapping[str, Any] | None, key: str = BUDGET_KEY) -> int |
         return None
     rule = f"{key} must be a positive integer (at most {MAX_BUDGET})"
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{rule}, got {'true' if value else 'false'}")
+        raise InputProblem(f"{rule}, got {'true' if value else 'false'}")
     if isinstance(value, (float, np.floating)):
         if not float(value).is_integer():  # 2.5, nan, inf
-            raise ValueError(f"{rule}, got {float(value)!r}")
+            raise InputProblem(f"{rule}, got {float(value)!r}")
     elif not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{rule}, got {type(value).__name__} {str(value)[:40]!r}")
+        raise InputProblem(f"{rule}, got {type(value).__name__} {str(value)[:40]!r}")
     number = int(value)
     if not 1 <= number <= MAX_BUDGET:
         shown = str(number)
         shown = shown if len(shown) <= 40 else f"a {len(shown.lstrip('-'))}-digit integer"
-        raise ValueError(f"{rule}, got {shown}")
+        raise InputProblem(f"{rule}, got {shown}")
     return number
 
 
@@ -150,11 +150,13 @@ def with_budgets(
         New row dicts (the input is not modified).
 
     Raises:
-        ValueError: naming the row when it already has a budget, or its ``extra_info`` is not
-            an object.
+        UsageProblem: for an unknown ``trainer``.
+        InputProblem: naming the row when it already has a budget (and not ``overwrite``), or
+            its ``extra_info`` is not an object.
+        ValueError: when ``rows`` and ``budgets`` differ in length (a caller's bug).
     """
     if trainer not in TRAINERS:
-        raise ValueError(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
+        raise UsageProblem(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
     if len(rows) != len(budgets):
         raise ValueError(f"{len(rows)} rows but {len(budgets)} budgets")
     top, nested = trainer in ("all", "skyrl", "trl"), trainer in ("all", "verl")
@@ -163,18 +165,18 @@ def with_budgets(
         new = dict(row)
         if top:
             if BUDGET_KEY in new and not overwrite:
-                raise ValueError(f"row {i + 1} already has {BUDGET_KEY}; pass --overwrite")
+                raise InputProblem(f"row {i + 1} already has {BUDGET_KEY}; pass --overwrite")
             new[BUDGET_KEY] = int(budget)
         if nested:
             extra = new.get(EXTRA_INFO)
             if extra is None:
                 extra = {}
             if not isinstance(extra, Mapping):
-                raise ValueError(f"row {i + 1}: {EXTRA_INFO} is {type(extra).__name__}, "
-                                 "not an object")
+                raise InputProblem(f"row {i + 1}: {EXTRA_INFO} is {type(extra).__name__}, "
+                                   "not an object")
             if BUDGET_KEY in extra and not overwrite:
-                raise ValueError(f"row {i + 1} already has {EXTRA_INFO}.{BUDGET_KEY}; "
-                                 "pass --overwrite")
+                raise InputProblem(f"row {i + 1} already has {EXTRA_INFO}.{BUDGET_KEY}; "
+                                   "pass --overwrite")
             new[EXTRA_INFO] = {**extra, BUDGET_KEY: int(budget)}
         out.append(new)
     return out
@@ -183,14 +185,20 @@ def with_budgets(
 def _with_budgets_table(
     table: pa.Table, budgets: np.ndarray, trainer: str, *, overwrite: bool
 ) -> pa.Table:
-    """The Parquet path of :func:`with_budgets`: the same columns, changed in Arrow."""
+    """The Parquet path of :func:`with_budgets`: the same columns, changed in Arrow.
+
+    Raises:
+        InputProblem: when the table already has a budget (and not ``overwrite``), or its
+            ``extra_info`` is not a struct.
+    """
     import pyarrow as pa
 
     column = pa.array(budgets, pa.int64())
     if trainer in ("all", "skyrl", "trl"):
         if BUDGET_KEY in table.column_names:
             if not overwrite:
-                raise ValueError(f"the dataset already has a {BUDGET_KEY} column; pass --overwrite")
+                raise InputProblem(
+                    f"the dataset already has a {BUDGET_KEY} column; pass --overwrite")
             table = table.set_column(table.column_names.index(BUDGET_KEY), BUDGET_KEY, column)
         else:
             table = table.append_column(BUDGET_KEY, column)
@@ -198,11 +206,11 @@ def _with_budgets_table(
         if EXTRA_INFO in table.column_names:
             extra = table.column(EXTRA_INFO).combine_chunks()
             if not pa.types.is_struct(extra.type):
-                raise ValueError(f"the {EXTRA_INFO} column is {extra.type}, not a struct")
+                raise InputProblem(f"the {EXTRA_INFO} column is {extra.type}, not a struct")
             names = [extra.type.field(i).name for i in range(extra.type.num_fields)]
             if BUDGET_KEY in names and not overwrite:
-                raise ValueError(f"the rows already have {EXTRA_INFO}.{BUDGET_KEY}; "
-                                 "pass --overwrite")
+                raise InputProblem(f"the rows already have {EXTRA_INFO}.{BUDGET_KEY}; "
+                                   "pass --overwrite")
             children = [child for name, child in zip(names, extra.flatten(), strict=True)
                         if name != BUDGET_KEY]
             kept = [name for name in names if name != BUDGET_KEY]
@@ -329,7 +337,7 @@ def assign_budgets(
         else:
             rows = with_budgets(rows, budgets.tolist(), trainer,  # type: ignore[arg-type]
                                 overwrite=overwrite)
-    except ValueError as err:
+    except InputProblem as err:  # a row that cannot take its budget, named by the file
         raise InputProblem(f"{dataset}: {err}") from None
 
     def write(tmp: Path) -> None:

@@ -48,6 +48,7 @@ import numpy as np
 from analyses.budgetmix.assign import BUDGET_KEY, row_budget
 from analyses.budgetmix.scorer import TurnScorer
 from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
+from recovery.errors import InputProblem
 from recovery.schema import Trajectory, Turn
 
 REFUSAL = "No turns left: this episode's budget of {budget} turns is used up."
@@ -156,8 +157,8 @@ def budgeted_environment(
         if budget is None:
             budget = default_max_turns
         if budget is None:
-            raise ValueError(f"the dataset row has no {key}; add one with "
-                             "`recovery budgetmix assign`, or give default_max_turns")
+            raise InputProblem(f"the dataset row has no {key}; add one with "
+                               "`recovery budgetmix assign`, or give default_max_turns")
         observation = env_cls.reset(self, **row)
         note = f"You have {budget} turns." if announce else ""
         text = "\n".join(part for part in (observation, note) if part)

@@ -59,6 +59,7 @@ from analyses.budgetmix.shaping import (
     discounted_returns,
     shape_rewards,
 )
+from recovery.errors import UsageProblem
 
 CLASS_NAME = "TurnCreditGRPOTrainer"
 """The trainer's name in this module."""
@@ -91,11 +92,17 @@ class TurnCreditConfig:
         "help": "Normalise turn advantages over each group, the batch, or not (none)."})
 
     def __post_init__(self) -> None:
+        """Check the options.
+
+        Raises:
+            UsageProblem: for an unknown ``normalise``, or ``gamma`` or ``gae_lambda`` outside
+                [0, 1].
+        """
         if self.normalise not in NORMALISE:
-            raise ValueError(f"normalise must be one of {', '.join(NORMALISE)}, "
-                             f"not {self.normalise!r}")
+            raise UsageProblem(f"normalise must be one of {', '.join(NORMALISE)}, "
+                               f"not {self.normalise!r}")
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
-            raise ValueError("gamma and gae_lambda must lie in [0, 1]")
+            raise UsageProblem("gamma and gae_lambda must lie in [0, 1]")
 
 
 def turn_advantages(scores: Sequence[float] | np.ndarray, outcome: float,
@@ -196,6 +203,12 @@ def turn_credit_trainer(base: type) -> type:
     The subclass takes one more keyword, ``turn_credit`` (a :class:`TurnCreditConfig`), and
     needs ``environment_factory`` built by
     :func:`~analyses.budgetmix.adapters.trl.budgeted_environment` with a scorer.
+
+    Its constructor raises :class:`~recovery.errors.UsageProblem` for training arguments per-turn
+    credit cannot work with (``use_liger_kernel``; ``normalise="group"`` over several
+    processes). A batch whose environments were not built by ``budgeted_environment``, or
+    whose episodes lack a reward or a score per turn, is a ``ValueError``: the trainer was
+    wired wrongly in code.
     """
 
     class TurnCreditGRPOTrainer(base):  # type: ignore[misc, valid-type]
@@ -206,12 +219,12 @@ def turn_credit_trainer(base: type) -> type:
             super().__init__(*args, **kwargs)
             self.turn_credit = turn_credit or TurnCreditConfig()
             if getattr(self.args, "use_liger_kernel", False):
-                raise ValueError("per-turn credit does not work with use_liger_kernel "
-                                 "(its loss takes one advantage per sequence)")
+                raise UsageProblem("per-turn credit does not work with use_liger_kernel "
+                                   "(its loss takes one advantage per sequence)")
             processes = getattr(getattr(self, "accelerator", None), "num_processes", 1)
             if processes > 1 and self.turn_credit.normalise == "group":
-                raise ValueError("normalise='group' needs one process (a group may span "
-                                 "processes); use normalise='batch'")
+                raise UsageProblem("normalise='group' needs one process (a group may span "
+                                   "processes); use normalise='batch'")
 
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             import torch

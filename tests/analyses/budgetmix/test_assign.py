@@ -48,7 +48,7 @@ def test_row_budget_reads_every_trainer_form():
     assert row_budget({}) is None and row_budget(None) is None
     assert row_budget({"extra_info": None}) is None
     for bad in (0, -2, 2.5, "8", True):
-        with pytest.raises(ValueError, match="positive integer"):
+        with pytest.raises(InputProblem, match="positive integer"):
             row_budget({"max_turns": bad})
 
 
@@ -63,10 +63,10 @@ def test_with_budgets_places_the_budget_per_trainer():
     assert "max_turns" not in verl[0] and verl[0]["extra_info"]["max_turns"] == 4
     trl = with_budgets(rows, [4, 8], "trl")
     assert trl[1]["max_turns"] == 8 and "max_turns" not in trl[1]["extra_info"]
-    with pytest.raises(ValueError, match="row 1 already has max_turns"):
+    with pytest.raises(InputProblem, match="row 1 already has max_turns"):
         with_budgets(both, [5, 5])
     assert with_budgets(both, [5, 6], overwrite=True)[1]["extra_info"]["max_turns"] == 6
-    with pytest.raises(ValueError, match="row 1: extra_info is str"):
+    with pytest.raises(InputProblem, match="row 1: extra_info is str"):
         with_budgets([{"extra_info": "x"}], [3], "verl")
 
 
@@ -195,3 +195,33 @@ def test_cli_assign(tmp_path):
     result = runner.invoke(main, ["budgetmix", "assign", "--schedule", str(schedule), "--dataset",
                                   str(dataset), "--out", str(tmp_path / "o.txt")])
     assert result.exit_code == 2 and ".parquet or .jsonl" in result.output
+
+
+def test_a_row_that_cannot_take_its_budget_is_a_problem_not_a_value_error(tmp_path):
+    schedule = mixture_schedule([3, 6], [1, 1])
+    dataset = _write_jsonl(tmp_path / "d.jsonl",
+                           [{"prompt": "a"}, {"prompt": "b", "extra_info": "x"}])
+    with pytest.raises(InputProblem, match=r"d\.jsonl: row 2: extra_info is str, not an object") \
+            as err:
+        assign_budgets(dataset, schedule, tmp_path / "o.jsonl")
+    assert not isinstance(err.value, ValueError)
+    with pytest.raises(UsageProblem, match="unknown trainer 'ray'"):
+        with_budgets([{"prompt": "a"}], [3], "ray")
+    with pytest.raises(ValueError, match="1 rows but 2 budgets"):  # a caller's bug stays one
+        with_budgets([{"prompt": "a"}], [3, 4])
+
+
+def test_cli_reports_a_row_that_cannot_take_its_budget_on_one_line(tmp_path):
+    from recovery.cli import main
+
+    schedule = mixture_schedule([3, 6], [1, 1]).save(tmp_path / "s.json")
+    dataset = _write_jsonl(tmp_path / "d.jsonl",
+                           [{"prompt": "a"}, {"prompt": "b", "extra_info": 7}])
+    result = CliRunner().invoke(main, ["budgetmix", "assign", "--schedule", str(schedule),
+                                       "--dataset", str(dataset),
+                                       "--out", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    assert result.output.splitlines() == [
+        f"Error: {dataset}: row 2: extra_info is int, not an object"]
+    assert not (tmp_path / "o.jsonl").exists()

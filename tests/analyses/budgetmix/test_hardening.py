@@ -249,7 +249,7 @@ def test_assign_refuses_a_negative_seed(tmp_path):
 def test_row_budget_never_overflows_and_shows_plain_numbers():
     for bad, shown in ((10**400, "a 401-digit integer"), (np.int64(0), "0"), (np.float64(2.5), "2.5"),
                        (float("inf"), "inf"), (MAX_BUDGET + 1, "2147483648")):
-        with pytest.raises(ValueError, match="positive integer") as err:
+        with pytest.raises(InputProblem, match="positive integer") as err:
             row_budget({"max_turns": bad})
         assert str(err.value).endswith(f"got {shown}")
     assert row_budget({"max_turns": np.float64(12.0)}) == 12

@@ -19,6 +19,7 @@ import pytest
 from analyses.budgetmix.adapters.trl import REFUSAL, budgeted_environment, call_text
 from analyses.budgetmix.reference.textenv import UnitsTaskEnv
 from analyses.budgetmix.shaping import shape_rewards
+from recovery.errors import InputProblem
 
 
 class _Counter:
@@ -83,7 +84,7 @@ def test_the_budget_comes_from_the_row_and_ends_the_episode():
     assert env.get_reward() == 0.0  # goal 5 not reached in the two turns
     env.reset(extra_info={"max_turns": 1}, goal=1)  # a verl-style row works too
     assert env.budgetmix_episode.max_turns == 1
-    with pytest.raises(ValueError, match="no max_turns"):
+    with pytest.raises(InputProblem, match="no max_turns"):
         env.reset(goal=1)
     assert budgeted_environment(_Counter, default_max_turns=4, announce=False)().reset() == \
         "Reach 3."

@@ -20,6 +20,7 @@ from analyses.budgetmix.adapters.trl_credit import (
     turn_credit_trainer,
 )
 from analyses.budgetmix.alignment import generation_segments
+from recovery.errors import UsageProblem
 
 
 def _episode(scores, outcome, n_turns=None):
@@ -47,7 +48,7 @@ def test_the_advantage_is_the_outcome_minus_the_prm_value_before_the_turn():
     d = np.array([-0.05, -0.8, 0.8])
     assert turn_advantages([0.9, 0.2, 0.7], 1.0, discounted) == pytest.approx(
         [d[0] + 0.5 * d[1] + 0.25 * d[2], d[1] + 0.5 * d[2], d[2]])
-    with pytest.raises(ValueError, match="normalise"):
+    with pytest.raises(UsageProblem, match="normalise"):
         TurnCreditConfig(normalise="sequence")
 
 

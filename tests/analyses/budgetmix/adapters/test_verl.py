@@ -16,6 +16,7 @@ import json
 import pytest
 
 from analyses.budgetmix.adapters import verl as adapter
+from recovery.errors import InputProblem
 
 
 class _ToolAgentLoop:
@@ -49,7 +50,7 @@ def test_each_sample_stops_at_its_rows_budget():
     outputs = asyncio.run(rollout())
     assert [o["assistant_turns"] for o in outputs] == [2, 7, 5, 3]
     assert [o["raw_prompt"] for o in outputs] == ["a", "b", "c", "d"]
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(InputProblem, match="positive integer"):
         asyncio.run(loop_cls(max_assistant_turns=5).run({}, raw_prompt="e",
                                                         extra_info={"max_turns": 0}))
 
