@@ -269,7 +269,7 @@ def export_shaped_rewards(
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in (".jsonl", ".json", ".parquet"):
-        raise InputProblem(f"{out}: the file must end in .jsonl, .json or .parquet")
+        raise UsageProblem(f"{out}: the file must end in .jsonl, .json or .parquet")
     frame, info = shaped_rewards_frame(
         con, model, lam=lam, gamma=gamma, initial_potential=initial_potential, runs=runs,
         skip_unscored=skip_unscored,

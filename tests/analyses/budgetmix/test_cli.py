@@ -182,7 +182,7 @@ def test_rewards_on_a_store_without_budgets(tau_store, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(rows) == 200 and all(row["budget"] is None for row in rows)
     result = _run("rewards", "--store", scored, "--model", "m", "--out", tmp_path / "r.csv")
-    assert result.exit_code == 1 and ".jsonl, .json or .parquet" in result.output
+    assert result.exit_code == 2 and ".jsonl, .json or .parquet" in result.output
     result = _run("rewards", "--store", scored, "--model", "m", "--out", tmp_path / "r.jsonl",
                   "--initial-potential", "high")
     assert result.exit_code == 2 and "--initial-potential" in result.output

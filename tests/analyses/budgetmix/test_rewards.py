@@ -70,7 +70,7 @@ def test_rewards_unscored_turns_and_unknown_model(scored_store, tmp_path):
     assert victim not in set(frame["traj_id"])
     with pytest.raises(InputProblem, match="models: m"):
         export_shaped_rewards(con, "other", tmp_path / "r.parquet")
-    with pytest.raises(InputProblem, match=r"\.jsonl"):
+    with pytest.raises(UsageProblem, match=r"\.jsonl"):
         export_shaped_rewards(con, "m", tmp_path / "r.csv")
 
 
