@@ -145,3 +145,33 @@ def test_a_store_is_read_like_its_connection(tmp_path: Path, sim_files: list[Pat
         assert store.execute("SELECT count(*) FROM trajectories").fetchall() == [(72,)]
         assert store.sql("SELECT count(*) FROM trajectories").fetchall() == [(72,)]
         assert "DuckDBStore :memory:" in repr(store)
+
+
+def test_prm_score_writes_the_same_scores_to_both_kinds(
+    tmp_path: Path, sim_files: list[Path]
+) -> None:
+    from click.testing import CliRunner
+
+    from prm.cli import main as prm_main
+
+    locations = {kind: _location(kind, tmp_path / kind) for kind in KINDS}
+    for kind, location in locations.items():
+        (tmp_path / kind).mkdir()
+        with open_store(location) as store:
+            store.ingest_files(sim_files)
+    model = tmp_path / "prm"
+    trained = CliRunner().invoke(prm_main, [
+        "train", "--store", locations["duckdb"], "--backbone", "structured", "--labels",
+        "recovery", "--out", str(model)])
+    assert trained.exit_code == 0, trained.output
+    written = {}
+    for kind, location in locations.items():
+        scored = CliRunner().invoke(prm_main, ["score", "--store", location, "--model",
+                                               str(model), "--name", "judge"])
+        assert scored.exit_code == 0, scored.output
+        with open_store(location, read_only=True) as store:
+            written[kind] = _rows(store, "SELECT tr.run, tr.task_id, tr.sample, s.t, "
+                                         "round(s.score, 12) FROM step_scores s "
+                                         "JOIN trajectories tr USING (traj_id)")
+    assert len(written["duckdb"]) > 0
+    assert written["duckdb"] == written["folder"]
