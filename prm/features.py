@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from recovery.errors import UsageProblem
+
 if TYPE_CHECKING:
     import duckdb
     import numpy as np
@@ -141,7 +143,7 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
 
 def _check_setting(setting: str) -> None:
     if setting not in SETTINGS:
-        raise ValueError(f"unknown setting {setting!r}; use blind or hindsight")
+        raise UsageProblem(f"unknown setting {setting!r}; use blind or hindsight")
 
 
 def _cumcount_true(flags: np.ndarray, traj: np.ndarray) -> np.ndarray:
