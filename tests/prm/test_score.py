@@ -8,7 +8,7 @@ import pytest
 
 from prm.data import load_step_examples
 from prm.score import model_name, predict_steps, score_store, write_step_scores
-from recovery.store import open_store
+from recovery.store import DuckDBStore, open_store
 
 
 @pytest.fixture
@@ -56,7 +56,8 @@ def test_scoring_some_trajectories_keeps_the_others(trained_tiny, store_copy):
 
 
 class _FailingInsert:
-    """A connection whose INSERT fails, to check that the DELETE before it is rolled back."""
+    """A connection whose INSERT fails, to check that the DELETE before it is rolled back (the
+    store's writes go through its connection)."""
 
     def __init__(self, con):
         self.con = con
@@ -77,7 +78,7 @@ def test_write_step_scores_is_atomic_and_checks_scores(store_copy):
     write_step_scores(con, pd.DataFrame({"traj_id": ["a"], "t": [1], "score": [0.5]}), "m")
     new = pd.DataFrame({"traj_id": ["a"], "t": [1], "score": [0.9]})
     with pytest.raises(RuntimeError, match="disk full"):
-        write_step_scores(_FailingInsert(con), new, "m")
+        write_step_scores(DuckDBStore(_FailingInsert(con.con), con.location), new, "m")
     assert con.execute("SELECT traj_id, t, score FROM step_scores").fetchall() == [("a", 1, 0.5)]
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         write_step_scores(con, pd.DataFrame({"traj_id": ["a"], "t": [1], "score": [None]}), "m")
