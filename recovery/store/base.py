@@ -137,7 +137,6 @@ class Store(abc.ABC):
                 on_result(result)
         return results
 
-    @abc.abstractmethod
     def ingest_trajectories(
         self,
         trajectories: Iterable[Trajectory],
@@ -159,6 +158,13 @@ class Store(abc.ABC):
             IngestError: a bad trajectory (nothing is stored), or a store that takes files
                 only.
         """
+        self._check_writable("ingest")
+        return self._ingest_trajectories(trajectories, source, options or IngestOptions())
+
+    @abc.abstractmethod
+    def _ingest_trajectories(self, trajectories: Iterable[Trajectory], source: str,
+                             options: IngestOptions) -> IngestResult:
+        """:meth:`ingest_trajectories` in this kind of store."""
 
     def runs_of(self, results: Iterable[IngestResult]) -> list[str]:
         """The runs of the trajectories that ``results`` stored, or that an earlier ingest of
@@ -190,7 +196,6 @@ class Store(abc.ABC):
     # ----------------------------------------------------------------------------------------
     # Marking and scores
 
-    @abc.abstractmethod
     def mark(
         self,
         rules: RuleSet | None = None,
@@ -217,6 +222,13 @@ class Store(abc.ABC):
             The number of error turns of each kind among the marked trajectories, most
             frequent first.
         """
+        self._check_writable("mark")
+        return self._mark(rules, traj_ids, prm_model, prm_threshold)
+
+    @abc.abstractmethod
+    def _mark(self, rules: RuleSet | None, traj_ids: Sequence[str] | None,
+              prm_model: str | None, prm_threshold: float) -> dict[str, int]:
+        """:meth:`mark` in this kind of store."""
 
     @abc.abstractmethod
     def replace_step_scores(self, scores: Any, model: str) -> None:

@@ -188,32 +188,16 @@ class DuckDBStore(Store):
         self._check_writable("ingest")
         return ingest_into(self.con, Path(path), options or IngestOptions())
 
-    def ingest_trajectories(
-        self,
-        trajectories: Iterable[Trajectory],
-        *,
-        source: str = "<python>",
-        options: IngestOptions | None = None,
-    ) -> IngestResult:
-        """See :meth:`recovery.store.Store.ingest_trajectories`."""
+    def _ingest_trajectories(self, trajectories: Iterable[Trajectory], source: str,
+                             options: IngestOptions) -> IngestResult:
         from recovery.store.ingest import store_trajectories
 
-        self._check_writable("ingest")
-        return store_trajectories(self.con, trajectories, source=source,
-                                  options=options or IngestOptions())
+        return store_trajectories(self.con, trajectories, source=source, options=options)
 
-    def mark(
-        self,
-        rules: RuleSet | None = None,
-        traj_ids: Sequence[str] | None = None,
-        *,
-        prm_model: str | None = None,
-        prm_threshold: float = 0.5,
-    ) -> dict[str, int]:
-        """See :meth:`recovery.store.Store.mark`."""
+    def _mark(self, rules: RuleSet | None, traj_ids: Sequence[str] | None,
+              prm_model: str | None, prm_threshold: float) -> dict[str, int]:
         from recovery.store.marks import write_marks
 
-        self._check_writable("mark")
         return in_transaction(self.con, lambda: write_marks(
             self.con, rules, traj_ids, prm_model=prm_model, prm_threshold=prm_threshold))
 

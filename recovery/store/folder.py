@@ -713,13 +713,8 @@ class FolderStore(Store):
         return _ingest_into_folder(self.con, self._writable_root("ingest"), Path(path),
                                    options or IngestOptions())
 
-    def ingest_trajectories(
-        self,
-        trajectories: Iterable[Trajectory],
-        *,
-        source: str = "<python>",
-        options: IngestOptions | None = None,
-    ) -> IngestResult:
+    def _ingest_trajectories(self, trajectories: Iterable[Trajectory], source: str,
+                             options: IngestOptions) -> IngestResult:
         """Refused: a folder store is partitioned by ingested file (write the trajectories as
         canonical JSONL with :func:`recovery.schema.trajectory_to_dict` and ingest the file).
 
@@ -733,20 +728,14 @@ class FolderStore(Store):
             "takes files (write them as canonical JSONL, then ingest the file)"
         )
 
-    def mark(
-        self,
-        rules: RuleSet | None = None,
-        traj_ids: Sequence[str] | None = None,
-        *,
-        prm_model: str | None = None,
-        prm_threshold: float = 0.5,
-    ) -> dict[str, int]:
-        """See :meth:`recovery.store.Store.mark`: every ingested file holding some of the
-        trajectories gets its partitions rewritten, re-marked, as a new generation, committed
-        file by file (a mark stopped midway leaves each file marked the old way or the new
-        way, never a mix; running it again finishes it)."""
-        return _mark_folder(self.con, self._writable_root("mark"), rules=rules,
-                            traj_ids=traj_ids, prm_model=prm_model, prm_threshold=prm_threshold)
+    def _mark(self, rules: RuleSet | None, traj_ids: Sequence[str] | None,
+              prm_model: str | None, prm_threshold: float) -> dict[str, int]:
+        """Every ingested file holding some of the trajectories gets its partitions rewritten,
+        re-marked, as a new generation, committed file by file (a mark stopped midway leaves
+        each file marked the old way or the new way, never a mix; running it again finishes
+        it)."""
+        return _mark_folder(self.con, Path(self.root), rules=rules, traj_ids=traj_ids,
+                            prm_model=prm_model, prm_threshold=prm_threshold)
 
     def replace_step_scores(self, scores: Any, model: str) -> None:
         """See :meth:`recovery.store.Store.replace_step_scores`: the model's file is
