@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.config import TrainConfig
-from prm.labels import LABEL_SOURCES
+from prm.labels import LABEL_SOURCES, outcome_targets_note
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 
@@ -350,6 +350,9 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
         if config.backbone == "structured":
             mode = "structured"
             pooled, head, notes = _structured_predictions(config, rows, con, echo)
+            leak = outcome_targets_note(config.labels, config.setting)
+            if leak is not None:
+                notes = [*notes, leak]
     finally:
         con.close()
     if config.backbone == "sklearn":

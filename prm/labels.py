@@ -50,6 +50,20 @@ if TYPE_CHECKING:
 LABEL_SOURCES = ("data", "error", "outcome", "mc", "advantage", "recovery")
 """The names :func:`step_targets` accepts."""
 
+def outcome_targets_note(labels: str, setting: str) -> str | None:
+    """What to tell a user who fits a model that reads the outcome (the hindsight setting) on
+    targets that are the outcome (``labels = "outcome"``): its scores restate the outcome.
+
+    Returns:
+        The note, or ``None`` when the targets are not read from the model's own inputs.
+    """
+    if labels != "outcome" or setting != "hindsight":
+        return None
+    return ("the targets are the episodes' outcomes (labels outcome), which the hindsight "
+            "setting reads as an input: the scores restate the outcome and say nothing of the "
+            "steps; use --setting blind, or labels that mark steps")
+
+
 RECOVERY_BASES = ("mc", "outcome")
 """Where ``recovery`` targets come from for turns that are neither errors, recoveries nor a
 fatal tail."""

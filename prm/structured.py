@@ -640,6 +640,7 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     chosen by inner grouped folds, so validation tasks need not be held out) and save it."""
     from prm.config import TrainResult
     from prm.frozen import turn_rows
+    from prm.labels import outcome_targets_note
     from prm.metrics import threshold_words
     from prm.spec import SPLIT_FILE, SUMMARY_FILE
     from prm.stores import open_store
@@ -655,7 +656,8 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
             table = with_embeddings(table, con, echo=echo, progress=config.progress)
     finally:
         con.close()
-    for note in notes:
+    leak = outcome_targets_note(config.labels, config.setting)
+    for note in [*notes, *([] if leak is None else [leak])]:
         echo(note)
     rows = turn_rows(fit_examples).merge(table.drop(columns="task_id"), on=["traj_id", "t"],
                                          validate="one_to_one")

@@ -137,6 +137,11 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
     # Blind, a last turn of a failure looks like that of a success: at best +1 everywhere.
     assert reports["hindsight"].step_acc > 0.95
     assert reports["blind"].step_acc <= reports["blind"].floor_all_correct_step_acc + 1e-9
+    # Data labels are not the outcome: no note that the scores restate it.
+    assert not any("restate the outcome" in note for r in reports.values() for note in r.notes)
+    on_outcomes = cross_validate(CVConfig(store=store, folds=3, setting="hindsight",
+                                          labels="outcome", n_boot=50), echo=lambda *_: None)
+    assert any("restate the outcome" in note for note in on_outcomes.notes)
 
 
 def test_minilm_embeddings_of_earlier_turns_do_not_see_later_ones():
