@@ -636,6 +636,11 @@ def floor_report(frame: pd.DataFrame, threshold: float | None, setting: str = "b
             out["intervals"][key] = [float(x) for x in np.percentile(series, [tail, 100 - tail])]
     out["margins"] = margins
     out["verdict"] = floor_verdict(out["intervals"], setting)
+    if not (decided["true"] > 0).any():
+        # e.g. Who&When: the decisive error is -1, the steps before it neutral, none +1
+        out["verdict"] += ("; no turn is labelled +1 (correct), so these floors get nothing "
+                           "right: compare the first-error accuracy with a floor that guesses "
+                           "the step (such as the most common step of the other folds)")
     return out
 
 

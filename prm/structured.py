@@ -173,7 +173,7 @@ class StructuredStepModel:
 
     Attributes:
         setting: ``blind`` or ``hindsight``: which features it reads (:mod:`prm.features`).
-        head: ``auto`` (ternary when the targets are 0 / 0.5 / 1 with some 0.5), ``binary``
+        head: ``auto`` (ternary when the targets are 0 / 0.5 / 1 with each of them), ``binary``
             or ``ternary``.
         C: Inverse regularisation; ``None`` = chosen from :data:`C_GRID` by grouped
             cross-validation.
@@ -372,7 +372,10 @@ class StructuredStepModel:
             c for c in table.columns if c not in ("traj_id", "t", "task_id", *TEXT_COLUMNS)
             and not c.startswith("emb_")])
         classes = set(target_classes(targets).tolist())
-        ternary_labels = 0.0 in classes and set(np.unique(targets)) <= {0.0, 0.5, 1.0}
+        # auto: ternary only when every class is there to learn (Who&When's labels are -1 and
+        # 0 only: a ternary head has no +1 to fit, so they get the binary head)
+        ternary_labels = (classes == {-1.0, 0.0, 1.0}
+                          and set(np.unique(targets)) <= {0.0, 0.5, 1.0})
         self.head_ = self.head if self.head != "auto" else (
             "ternary" if ternary_labels else "binary")
         if self.head_ == "ternary" and classes != {-1.0, 0.0, 1.0}:

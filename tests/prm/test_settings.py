@@ -165,3 +165,29 @@ def test_minilm_embeddings_of_earlier_turns_do_not_see_later_ones():
                                atol=1e-5)
     assert not np.allclose(one.loc[3].drop("traj_id").to_numpy(float),
                            two.loc[3].drop("traj_id").to_numpy(float))
+
+
+def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Path):
+    """Labels as Who&When gives them (the decisive step -1, the steps before it 0, none +1):
+    the default head is binary (a ternary head would have no +1 to learn), and the verdict
+    says the all-correct floors get nothing right there."""
+    from prm.cv import CVConfig, cross_validate
+    from recovery.schema import Trajectory, Turn
+    from recovery.store import open_store
+
+    store = tmp_path / "decisive.duckdb"
+    con = open_store(store)
+    trajectories = []
+    for task in range(12):
+        decisive = task % 4
+        turns = [Turn(action=f"say({i})", observation="", label=0.0 if i < decisive else None)
+                 for i in range(5)]
+        turns[decisive].label = -1.0
+        trajectories.append(Trajectory(run="p", task_id=f"t{task}", turns=turns, success=False))
+    con.ingest_trajectories(trajectories)
+    con.close()
+    report = cross_validate(CVConfig(store=store, folds=3, setting="hindsight", n_boot=50),
+                            echo=lambda *_: None)
+    assert report.head == "binary"
+    assert report.floor_all_correct_step_acc == 0.0
+    assert "no turn is labelled +1" in report.verdict
