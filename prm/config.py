@@ -58,7 +58,8 @@ class TrainConfig(CheckedOptions):
     )
     head: str = opt(
         "auto", "binary (P(good step), soft targets) or ternary (classes -1 / 0 / +1); auto: "
-        "ternary when the labels are data labels that are all -1, 0 or +1 with some 0.",
+        "ternary when the labels are data labels that are all -1, 0 or +1 with some 0 (for "
+        "the structured backbone: with each of them).",
         choices=HEADS,
     )
     pool: str = opt(
