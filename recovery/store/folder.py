@@ -162,12 +162,6 @@ def _columns() -> dict[str, tuple[tuple[str, str], ...]]:
     return {table: tuple((c.name, c.sql_type) for c in COLUMNS[table]) for table in TABLES}
 
 
-def _select(columns: Sequence[tuple[str, str]]) -> str:
-    """The columns cast to the store's types (a Parquet file keeps them; this says so)."""
-    return ", ".join(f"CAST({_quoted(name)} AS {kind}) AS {_quoted(name)}"
-                     for name, kind in columns)
-
-
 # --------------------------------------------------------------------------------------------
 # The manifest
 
@@ -535,19 +529,6 @@ def _is_dir(found: os.stat_result) -> bool:
 def _remove_if_empty(folder: Path) -> None:
     with contextlib.suppress(OSError):
         folder.rmdir()
-
-
-def committed(root: str | Path) -> dict[str, int]:
-    """sha256 -> the committed generation, from the store's manifest."""
-    manifest, _ = _open(Path(root))
-    return {sha: gen for sha, (gen, _) in manifest.files.items()}
-
-
-def cleanup(root: str | Path) -> None:
-    """Remove unfinished writes (``_tmp``), partitions no committed file is in, and
-    generations a later one replaced. Run by writers only, under the lock."""
-    root = Path(root)
-    _cleanup(root, _open(root)[1])
 
 
 # --------------------------------------------------------------------------------------------
