@@ -206,6 +206,8 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
     from prm.structured import StructuredStepModel, feature_rows, text_counts, with_embeddings
 
     table, names, notes = feature_rows(con, config.setting, rows["traj_id"].unique().tolist())
+    leak = outcome_targets_note(config.labels, config.setting)
+    notes = [*notes, *([] if leak is None else [leak])]
     for note in notes:
         echo(note)
     if config.embeddings:
@@ -350,9 +352,6 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
         if config.backbone == "structured":
             mode = "structured"
             pooled, head, notes = _structured_predictions(config, rows, con, echo)
-            leak = outcome_targets_note(config.labels, config.setting)
-            if leak is not None:
-                notes = [*notes, leak]
     finally:
         con.close()
     if config.backbone == "sklearn":
