@@ -65,6 +65,7 @@ _HEDGE_RE = re.compile(r"\b(?:" + "|".join(re.escape(h) for h in HEDGES) + r")\b
 _ERROR_RE = re.compile(r"^\s*error\b|\b(?:error|exception|traceback|failed|failure|invalid|"
                        r"not found|denied|timed? ?out)\b", re.IGNORECASE)
 _TOOL_RE = re.compile(r"^\s*[A-Za-z_][\w.]*\s*\(")
+_CODE_RE = re.compile(r"^\s*(?:```|~~~)", re.MULTILINE)
 _SPACE_RE = re.compile(r"\s+")
 _WORD_RE = re.compile(r"[0-9a-z]+")
 
@@ -246,7 +247,10 @@ def _spell_membership(frame: pd.DataFrame, setting: str) -> np.ndarray:
 
 def turn_kind_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     """What kind of turn it is and how it is marked: ``tool_call`` (the action is a tool
-    call), ``message`` (it is not: a reply or an answer), ``error_mark``
+    call), ``message`` (it is not: a reply or an answer), ``code_block`` (the action holds a
+    fenced code block, a line starting with three backticks or tildes: how code-writing
+    agents act, their code run by the next turn or by a tool), ``first_code_block`` (the
+    trajectory's first turn with one; read from this and earlier turns), ``error_mark``
     (``turns.is_error``), ``error_kind_named`` (marking gave a kind), ``in_spell`` (the one
     spell rule), ``prev_in_spell`` (the turn before was in a spell) and ``errors_so_far``
     (spell turns up to this one)."""
@@ -254,11 +258,14 @@ def turn_kind_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarra
 
     traj = frame["traj_id"].to_numpy()
     tool = frame["is_tool"].to_numpy(bool)
+    code = frame["action"].fillna("").astype(str).str.contains(_CODE_RE).to_numpy(bool)
     spell = _spell_membership(frame, setting)
     prev = np.r_[False, spell[:-1]] & np.r_[False, traj[1:] == traj[:-1]]
     return {
         "tool_call": tool.astype(float),
         "message": (~tool).astype(float),
+        "code_block": code.astype(float),
+        "first_code_block": (code & (_cumcount_true(code, traj) == 1)).astype(float),
         "error_mark": frame["is_error"].fillna(False).to_numpy(float),
         "error_kind_named": frame["error_kind"].notna().to_numpy(float),
         "in_spell": spell.astype(float),

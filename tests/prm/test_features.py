@@ -96,6 +96,17 @@ def test_turn_kind_and_spells():
     assert list(out["errors_so_far"]) == [0, 1, 1, 1]
 
 
+def test_code_block_and_the_first_one():
+    fence = "```"
+    frame = frame_of({"a": [("plan it", ""), (f"run this\n{fence}python\nprint(1)\n{fence}", ""),
+                            ("exitcode: 0", ""), (f"{fence}\nx = 2\n{fence}", ""),
+                            ("inline ``` is not a fence", "")],
+                      "b": [("~~~\ny\n~~~", "")]})
+    out = F.turn_kind_features(frame, "blind")
+    assert list(out["code_block"]) == [0, 1, 0, 1, 0, 1]
+    assert list(out["first_code_block"]) == [0, 1, 0, 0, 0, 1]
+
+
 def test_a_mark_on_the_success_turn_is_in_no_spell_in_hindsight_only():
     frame = frame_of({"a": [("x()", "ok"), ("y()", "ok")]}, errors={("a", 2): "odd"},
                      success={"a": True})

@@ -33,7 +33,7 @@ def _changed_future(frame: pd.DataFrame, traj: str, after: int) -> pd.DataFrame:
     keep = frame.loc[~((frame["traj_id"] == traj) & (frame["t"] > after))].copy()
     n = after + 3
     new = pd.DataFrame([{**frame.loc[frame["traj_id"] == traj].iloc[0].to_dict(), "t": t,
-                         "action": f"other{t}()", "observation": f"Error: {t}",
+                         "action": f"other{t}()\n```\ncode {t}\n```", "observation": f"Error: {t}",
                          "is_error": True, "error_kind": "tool_error", "is_tool": True}
                         for t in range(after + 1, n + 1)])
     out = pd.concat([keep, new], ignore_index=True)
