@@ -107,13 +107,13 @@ def cross_validate(table: pd.DataFrame, runs: pd.DataFrame, names: list[str], fo
 
 def repeated(table: pd.DataFrame, runs: pd.DataFrame, names: list[str], folds: int,
              seeds: list[int]) -> tuple[pd.DataFrame, list[float]]:
-    """:func:`cross_validate` once per fold seed; per run the share of the repeats that hit
-    (step, agent and the floors'), and each repeat's step accuracy."""
+    """:func:`cross_validate` once per fold seed; per run (``runs``' columns) the share of the
+    repeats that hit (step, agent and the floors'), and each repeat's step accuracy."""
     results = [cross_validate(table, runs, names, folds, seed) for seed in seeds]
     hits = ["step_hit", "agent_hit", "floor_step_hit", "floor_agent_hit", "random_step_hit"]
     mean = pd.concat([r.set_index("traj_id")[hits] for r in results]).groupby(level=0).mean()
-    base = results[0].set_index("traj_id").drop(columns=hits)
-    return base.join(mean).reset_index(), [float(r["step_hit"].mean()) for r in results]
+    return (runs.set_index("traj_id").join(mean).reset_index(),
+            [float(r["step_hit"].mean()) for r in results])
 
 
 def intervals(result: pd.DataFrame, n_boot: int, seed: int) -> dict[str, list[float]]:
@@ -148,8 +148,8 @@ def main() -> None:
     def pct(x: float) -> str:
         return f"{100 * x:5.2f}"
 
-    def ci(pair: list[float]) -> str:
-        return f"[{100 * pair[0]:+.1f}, {100 * pair[1]:+.1f}]"
+    def ci(pair: list[float], sign: str = "+") -> str:
+        return f"[{100 * pair[0]:{sign}.1f}, {100 * pair[1]:{sign}.1f}]"
 
     print(f"| Who&When, hindsight, {args.folds}-fold by question x {args.repeats} | runs | structured step acc % [95%] | "
           "most common step (floor) % | structured - floor [95%] | random % | GPT-4o best "
@@ -165,11 +165,11 @@ def main() -> None:
         ci95 = intervals(result, args.n_boot, args.seed)
         published = PUBLISHED[folder]
         print(f"| {folder} | {len(result)} | {pct(result['step_hit'].mean())} "
-              f"{ci(ci95['step_hit'])} | {pct(result['floor_step_hit'].mean())} | "
+              f"{ci(ci95['step_hit'], '')} | {pct(result['floor_step_hit'].mean())} | "
               f"{100 * (result['step_hit'] - result['floor_step_hit']).mean():+.2f} "
               f"{ci(ci95['step_minus_floor'])} | {pct(result['random_step_hit'].mean())} | "
               f"{published['best']:.2f} ({published['random']:.2f}) | "
-              f"{pct(result['agent_hit'].mean())} {ci(ci95['agent_hit'])} | "
+              f"{pct(result['agent_hit'].mean())} {ci(ci95['agent_hit'], '')} | "
               f"{pct(result['floor_agent_hit'].mean())} | "
               f"{100 * (result['agent_hit'] - result['floor_agent_hit']).mean():+.2f} "
               f"{ci(ci95['agent_minus_floor'])} | {time.perf_counter() - started:.1f} |")
