@@ -22,6 +22,12 @@ floor (and lets ``structured`` read the outcome). Run one at a time on a shared 
     .venv/bin/python bench/prm_cv.py --data sim --backbones structured,sklearn,tiny,minilm
     .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome --backbones sklearn,tiny,minilm
     .venv/bin/python bench/prm_cv.py --data sim --tasks 50 --backbones smollm2
+    .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome \\
+        --backbones structured,sklearn --fold-seeds 0,1,2,3,4
+
+``--fold-seeds`` repeats each cross-validation over several fold assignments (the data stay
+the same) and prints the mean step AUROC and mean paired difference over them: on 50 tasks one
+fold assignment's luck moves a backbone's AUROC by a few hundredths.
 """
 
 from __future__ import annotations
@@ -85,7 +91,7 @@ def tau_store(folder: Path, tasks: int | None = None) -> Path:
     return store
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", choices=("sim", "tau"), default="sim")
     parser.add_argument("--backbones", default="structured,sklearn,tiny,minilm")
@@ -97,20 +103,82 @@ def main() -> None:
     parser.add_argument("--tau-tasks", type=int, default=None,
                         help="tau: keep only the first N tasks (of 50; 4 trajectories each)")
     parser.add_argument("--folds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the folds' seed (sim: the data's)")
+    parser.add_argument("--fold-seeds", default=None,
+                        help="comma-separated fold seeds to repeat the cross-validation over "
+                             "(default: --seed only); the data stay those of --seed")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--json", type=Path, default=None, help="write every report here")
     for name in ("p_error", "p_silent", "p_progress"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help=f"sim: {name} of both policies (default: the presets')")
-    args = parser.parse_args()
-    overrides = {name: getattr(args, name) for name in ("p_error", "p_silent", "p_progress")
-                 if getattr(args, name) is not None}
+    return parser.parse_args()
 
-    from prm.cv import CVConfig, cross_validate
+
+def print_table(results: dict[tuple[str, int], dict]) -> None:
+    print(f"{'backbone':<10} {'seed':>4} {'mode':<8} {'step AUROC [95% over tasks]':<30} "
+          f"{'step acc':>9} {'floor':>6} {'first err':>9} {'floor':>6} {'seconds':>8} "
+          f"{'CPU s':>7}")
+    for (backbone, seed), r in results.items():
+        low, high = r["intervals"].get("step_auroc") or (float("nan"), float("nan"))
+        print(f"{backbone:<10} {seed:>4} {r['mode']:<8} {r['step_auroc']:.3f} "
+              f"[{low:.3f}, {high:.3f}]{'':<12} {r['step_acc']:>9.3f} "
+              f"{r['floor_all_correct_step_acc']:>6.3f} {r['first_error_acc']:>9.3f} "
+              f"{r['floor_all_correct_first_error_acc']:>6.3f} {r['wall_s']:>8.0f} "
+              f"{r['cpu_s']:>7.0f}")
+
+
+def print_paired(predictions: dict[tuple[str, int], object], names: list[str],
+                 seeds: list[int]) -> dict[str, dict]:
+    """Each backbone against every one listed before it, per fold seed; with several seeds
+    also the mean difference and AUROC over them (the folds' luck averaged out)."""
     from prm.metrics import paired_auroc_difference
 
+    paired: dict[str, dict] = {}
+    for j, x in enumerate(names):
+        for y in names[:j]:
+            differences = []
+            for seed in seeds:
+                result = paired_auroc_difference(predictions[x, seed], predictions[y, seed],
+                                                 seed=seed)
+                paired[f"{x} - {y} (fold seed {seed})"] = result
+                differences.append(result["difference"])
+                low, high = result["interval"] or (float("nan"), float("nan"))
+                print(f"step AUROC {x} - {y}, fold seed {seed}: {result['difference']:+.3f} "
+                      f"[{low:+.3f}, {high:+.3f}] (paired bootstrap over tasks)")
+            if len(seeds) > 1:
+                ahead = sum(d > 0 for d in differences)
+                mean = sum(differences) / len(differences)
+                paired[f"{x} - {y} (mean over fold seeds)"] = {"difference": mean}
+                print(f"step AUROC {x} - {y}, mean over {len(seeds)} fold seeds: {mean:+.3f} "
+                      f"({x} ahead on {ahead} of {len(seeds)})")
+    return paired
+
+
+def import_shared_libraries() -> None:
+    """Import what every backbone uses before any is timed, so that the first one listed does
+    not pay the others' import time (torch, which only the neural backbones need, stays theirs).
+    """
+    import duckdb  # noqa: F401
+    import pandas  # noqa: F401
+    import scipy.sparse  # noqa: F401
+    import sklearn.feature_extraction.text
+    import sklearn.linear_model
+    import sklearn.metrics  # noqa: F401
+
+
+def main() -> None:
+    args = parse_args()
+    overrides = {name: getattr(args, name) for name in ("p_error", "p_silent", "p_progress")
+                 if getattr(args, name) is not None}
+    seeds = ([int(s) for s in args.fold_seeds.split(",")] if args.fold_seeds
+             else [args.seed])
+    names = args.backbones.split(",")
+
+    from prm.cv import CVConfig, cross_validate
+
+    import_shared_libraries()
     results, predictions = {}, {}
     with tempfile.TemporaryDirectory(prefix="prm-cv-bench-") as tmp:
         folder = Path(tmp)
@@ -119,37 +187,32 @@ def main() -> None:
                                       args.samples), "data"
         else:
             store, labels = tau_store(folder, args.tau_tasks), args.tau_labels
-        for backbone in args.backbones.split(","):
-            config = CVConfig(store=store, labels=labels, backbone=backbone, folds=args.folds,
-                              seed=args.seed, threads=args.threads, progress=False,
-                              max_length=args.max_length, setting=args.setting)
-            cpu = time.process_time()
-            report = cross_validate(config, echo=lambda line: print(line, file=sys.stderr))
-            results[backbone] = {**report.to_dict(), "cpu_s": time.process_time() - cpu}
-            predictions[backbone] = report.predictions
-            for line in report.lines():
-                print(line, flush=True)
+        for seed in seeds:
+            for backbone in names:
+                config = CVConfig(store=store, labels=labels, backbone=backbone,
+                                  folds=args.folds, seed=seed, threads=args.threads,
+                                  progress=False, max_length=args.max_length,
+                                  setting=args.setting)
+                cpu = time.process_time()
+                report = cross_validate(config, echo=lambda line: print(line, file=sys.stderr))
+                results[backbone, seed] = {**report.to_dict(),
+                                           "cpu_s": time.process_time() - cpu}
+                predictions[backbone, seed] = report.predictions
+                for line in report.lines():
+                    print(line, flush=True)
         shutil.rmtree(folder, ignore_errors=True)
     print()
-    print(f"{'backbone':<10} {'mode':<8} {'step AUROC [95% over tasks]':<30} {'step acc':>9} "
-          f"{'floor':>6} {'first err':>9} {'floor':>6} {'seconds':>8} {'CPU s':>7}")
-    for backbone, r in results.items():
-        low, high = r["intervals"].get("step_auroc") or (float("nan"), float("nan"))
-        print(f"{backbone:<10} {r['mode']:<8} {r['step_auroc']:.3f} [{low:.3f}, {high:.3f}]"
-              f"{'':<12} {r['step_acc']:>9.3f} {r['floor_all_correct_step_acc']:>6.3f} "
-              f"{r['first_error_acc']:>9.3f} {r['floor_all_correct_first_error_acc']:>6.3f} "
-              f"{r['wall_s']:>8.0f} {r['cpu_s']:>7.0f}")
-    names = list(predictions)
+    print_table(results)
+    if len(seeds) > 1:
+        for backbone in names:
+            aurocs = [results[backbone, seed]["step_auroc"] for seed in seeds]
+            print(f"{backbone:<10} mean step AUROC over fold seeds {args.fold_seeds}: "
+                  f"{sum(aurocs) / len(aurocs):.3f}")
     print()
-    for j, x in enumerate(names):  # each backbone against every one listed before it
-        for y in names[:j]:
-            paired = paired_auroc_difference(predictions[x], predictions[y], seed=args.seed)
-            results.setdefault("paired", {})[f"{x} - {y}"] = paired
-            low, high = paired["interval"] or (float("nan"), float("nan"))
-            print(f"step AUROC {x} - {y}: {paired['difference']:+.3f} "
-                  f"[{low:+.3f}, {high:+.3f}] (paired bootstrap over tasks)")
+    paired = print_paired(predictions, names, seeds)
     if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=1))
+        out = {f"{backbone} (fold seed {seed})": r for (backbone, seed), r in results.items()}
+        args.json.write_text(json.dumps({**out, "paired": paired}, indent=1))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ Two settings (:data:`SETTINGS`):
 - ``blind``: what a PRM can know while the episode runs. A turn's features read only the turns
   up to it (its position, never how many turns are left; its own and earlier actions and
   observations) and, for the sibling features, the other samples of the same run and task
-  (their actions and final answers, never their outcomes). Nothing reads the episode's outcome
-  or a later turn of the same trajectory.
+  (their actions, final answers and lengths, never their outcomes). Nothing reads the
+  episode's outcome or a later turn of the same trajectory. So a blind score assumes the
+  siblings have run: a group sampled together (as GRPO does) and scored after, not a turn
+  of a lone episode mid-run (with one sample of a task they are neutral).
 - ``hindsight``: after the episode, when the outcome is known (error attribution on a failed
   run). Adds how many turns are left, whether the turn ends the episode, the outcome, whether
   the trajectory's own final answer agrees with its siblings', and the siblings' success rate.
@@ -414,7 +416,10 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     their last action, equals this turn's action), ``sib_similarity_final`` (mean word-set
     Jaccard similarity of this turn's action with the siblings' final answers),
     ``sib_same_turn`` (share of the siblings that have a turn ``t`` whose action there equals
-    this one: how typical the action is), ``log_siblings`` (``log(1 + K - 1)``).
+    this one: how typical the action is), ``sib_log_turns`` (the mean of ``log(1 + turns)``
+    over the siblings: a task whose samples run long is a hard one), ``log_t_over_siblings``
+    (``log(1 + t)`` minus ``sib_log_turns``: how far this turn already is past the length its
+    siblings took), ``log_siblings`` (``log(1 + K - 1)``).
     Hindsight adds ``own_final_agree`` (share of siblings whose final answer equals this
     trajectory's) and ``sib_success_rate`` (the siblings' success rate, known outcomes only).
     With one sample (K = 1) every share is NaN: neutral.
@@ -422,7 +427,8 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     import numpy as np
 
     n = len(frame)
-    names = ["sib_agree_final", "sib_similarity_final", "sib_same_turn"]
+    names = ["sib_agree_final", "sib_similarity_final", "sib_same_turn", "sib_log_turns",
+             "log_t_over_siblings"]
     if setting == "hindsight":
         names += ["own_final_agree", "sib_success_rate"]
     out = {name: np.full(n, np.nan) for name in names}
@@ -446,6 +452,7 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
             final_words = [words[final[o]] for o in others]
             known = [outcome[rows[o][0]] for o in others if outcome[rows[o][0]] == outcome[rows[o][0]]]
             own = np.mean([f == answers[final[k]] for f in finals])
+            sib_log_turns = np.mean([np.log1p(len(rows[o])) for o in others])
             for i in idx:
                 out["sib_agree_final"][i] = np.mean([f == answers[i] for f in finals])
                 out["sib_similarity_final"][i] = np.mean(
@@ -453,6 +460,8 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
                 same = [by_turn[o][turn[i]] == answers[i] for o in others
                         if turn[i] in by_turn[o]]
                 out["sib_same_turn"][i] = np.mean(same) if same else np.nan
+                out["sib_log_turns"][i] = sib_log_turns
+                out["log_t_over_siblings"][i] = np.log1p(turn[i]) - sib_log_turns
                 out["log_siblings"][i] = np.log1p(len(others))
                 if setting == "hindsight":
                     out["own_final_agree"][i] = own

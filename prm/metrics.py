@@ -483,12 +483,30 @@ def choose_error_threshold(frame: pd.DataFrame,
     Returns:
         The best threshold (0.5 when no row has a target).
     """
+    import numpy as np
+
     best, best_value = THRESHOLD, -math.inf
     if not frame["target"].notna().any():
         return best
+    # The two accuracies of :func:`decision_metrics`, without its AUROC (which no threshold
+    # moves) and with the sort and the true first errors computed once for every candidate.
+    decided = decision_frame(frame, THRESHOLD).sort_values(["traj_id", "t"], kind="stable")
+    traj = decided["traj_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, traj[1:] != traj[:-1]])
+    t = decided["t"].to_numpy(float)
+    true = decided["true"].to_numpy(float)
+    p_error = 1.0 - decided["score"].to_numpy(float)
+    p_neutral = decided["p_neutral"].to_numpy(float) if "p_neutral" in decided else None
+
+    def first_flagged(flags: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(np.where(flags, t, np.inf), starts)  # inf: none
+
+    true_first = first_flagged(true < 0)
     for threshold in sorted(thresholds, reverse=True):
-        metrics = decision_metrics(frame, threshold)
-        value = (metrics["step_acc"] + metrics["first_error_acc"]) / 2.0
+        pred = predict_classes(p_error, p_neutral, threshold)
+        step_acc = float((pred == true).mean())
+        first_error_acc = float((first_flagged(pred < 0) == true_first).mean())
+        value = (step_acc + first_error_acc) / 2.0
         if value > best_value + 1e-12:
             best, best_value = float(threshold), value
     return best

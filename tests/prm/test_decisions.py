@@ -98,6 +98,33 @@ def test_the_threshold_is_cautious_without_signal_and_follows_a_real_one():
     assert decision_metrics(signal, threshold)["step_acc"] == 1.0
 
 
+@pytest.mark.parametrize("ternary", [False, True])
+def test_the_threshold_is_the_one_decision_metrics_scores_best(ternary):
+    # The threshold search computes the two accuracies itself (faster); it must pick what
+    # scanning the candidates with decision_metrics picks, ties to the higher threshold.
+    from prm.metrics import ERROR_THRESHOLDS
+
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        lengths = rng.integers(1, 7, size=30)
+        traj = np.repeat([f"x{i}" for i in rng.permutation(30)], lengths)
+        t = np.concatenate([rng.permutation(np.arange(1, n + 1)) for n in lengths])
+        target = rng.choice([0.0, 0.5, 1.0] if ternary else [0.0, 1.0], size=len(t),
+                            p=[0.2, 0.2, 0.6] if ternary else [0.25, 0.75])
+        target[rng.random(len(t)) < 0.1] = np.nan
+        score = np.clip(np.where(target < 0.5, 0.4, 0.7) + rng.normal(0, 0.25, len(t)), 0, 1)
+        frame = pd.DataFrame({"traj_id": traj, "t": t, "target": target, "score": score})
+        if ternary:
+            frame["p_neutral"] = rng.random(len(t)) * (1 - score)
+        best, best_value = None, -np.inf
+        for threshold in sorted(ERROR_THRESHOLDS, reverse=True):
+            m = decision_metrics(frame, threshold)
+            value = (m["step_acc"] + m["first_error_acc"]) / 2
+            if value > best_value + 1e-12:
+                best, best_value = threshold, value
+        assert choose_error_threshold(frame) == best, trial
+
+
 def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, tmp_path):
     from prm.cv import fold_of_tasks
     from prm.data import load_step_examples

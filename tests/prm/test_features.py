@@ -198,6 +198,24 @@ def test_sibling_features_by_hand():
     assert "sib_success_rate" not in blind and "own_final_agree" not in blind
 
 
+def test_sibling_lengths_by_hand():
+    # Three samples of one task, 1, 2 and 4 turns long.
+    frame = frame_of({"a": [("x", "")], "b": [("x", ""), ("y", "")],
+                      "c": [("x", ""), ("y", ""), ("z", ""), ("w", "")]})
+    for setting in ("blind", "hindsight"):
+        out = F.sibling_features(frame, setting)
+        a1, b2, c4 = 0, 2, 6  # rows: a1 b1 b2 c1 c2 c3 c4
+        # a's siblings ran 2 and 4 turns; c's ran 1 and 2.
+        assert out["sib_log_turns"][a1] == pytest.approx((math.log(3) + math.log(5)) / 2)
+        assert out["sib_log_turns"][c4] == pytest.approx((math.log(2) + math.log(3)) / 2)
+        # c's fourth turn is past both its siblings' lengths; a's first is short of theirs.
+        assert out["log_t_over_siblings"][c4] == pytest.approx(
+            math.log(5) - (math.log(2) + math.log(3)) / 2)
+        assert out["log_t_over_siblings"][a1] < 0 < out["log_t_over_siblings"][c4]
+        # Own length is never read: b's value at t = 2 uses only a's and c's lengths.
+        assert out["sib_log_turns"][b2] == pytest.approx((math.log(2) + math.log(5)) / 2)
+
+
 def test_siblings_are_samples_of_the_same_run_and_task():
     one = frame_of({"a": SIBS["a"]}, task="q1")
     other = frame_of({"b": SIBS["b"]}, task="q2")
