@@ -7,6 +7,11 @@ Two data sets with known step labels:
   0 on a stall (a turn that changes nothing), +1 else. Ternary, like AgentProcessBench.
   ``--p-error``, ``--p-silent`` and ``--p-progress`` set those policy parameters of both
   policies, e.g. to give the label mix of a human-labelled set (mostly +1, few -1).
+- ``search``: synthetic search-agent runs shaped like a human-labelled search benchmark
+  (:func:`search_store`): 50 questions x 5 samples, ternary labels, most first errors a wrong
+  final answer, so that the outcome-aware rule is a hard floor in hindsight.
+  ``--search-visible`` is the share of bad search steps whose result comes back empty (the
+  rest show nothing: only the outcome hints at them).
 - ``tau``: the tau-bench airline results in ../shared/data, with tool errors as the labels
   (``--tau-labels error``: a turn whose tool answered ``Error:`` is -1, every other turn +1;
   the error is in the observation, so this is easy) or the outcome (``--tau-labels outcome``:
@@ -24,6 +29,8 @@ floor (and lets ``structured`` read the outcome). Run one at a time on a shared 
     .venv/bin/python bench/prm_cv.py --data sim --tasks 50 --backbones smollm2
     .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome \\
         --backbones structured,sklearn --fold-seeds 0,1,2,3,4
+    .venv/bin/python bench/prm_cv.py --data search --search-visible 0 --backbones structured \\
+        --setting hindsight
 
 ``--fold-seeds`` repeats each cross-validation over several fold assignments (the data stay
 the same) and prints the mean step AUROC and mean paired difference over them: on 50 tasks one
@@ -72,6 +79,66 @@ def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] |
     return store
 
 
+SEARCH_WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+                "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau",
+                "upsilon", "phi", "chi", "psi", "omega")
+
+
+def search_trajectories(seed: int = 0, visible: float = 0.5, questions: int = 50,
+                        samples: int = 5, p_bad: float = 0.12, p_neutral: float = 0.15
+                        ) -> list:
+    """Search-agent runs: per question a hidden difficulty; per sample a few searches (their
+    number grows with the difficulty), each -1 with ``p_bad`` (its result empty with
+    probability ``visible``, else looking like any other; a bad search sends the sample astray
+    half the time), 0 with ``p_neutral``, else +1; then a final answer, right (+1, success)
+    with a probability that falls with the difficulty and with going astray, else -1."""
+    import random
+
+    from recovery.schema import Trajectory, Turn
+
+    rng = random.Random(seed)
+    out = []
+    for q in range(questions):
+        topic = " ".join(rng.sample(SEARCH_WORDS, 3))
+        answer = f"{rng.choice(SEARCH_WORDS)} {rng.randint(1, 99)}"
+        wrongs = [f"{rng.choice(SEARCH_WORDS)} {rng.randint(1, 99)}" for _ in range(3)]
+        difficulty = rng.random()
+        for k in range(samples):
+            turns, astray = [], False
+            for _ in range(rng.randint(1, 3) + int(difficulty * 4 * rng.random())):
+                draw = rng.random()
+                value = answer if rng.random() < 0.6 else rng.choice(wrongs)
+                observation = f"Result: {topic} ... the value is {value}"
+                label = 1.0
+                if draw < p_bad:
+                    label = -1.0
+                    observation = "" if rng.random() < visible else observation
+                    astray = astray or rng.random() < 0.5
+                elif draw < p_bad + p_neutral:
+                    label = 0.0
+                query = f"{topic} {rng.choice(SEARCH_WORDS)}"
+                turns.append(Turn(action=f'search(query="{query}")', observation=observation,
+                                  label=label))
+            right = rng.random() < (0.85 - 0.6 * difficulty) * (0.4 if astray else 1.0)
+            final = answer if right else rng.choice(wrongs)
+            turns.append(Turn(action=f"The answer is {final}.", label=1.0 if right else -1.0,
+                              done=True))
+            out.append(Trajectory(run="agent", task_id=f"q{q}", turns=turns, success=right,
+                                  sample=k))
+    return out
+
+
+def search_store(folder: Path, seed: int, visible: float) -> Path:
+    """:func:`search_trajectories` ingested (labels as given)."""
+    from recovery.store import open_store
+
+    store = folder / "search.duckdb"
+    con = open_store(store)
+    con.ingest_trajectories(search_trajectories(seed, visible), source="bench-search")
+    con.close()
+    return store
+
+
 def tau_store(folder: Path, tasks: int | None = None) -> Path:
     """The tau-bench airline results, ingested (tool errors marked by the format's rules);
     with ``tasks``, only the first that many tasks (by id) are kept."""
@@ -93,12 +160,14 @@ def tau_store(folder: Path, tasks: int | None = None) -> Path:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", choices=("sim", "tau"), default="sim")
+    parser.add_argument("--data", choices=("sim", "search", "tau"), default="sim")
     parser.add_argument("--backbones", default="structured,sklearn,tiny,minilm")
     parser.add_argument("--setting", choices=("blind", "hindsight"), default="blind")
     parser.add_argument("--samples", type=int, default=1,
                         help="sim: samples per task and policy (siblings for structured)")
     parser.add_argument("--tasks", type=int, default=125, help="sim: tasks (x 2 policies)")
+    parser.add_argument("--search-visible", type=float, default=0.5,
+                        help="search: share of bad searches whose result comes back empty")
     parser.add_argument("--tau-labels", choices=("error", "outcome"), default="error")
     parser.add_argument("--tau-tasks", type=int, default=None,
                         help="tau: keep only the first N tasks (of 50; 4 trajectories each)")
@@ -185,6 +254,8 @@ def main() -> None:
         if args.data == "sim":
             store, labels = sim_store(folder, args.tasks, args.seed, overrides,
                                       args.samples), "data"
+        elif args.data == "search":
+            store, labels = search_store(folder, args.seed, args.search_visible), "data"
         else:
             store, labels = tau_store(folder, args.tau_tasks), args.tau_labels
         for seed in seeds:

@@ -202,7 +202,7 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
     import numpy as np
     import pandas as pd
 
-    from prm.metrics import threshold_words
+    from prm.metrics import ALWAYS_ERROR
     from prm.structured import StructuredStepModel, feature_rows, text_counts, with_embeddings
 
     table, names, notes = feature_rows(con, config.setting, rows["traj_id"].unique().tolist())
@@ -230,11 +230,13 @@ def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
         if "p_neutral" in scored:
             part["p_neutral"] = scored["p_neutral"].to_numpy()
         part["threshold"] = model.error_threshold_
+        if ALWAYS_ERROR in scored:
+            part[ALWAYS_ERROR] = scored[ALWAYS_ERROR].to_numpy()
         parts.append(part)
         head = model.head_
         echo(f"fold {k + 1}/{config.folds}: C = {model.C_:g}, "
              f"{'with' if model.use_text_ else 'without'} the text scores, "
-             f"{threshold_words(model.error_threshold_)}")
+             f"{model.decision_words()}")
     return pd.concat(parts, ignore_index=True), head, notes
 
 

@@ -382,6 +382,8 @@ def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndar
     failure) and ``failed_turns_left`` (``turns_left`` in a failure, else 0)."""
     import numpy as np
 
+    from prm.metrics import outcome_floor_classes
+
     if setting != "hindsight":
         return {}
     t = frame["t"].to_numpy(float)
@@ -392,7 +394,7 @@ def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndar
     return {"last": last.astype(float),
             "final_answer": (last & ~frame["is_tool"].to_numpy(bool)).astype(float),
             "outcome_success": success,
-            "failed_last": (last & failed).astype(float),
+            "failed_last": (outcome_floor_classes(frame) < 0).astype(float),
             "failed_turns_left": np.where(failed, n - t, 0.0)}
 
 

@@ -336,15 +336,27 @@ def predict_classes(
     return np.where(p_error >= threshold, -1.0, np.where(p_neutral > p_good, 0.0, 1.0))
 
 
+ALWAYS_ERROR = "always_error"
+"""A scores column: rows the model's decision calls an error whatever their score (a
+hindsight structured model that takes the outcome-aware rule's call on the last turn of a
+failed episode). Absent or false: the threshold decides."""
+
+
 def decision_frame(frame: pd.DataFrame, threshold: float | None) -> pd.DataFrame:
-    """``frame`` (``traj_id, t, target, score`` and optionally ``p_neutral``) with ``true`` and
-    ``pred`` classes; rows without a target are left out. ``threshold=None`` reads each row's
-    own from a ``threshold`` column (pooled folds, each with its threshold)."""
+    """``frame`` (``traj_id, t, target, score`` and optionally ``p_neutral`` and
+    :data:`ALWAYS_ERROR`) with ``true`` and ``pred`` classes; rows without a target are left
+    out. ``threshold=None`` reads each row's own from a ``threshold`` column (pooled folds,
+    each with its threshold)."""
+    import numpy as np
+
     known = frame.loc[frame["target"].notna()].copy()
     p_neutral = known.get("p_neutral")
     cut = known["threshold"].to_numpy(float) if threshold is None else threshold
     known["true"] = target_classes(known["target"])
-    known["pred"] = predict_classes(1.0 - known["score"].to_numpy(float), p_neutral, cut)
+    pred = predict_classes(1.0 - known["score"].to_numpy(float), p_neutral, cut)
+    if ALWAYS_ERROR in known:
+        pred = np.where(known[ALWAYS_ERROR].fillna(False).to_numpy(bool), -1.0, pred)
+    known["pred"] = pred
     return known
 
 
@@ -477,17 +489,24 @@ def choose_error_threshold(frame: pd.DataFrame,
     this picks how sure the model must be. Ties go to the higher threshold (fewer calls).
 
     Args:
-        frame: ``traj_id, t, target, score`` (and ``p_neutral``).
+        frame: ``traj_id, t, target, score`` (and ``p_neutral``, :data:`ALWAYS_ERROR`).
         thresholds: Candidates.
 
     Returns:
         The best threshold (0.5 when no row has a target).
     """
+    return best_error_threshold(frame, thresholds)[0]
+
+
+def best_error_threshold(frame: pd.DataFrame, thresholds: Sequence[float] = ERROR_THRESHOLDS
+                         ) -> tuple[float, float]:
+    """:func:`choose_error_threshold` and the mean of step and first-error accuracy it gets
+    (``-inf`` when no row has a target), so that two decisions can be compared."""
     import numpy as np
 
     best, best_value = THRESHOLD, -math.inf
     if not frame["target"].notna().any():
-        return best
+        return best, best_value
     # The two accuracies of :func:`decision_metrics`, without its AUROC (which no threshold
     # moves) and with the sort and the true first errors computed once for every candidate.
     decided = decision_frame(frame, THRESHOLD).sort_values(["traj_id", "t"], kind="stable")
@@ -497,19 +516,21 @@ def choose_error_threshold(frame: pd.DataFrame,
     true = decided["true"].to_numpy(float)
     p_error = 1.0 - decided["score"].to_numpy(float)
     p_neutral = decided["p_neutral"].to_numpy(float) if "p_neutral" in decided else None
+    always = (decided[ALWAYS_ERROR].fillna(False).to_numpy(bool) if ALWAYS_ERROR in decided
+              else np.zeros(len(decided), bool))
 
     def first_flagged(flags: np.ndarray) -> np.ndarray:
         return np.minimum.reduceat(np.where(flags, t, np.inf), starts)  # inf: none
 
     true_first = first_flagged(true < 0)
     for threshold in sorted(thresholds, reverse=True):
-        pred = predict_classes(p_error, p_neutral, threshold)
+        pred = np.where(always, -1.0, predict_classes(p_error, p_neutral, threshold))
         step_acc = float((pred == true).mean())
         first_error_acc = float((first_flagged(pred < 0) == true_first).mean())
         value = (step_acc + first_error_acc) / 2.0
         if value > best_value + 1e-12:
             best, best_value = float(threshold), value
-    return best
+    return best, best_value
 
 
 def paired_auroc_difference(

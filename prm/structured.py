@@ -13,10 +13,15 @@ training turns (:func:`nb_ratios`). A training turn's own scores come from ratio
 the other training tasks (cross-fitting), so the head learns how far the text can be trusted
 on tasks it has not seen. Its regularisation ``C`` and whether the text scores are used are
 chosen by grouped cross-validation over the training tasks (log loss), and its error
-threshold on the same held-out predictions (:func:`prm.metrics.choose_error_threshold`).
+threshold on the same held-out predictions (:func:`prm.metrics.choose_error_threshold`). In
+hindsight those predictions also decide whether the last turn of a failed episode is called an
+error whatever its score (the outcome-aware rule's call, :data:`prm.metrics.ALWAYS_ERROR`):
+where the outcome says more than the model learnt, the decisions fall back on the rule
+instead of below it.
 
 A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
-names, ``C``, whether the text scores are used, the error threshold, the label source) and
+names, ``C``, whether the text scores are used, the error threshold and whether a failed
+episode's last turn is always an error, the label source) and
 ``structured.npz`` (coefficients, intercepts, means and scales, the text ratios, read with
 ``allow_pickle=False``), ``split.json`` and
 ``train_summary.json``: nothing in it is code, and nothing loaded from it runs any. A folder
@@ -45,7 +50,9 @@ if TYPE_CHECKING:
 STRUCTURED_FILE = "structured.json"
 ARRAYS_FILE = "structured.npz"
 FORMAT = "prm-structured"
-VERSION = 2
+VERSION = 3
+"""3: ``call_failed_last`` and ``call_neutral`` (version 2 folders read as the threshold
+deciding alone; 1 also without text)."""
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 """Regularisation strengths the inner cross-validation tries."""
 TEXT_BITS = 15
@@ -272,13 +279,22 @@ class StructuredStepModel:
         e = np.exp(logits)
         return e / e.sum(axis=1, keepdims=True)
 
-    def _scored(self, rows: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
+    def _scored(self, rows: pd.DataFrame, probs: np.ndarray,
+                call_failed_last: bool = False, call_neutral: bool = True) -> pd.DataFrame:
+        """``traj_id, t, score`` and, ternary with ``call_neutral``, ``p_neutral`` (without it
+        no decision calls a step 0); with ``call_failed_last`` also
+        :data:`prm.metrics.ALWAYS_ERROR` (true on the last turn of a failed episode)."""
+        from prm.metrics import ALWAYS_ERROR
+
         out = rows[["traj_id", "t"]].copy()
         if probs.ndim == 2:
             out["score"] = 1.0 - probs[:, 0]
-            out["p_neutral"] = probs[:, 1]
+            if call_neutral:
+                out["p_neutral"] = probs[:, 1]
         else:
             out["score"] = probs
+        if call_failed_last:
+            out[ALWAYS_ERROR] = rows["failed_last"].to_numpy(float) == 1.0
         return out
 
     def _inner_folds(self, rows: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]] | None:
@@ -307,18 +323,21 @@ class StructuredStepModel:
 
     def _inner_choice(self, X: np.ndarray, S: np.ndarray | None, rows: pd.DataFrame,
                       targets: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]] | None
-                      ) -> tuple[float, bool, float]:
-        """``C`` and whether to use the text scores ``S`` (lowest held-out log loss), and the
-        error threshold on their held-out scores."""
+                      ) -> tuple[float, bool, float, bool, bool]:
+        """``C`` and whether to use the text scores ``S`` (lowest held-out log loss); on their
+        held-out scores, the decision: the error threshold, (hindsight) whether the last turn
+        of a failed episode is always called an error, and (ternary) whether any step is called
+        neutral. Ties go to the floors' own decisions (the rule's call, no neutral call), so
+        that where the model learnt nothing beyond them its decisions are theirs."""
         import numpy as np
         import pandas as pd
 
-        from prm.metrics import choose_error_threshold
+        from prm.metrics import best_error_threshold
 
         uses = (False,) if S is None or self.text == "off" else (
             (True,) if self.text == "on" else (False, True))
         if folds is None:
-            return (self.C or 1.0), uses[-1], 0.5
+            return (self.C or 1.0), uses[-1], 0.5, False, self.head_ == "ternary"
         grid = (self.C,) if self.C is not None else C_GRID
         best: tuple[float, float, bool, Any] = (np.inf, 1.0, False, None)
         for use in uses:
@@ -334,10 +353,19 @@ class StructuredStepModel:
                     if loss < best[0] - 1e-12:
                         best = (loss, C, use, held)
         if best[3] is None:
-            return (self.C or 1.0), uses[-1], 0.5
-        frame = pd.concat([self._scored(rows, best[3]).reset_index(drop=True),
-                           pd.Series(targets, name="target")], axis=1)
-        return best[1], best[2], choose_error_threshold(frame)
+            return (self.C or 1.0), uses[-1], 0.5, False, self.head_ == "ternary"
+        calls = (False, True) if self.setting == "hindsight" and "failed_last" in rows else (
+            False,)
+        neutrals = (True, False) if self.head_ == "ternary" else (False,)
+        decided = []
+        for call in calls:
+            for neutral in neutrals:
+                frame = pd.concat([self._scored(rows, best[3], call, neutral).reset_index(
+                    drop=True), pd.Series(targets, name="target")], axis=1)
+                decided.append((*best_error_threshold(frame), call, neutral))
+        threshold, _, call, neutral = max(
+            decided, key=lambda d: (round(d[1], 12), d[2], not d[3]))
+        return best[1], best[2], threshold, call, neutral
 
     def fit(self, table: pd.DataFrame, targets: Sequence[float] | np.ndarray,
             feature_names: Sequence[str] | None = None, *, counts: Any = None
@@ -408,8 +436,8 @@ class StructuredStepModel:
             spread = raw_scores.std(axis=0)
             self.text_scales_ = np.where(spread > 1e-12, spread, 1.0)
             S = (raw_scores - self.text_means_) / self.text_scales_
-        self.C_, self.use_text_, self.error_threshold_ = self._inner_choice(
-            X, S, rows, targets, folds)
+        (self.C_, self.use_text_, self.error_threshold_, self.call_failed_last_,
+         self.call_neutral_) = self._inner_choice(X, S, rows, targets, folds)
         if self.use_text_:
             self.ratios_ = nb_ratios(T, error)
             X = np.hstack([X, S])
@@ -426,8 +454,24 @@ class StructuredStepModel:
         return self._proba(self._matrix(table, counts), self.coef_, self.intercept_)
 
     def score_steps(self, table: pd.DataFrame, *, counts: Any = None) -> pd.DataFrame:
-        """``traj_id, t, score`` (P(not -1)) and, ternary, ``p_neutral``."""
-        return self._scored(table, self.predict_proba(table, counts=counts))
+        """``traj_id, t, score`` (P(not -1)); ternary, ``p_neutral`` when the model calls steps
+        neutral (``call_neutral_``); and :data:`prm.metrics.ALWAYS_ERROR` when it calls the
+        last turn of a failed episode an error whatever its score (hindsight,
+        ``call_failed_last_``)."""
+        return self._scored(table, self.predict_proba(table, counts=counts),
+                            self.call_failed_last_, self.call_neutral_)
+
+    def decision_words(self) -> str:
+        """How the model decides, as printed: its threshold, in words, and the rule's call."""
+        from prm.metrics import threshold_words
+
+        words = threshold_words(self.error_threshold_)
+        if self.call_failed_last_:
+            words += ("; the last turn of a failed episode always an error (the outcome-aware "
+                      "rule's call, which scored at least as well on the inner folds)")
+        if self.head_ == "ternary" and not self.call_neutral_:
+            words += "; no step called neutral (0): that scored at least as well"
+        return words
 
     # ----------------------------------------------------------------------------- storage
     def save(self, out: str | Path, **extra: Any) -> None:
@@ -440,6 +484,8 @@ class StructuredStepModel:
                   "head": self.head_, "classes": [float(c) for c in self.classes_],
                   "feature_names": self.feature_names_, "C": float(self.C_),
                   "error_threshold": float(self.error_threshold_),
+                  "call_failed_last": bool(self.call_failed_last_),
+                  "call_neutral": bool(self.call_neutral_),
                   "embeddings": [int(x) for x in self.emb_components_.shape],
                   "text": bool(self.use_text_), **extra}
         (out / STRUCTURED_FILE).write_text(json.dumps(record, indent=1))
@@ -496,6 +542,8 @@ class StructuredStepModel:
         model = cls(setting=record["setting"], head=record["head"], C=record["C"])
         model.feature_names_, model.head_ = list(record["feature_names"]), record["head"]
         model.C_, model.error_threshold_ = record["C"], record["error_threshold"]
+        model.call_failed_last_ = record["call_failed_last"]
+        model.call_neutral_ = record["call_neutral"]
         model.classes_ = np.array(record["classes"], float)
         model.coef_, model.intercept_ = arrays["coef"], arrays["intercept"]
         model.means_, model.scales_ = arrays["means"], arrays["scales"]
@@ -526,8 +574,11 @@ def _check_record(record: Any, path: Path) -> None:
         raise InputProblem(f"{path}: not a structured PRM (no 'format': {FORMAT!r})")
     if record.get("version") == 1 and "text" not in record:
         record["text"] = False  # written before the text scores existed: none
+    if record.get("version") in (1, 2):  # written before these choices: the threshold decides
+        record.setdefault("call_failed_last", False)
+        record.setdefault("call_neutral", record.get("head") == "ternary")
     checks = {
-        "version": lambda v: v in (1, VERSION),
+        "version": lambda v: v in (1, 2, VERSION),
         "setting": lambda v: v in SETTINGS,
         "head": lambda v: v in ("binary", "ternary"),
         "classes": lambda v: v in ([-1.0, 1.0], [-1.0, 0.0, 1.0]),
@@ -540,6 +591,10 @@ def _check_record(record: Any, path: Path) -> None:
             isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
         and v[0] <= v[1] <= MAX_EMBEDDING_WIDTH and (v[0] > 0) == (v[1] > 0),
         "text": lambda v: isinstance(v, bool),
+        "call_failed_last": lambda v: isinstance(v, bool) and (
+            not v or record.get("setting") == "hindsight"),
+        "call_neutral": lambda v: isinstance(v, bool) and (
+            not v or record.get("head") == "ternary"),
     }
     for name, ok in checks.items():
         if name not in record or not ok(record[name]):
@@ -644,7 +699,6 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     from prm.config import TrainResult
     from prm.frozen import turn_rows
     from prm.labels import outcome_targets_note
-    from prm.metrics import threshold_words
     from prm.spec import SPLIT_FILE, SUMMARY_FILE
     from prm.stores import open_store
 
@@ -674,7 +728,7 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
     echo(f"structured PRM ({model.setting}, {model.head_}, C = {model.C_:g}, "
          f"{'with' if model.use_text_ else 'without'} the text scores, "
-         f"{threshold_words(model.error_threshold_)}) on {len(fit_examples)} trajectories")
+         f"{model.decision_words()}) on {len(fit_examples)} trajectories")
     return result
 
 

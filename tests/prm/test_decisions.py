@@ -116,6 +116,8 @@ def test_the_threshold_is_the_one_decision_metrics_scores_best(ternary):
         frame = pd.DataFrame({"traj_id": traj, "t": t, "target": target, "score": score})
         if ternary:
             frame["p_neutral"] = rng.random(len(t)) * (1 - score)
+        if trial % 2:  # some rows called an error whatever their score
+            frame["always_error"] = rng.random(len(t)) < 0.1
         best, best_value = None, -np.inf
         for threshold in sorted(ERROR_THRESHOLDS, reverse=True):
             m = decision_metrics(frame, threshold)
@@ -123,6 +125,18 @@ def test_the_threshold_is_the_one_decision_metrics_scores_best(ternary):
             if value > best_value + 1e-12:
                 best, best_value = threshold, value
         assert choose_error_threshold(frame) == best, trial
+
+
+def test_a_row_called_an_error_whatever_its_score_is_decided_minus_one():
+    from prm.metrics import decision_frame
+
+    frame = pd.DataFrame({"traj_id": ["a", "a", "b"], "t": [1, 2, 1],
+                          "target": [1.0, 0.0, 1.0], "score": [0.99, 0.99, 0.99],
+                          "always_error": [False, True, None]})
+    assert decision_frame(frame, 0.5)["pred"].tolist() == [1.0, -1.0, 1.0]
+    metrics = decision_metrics(frame, 0.5)
+    assert metrics["step_acc"] == 1.0 and metrics["first_error_acc"] == 1.0
+    assert decision_metrics(frame.drop(columns="always_error"), 0.5)["step_acc"] == 2 / 3
 
 
 def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, tmp_path):
