@@ -97,7 +97,8 @@ class EvalReport:
 
             d = self.decisions
             out.append(
-                f"  decisions ({threshold_words(d.get('error_threshold'))}): step accuracy "
+                f"  decisions ({d.get('decision_words') or threshold_words(d.get('error_threshold'))}"
+                f"): step accuracy "
                 f"{f(d.get('step_acc'))} (every step correct: "
                 f"{f(d.get('floor_all_correct_step_acc'))}), first-error accuracy "
                 f"{f(d.get('first_error_acc'))} (every step correct: "
@@ -274,6 +275,7 @@ def evaluate_model(
                 "step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
                 "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")},
             "error_threshold": predictor.error_threshold,
+            "decision_words": predictor.decision_words,
         }
     outcomes = pd.DataFrame(
         {"traj_id": [e.traj_id for e in examples], "run": [e.run for e in examples],

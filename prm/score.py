@@ -94,6 +94,16 @@ class Predictor:
             return float(self.structured.error_threshold_)
         return self.spec.error_threshold
 
+    @property
+    def decision_words(self) -> str:
+        """How its decisions are made, as printed (the threshold in words; a structured model
+        also says the choices its inner folds made)."""
+        from prm.metrics import threshold_words
+
+        if self.structured is not None:
+            return self.structured.decision_words()
+        return threshold_words(self.error_threshold)
+
     def check_setting(self, setting: str | None) -> None:
         """Refuse a setting other than a structured folder's own (one line).
 
