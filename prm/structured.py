@@ -17,11 +17,13 @@ threshold on the same held-out predictions (:func:`prm.metrics.choose_error_thre
 hindsight those predictions also decide whether the last turn of a failed episode is called an
 error whatever its score (the outcome-aware rule's call, :data:`prm.metrics.ALWAYS_ERROR`):
 where the outcome says more than the model learnt, the decisions fall back on the rule
-instead of below it.
+instead of below it. With a ternary head they also decide whether any step is called neutral
+(0) at all. Ties go to the floors' own decisions.
 
 A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
-names, ``C``, whether the text scores are used, the error threshold and whether a failed
-episode's last turn is always an error, the label source) and
+names, ``C``, whether the text scores are used, the error threshold, whether a failed
+episode's last turn is always an error and whether steps are called neutral, the label source)
+and
 ``structured.npz`` (coefficients, intercepts, means and scales, the text ratios, read with
 ``allow_pickle=False``), ``split.json`` and
 ``train_summary.json``: nothing in it is code, and nothing loaded from it runs any. A folder
