@@ -158,13 +158,9 @@ class StructuredStepScorer:
         from recovery.errors import InputProblem
 
         trajectories = list(trajectories)
-        if self.outcome_at_scoring:
-            examples, table, names = _from_store(trajectories, self.labels, self.setting)
-        else:  # targets from the outcomes, features without them (same trajectory ids)
-            examples = _step_examples(trajectories, self.labels)
-            _, table, names = _from_store(
-                [dataclasses.replace(tr, success=None) for tr in trajectories], None,
-                self.setting)
+        # targets from the outcomes; the features without them unless scoring sees them
+        examples, table, names = _from_store(trajectories, self.labels, self.setting,
+                                             withhold_outcome=not self.outcome_at_scoring)
         rows = turn_rows(examples).merge(table.drop(columns=["task_id", "run"]),
                                          on=["traj_id", "t"], validate="one_to_one")
         try:
@@ -213,12 +209,17 @@ def _step_examples(trajectories: Sequence[Trajectory], labels: str) -> list[Any]
     return _from_store(trajectories, labels, None)[0]
 
 
-def _from_store(trajectories: Sequence[Trajectory], labels: str | None, setting: str | None
-                ) -> tuple[list[Any], Any, list[str]]:
+def _from_store(trajectories: Sequence[Trajectory], labels: str | None, setting: str | None,
+                *, withhold_outcome: bool = False) -> tuple[list[Any], Any, list[str]]:
     """Ingest into an in-memory store; the step examples (``labels`` targets, outcome base;
     none when ``labels`` is ``None``) and the turn features of ``setting`` (no sibling
     features; ``traj_id, t``, the features, the texts, ``run`` and ``task_id``; ``None``
-    when ``setting`` is ``None``) with their names."""
+    when ``setting`` is ``None``) with their names. ``withhold_outcome``: the features as if
+    the trajectories had no outcome (the targets still read it): the turn frame's ``success``
+    and ``success_turn`` are unknown; the rules' marks read no outcome, so this is what
+    ingesting them without it gives, in one store."""
+    import numpy as np
+
     from prm.data import load_step_examples
     from prm.features import load_turn_frame, step_features
     from recovery.store import open_store
@@ -230,6 +231,8 @@ def _from_store(trajectories: Sequence[Trajectory], labels: str | None, setting:
         frame = load_turn_frame(store.con) if setting is not None else None
     if frame is None:
         return examples, None, []
+    if withhold_outcome:
+        frame = frame.assign(success=np.nan, success_turn=np.nan)
     features = step_features(frame, setting, siblings=False)
     ids = frame[["traj_id", "run", "task_id"]].drop_duplicates("traj_id")
     table = features.table.merge(ids, on="traj_id", how="left", validate="many_to_one")

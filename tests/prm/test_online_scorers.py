@@ -85,3 +85,27 @@ def test_a_one_class_fit_keeps_the_previous_model_and_says_so(kind):
         scorer.fit(_trajectories(all_success=False))
     assert scorer.n_fits == 1 and "kept the previous model" in scorer.last_fit
     np.testing.assert_allclose(scorer.score(_trajectories()), before)
+
+
+@pytest.mark.parametrize("setting", ["blind", "hindsight"])
+def test_withholding_the_outcome_in_one_store_is_ingesting_without_it(setting):
+    # The structured scorer's fit ingests once and withholds the outcome from the features;
+    # that must give the features of trajectories that never had one.
+    import dataclasses
+
+    import pandas as pd
+
+    from prm.online import _from_store
+
+    trajectories = _trajectories()
+    examples, once, names = _from_store(trajectories, "outcome", setting,
+                                        withhold_outcome=True)
+    _, without, names_without = _from_store(
+        [dataclasses.replace(t, success=None) for t in trajectories], None, setting)
+    assert names == names_without
+    pd.testing.assert_frame_equal(once, without)
+    # ... while the targets still come from the outcome
+    assert {e.success for e in examples} == {True, False}
+    if setting == "hindsight":
+        _, seen, _ = _from_store(trajectories, None, setting)
+        assert not seen["failed_last"].equals(once["failed_last"])
