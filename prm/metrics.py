@@ -320,20 +320,27 @@ def predict_classes(
     p_error: Sequence[float] | np.ndarray,
     p_neutral: Sequence[float] | np.ndarray | None = None,
     threshold: float = THRESHOLD,
+    always_error: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The model's class per step: -1 where ``P(-1) >= threshold``, else the likelier of 0, +1.
+    """The model's class per step: -1 where ``P(-1) >= threshold`` or ``always_error``, else
+    the likelier of 0, +1.
 
     Args:
         p_error: P(-1) per step (``1 - score`` for a binary model).
         p_neutral: P(0) per step; ``None`` (a binary model) means 0.
         threshold: The error threshold (:func:`choose_error_threshold`).
+        always_error: Steps called -1 whatever their score (:func:`always_error_mask`);
+            ``None``: none.
     """
     import numpy as np
 
     p_error = np.asarray(p_error, dtype=float)
     p_neutral = np.zeros_like(p_error) if p_neutral is None else np.asarray(p_neutral, float)
     p_good = 1.0 - p_error - p_neutral
-    return np.where(p_error >= threshold, -1.0, np.where(p_neutral > p_good, 0.0, 1.0))
+    called = p_error >= threshold
+    if always_error is not None:
+        called = called | always_error
+    return np.where(called, -1.0, np.where(p_neutral > p_good, 0.0, 1.0))
 
 
 ALWAYS_ERROR = "always_error"
@@ -342,21 +349,25 @@ hindsight structured model that takes the outcome-aware rule's call on the last 
 failed episode). Absent or false: the threshold decides."""
 
 
+def always_error_mask(frame: pd.DataFrame) -> np.ndarray | None:
+    """The :data:`ALWAYS_ERROR` column as booleans (missing values false), or ``None`` when
+    the frame has none."""
+    if ALWAYS_ERROR not in frame:
+        return None
+    return frame[ALWAYS_ERROR].fillna(False).to_numpy(bool)
+
+
 def decision_frame(frame: pd.DataFrame, threshold: float | None) -> pd.DataFrame:
     """``frame`` (``traj_id, t, target, score`` and optionally ``p_neutral`` and
     :data:`ALWAYS_ERROR`) with ``true`` and ``pred`` classes; rows without a target are left
     out. ``threshold=None`` reads each row's own from a ``threshold`` column (pooled folds,
     each with its threshold)."""
-    import numpy as np
-
     known = frame.loc[frame["target"].notna()].copy()
     p_neutral = known.get("p_neutral")
     cut = known["threshold"].to_numpy(float) if threshold is None else threshold
     known["true"] = target_classes(known["target"])
-    pred = predict_classes(1.0 - known["score"].to_numpy(float), p_neutral, cut)
-    if ALWAYS_ERROR in known:
-        pred = np.where(known[ALWAYS_ERROR].fillna(False).to_numpy(bool), -1.0, pred)
-    known["pred"] = pred
+    known["pred"] = predict_classes(1.0 - known["score"].to_numpy(float), p_neutral, cut,
+                                    always_error_mask(known))
     return known
 
 
@@ -516,15 +527,14 @@ def best_error_threshold(frame: pd.DataFrame, thresholds: Sequence[float] = ERRO
     true = decided["true"].to_numpy(float)
     p_error = 1.0 - decided["score"].to_numpy(float)
     p_neutral = decided["p_neutral"].to_numpy(float) if "p_neutral" in decided else None
-    always = (decided[ALWAYS_ERROR].fillna(False).to_numpy(bool) if ALWAYS_ERROR in decided
-              else np.zeros(len(decided), bool))
+    always = always_error_mask(decided)
 
     def first_flagged(flags: np.ndarray) -> np.ndarray:
         return np.minimum.reduceat(np.where(flags, t, np.inf), starts)  # inf: none
 
     true_first = first_flagged(true < 0)
     for threshold in sorted(thresholds, reverse=True):
-        pred = np.where(always, -1.0, predict_classes(p_error, p_neutral, threshold))
+        pred = predict_classes(p_error, p_neutral, threshold, always)
         step_acc = float((pred == true).mean())
         first_error_acc = float((first_flagged(pred < 0) == true_first).mean())
         value = (step_acc + first_error_acc) / 2.0
