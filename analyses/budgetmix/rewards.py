@@ -24,6 +24,7 @@ from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
 from analyses.budgetmix.store import open_existing_store
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
+from recovery.outputs import atomic_output, check_output_path
 
 if TYPE_CHECKING:
     import duckdb
@@ -190,6 +191,7 @@ def shaped_rewards_frame(
             f"(e.g. {example}); score them with `prm score` or pass --skip-unscored"
         )
     frame = frame[~unscored].reset_index(drop=True)
+    check_probabilities(frame, model)
     if isinstance(initial_potential, str):
         if initial_potential != "mean":
             raise UsageProblem(
@@ -205,6 +207,7 @@ def shaped_rewards_frame(
         frame["episode_outcome"].to_numpy(dtype=float),
         lam=lam, gamma=gamma, initial_potential=phi0,
     )
+    check_finite_rewards(frame, shaped.total, lam, gamma)
     offsets = render_offsets(
         frame["prompt_chars"].to_numpy(), frame["action_chars"].to_numpy(),
         frame["observation_chars"].to_numpy(), is_first,
@@ -220,6 +223,43 @@ def shaped_rewards_frame(
     )
     info = {"n_unscored": n_unscored, "n_unknown_outcome": n_unknown, "initial_potential": phi0}
     return frame[list(REWARD_COLUMNS)], info
+
+
+def check_probabilities(frame: pd.DataFrame, model: str) -> None:
+    """Refuse a step score (of the turns to export) that is NaN or outside [0, 1].
+
+    Raises:
+        InputProblem: naming the model and the first such trajectory and turn.
+    """
+    score = frame["score"].to_numpy(dtype=float)
+    bad = ~((score >= 0.0) & (score <= 1.0))  # NaN fails both comparisons
+    if bad.any():
+        row = frame.iloc[int(np.argmax(bad))]
+        raise InputProblem(
+            f"step_scores of model {model!r}: trajectory {row['traj_id']} turn {row['t']} has "
+            f"score {row['score']}, not a probability in [0, 1]; rescore it with `prm score`"
+        )
+
+
+def check_finite_rewards(frame: pd.DataFrame, total: np.ndarray, lam: float,
+                         gamma: float) -> None:
+    """Refuse rewards that overflowed (JSON has no Infinity; a trainer cannot use one).
+
+    Raises:
+        InputProblem: for a stored outcome that is not finite, naming the trajectory.
+        UsageProblem: for ``lam`` and ``gamma`` whose product overflows.
+    """
+    outcome = frame["episode_outcome"].to_numpy(dtype=float)
+    if not np.isfinite(outcome).all():
+        row = frame.iloc[int(np.argmax(~np.isfinite(outcome)))]
+        raise InputProblem(f"trajectory {row['traj_id']} has outcome {row['episode_outcome']}, "
+                           "not a finite number")
+    if not np.isfinite(total).all():
+        row = frame.iloc[int(np.argmax(~np.isfinite(total)))]
+        raise UsageProblem(
+            f"--lambda {lam:g} and --gamma {gamma:g} make the reward of trajectory "
+            f"{row['traj_id']} turn {row['t']} overflow; use smaller values"
+        )
 
 
 def export_shaped_rewards(
@@ -270,11 +310,11 @@ def export_shaped_rewards(
     suffix = out.suffix.lower()
     if suffix not in (".jsonl", ".json", ".parquet"):
         raise UsageProblem(f"{out}: the file must end in .jsonl, .json or .parquet")
+    check_output_path(out, "--out")
     frame, info = shaped_rewards_frame(
         con, model, lam=lam, gamma=gamma, initial_potential=initial_potential, runs=runs,
         skip_unscored=skip_unscored,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     con.register("_bm_rewards", pa.Table.from_pandas(frame, preserve_index=False))
     try:
         if layout == "turns":
@@ -289,8 +329,9 @@ def export_shaped_rewards(
                 "FROM _bm_rewards GROUP BY traj_id ORDER BY traj_id"
             )
         fmt = "parquet" if suffix == ".parquet" else "json"
-        target = str(out).replace("'", "''")
-        con.execute(f"COPY ({query}) TO '{target}' (FORMAT {fmt})")
+        with atomic_output(out) as temp:  # whole or not at all
+            target = str(temp).replace("'", "''")
+            con.execute(f"COPY ({query}) TO '{target}' (FORMAT {fmt})")
     finally:
         con.unregister("_bm_rewards")
     return RewardsExport(
@@ -336,6 +377,10 @@ def export_rewards(config: RewardsConfig) -> RewardsExport:
         InputProblem: for a store that is missing or cannot give the rewards.
     """
     initial = parse_initial_potential(config.initial_potential)
+    for flag, value in (("--lambda", config.lam), ("--gamma", config.gamma)):
+        if not np.isfinite(value):
+            raise UsageProblem(f"{flag} must be a finite number, got {value}")
+    check_output_path(config.out, "--out")
     con = open_existing_store(config.store)
     try:
         return export_shaped_rewards(

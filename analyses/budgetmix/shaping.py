@@ -20,6 +20,7 @@ GAE). The last turn's own score ``p_n`` never enters: the outcome judges the las
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,8 +78,16 @@ def shape_rewards(
             turns are used: a potential may depend on the initial state, e.g. on the task).
 
     Returns:
-        The per-turn terms.
+        The per-turn terms (an overflow gives infinities: the caller checks them).
+
+    Raises:
+        UsageProblem: for a ``lam`` or ``gamma`` that is not a finite number.
     """
+    from recovery.errors import UsageProblem
+
+    for name, value in (("lambda", lam), ("gamma", gamma)):
+        if not math.isfinite(value):
+            raise UsageProblem(f"{name} must be a finite number, got {value}")
     p = np.asarray(scores, dtype=float)
     first = np.asarray(is_first, dtype=bool)
     last = np.asarray(is_last, dtype=bool)
@@ -93,8 +102,10 @@ def shape_rewards(
     before[first] = phi0[first]
     after = np.where(last, 0.0, p)
     outcome = np.where(last, outcome_r, 0.0)
-    shaping = lam * (gamma * after - before)
-    return ShapedRewards(before, after, outcome, shaping, outcome + shaping)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: reported by the caller
+        shaping = lam * (gamma * after - before)
+        total = outcome + shaping
+    return ShapedRewards(before, after, outcome, shaping, total)
 
 
 def discounted_returns(
