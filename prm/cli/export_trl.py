@@ -35,12 +35,15 @@ def export_trl(config: ExportTrlConfig) -> None:
     """
     from prm.data import export_trl as run_export
     from prm.stores import open_store
+    from recovery.outputs import atomic_output, check_output_path
 
+    check_output_path(config.out, "--out")
     con = open_store(config.store)
     try:
-        written, left_out = run_export(
-            con, config.out, config.labels, soft=config.soft, base=config.label_base
-        )
+        with atomic_output(config.out) as temp:
+            written, left_out = run_export(
+                con, temp, config.labels, soft=config.soft, base=config.label_base
+            )
     finally:
         con.close()
     click.echo(f"{config.out}: {written} trajectories" + (

@@ -36,7 +36,12 @@ def analyze(config: AnalyzeConfig) -> None:
 
     from analyses.report.analyze import analyze as run_analyze
     from analyses.report.terminal import print_report
+    from recovery.outputs import check_output_path
 
+    # an output that cannot be written is refused before anything is ingested or computed
+    for flag, path in (("--json", config.json_out), ("--html", config.html_out)):
+        if path is not None:
+            check_output_path(path, flag)
     log = Console(stderr=True)
 
     def echo(line: str) -> None:

@@ -21,6 +21,7 @@ def _plan_command() -> click.Command:
     from analyses.budgetmix.plan import PlanConfig, plan_schedule, schedule_lines
     from analyses.budgetmix.schedule import check_budget
     from recovery.jsonsafe import dumps
+    from recovery.outputs import atomic_output, check_output_path
 
     @click.command(name="plan")
     @command_options(PlanConfig)
@@ -36,11 +37,14 @@ def _plan_command() -> click.Command:
             check_budget(budget)
         if config.reference is not None:
             check_budget(config.reference, "--reference")
+        if config.out is not None:
+            check_output_path(config.out, "--out")
         schedule = plan_schedule(config)
         if config.out is None:
             click.echo(dumps(schedule.to_dict(), indent=1))
         else:
-            schedule.save(config.out)
+            with atomic_output(config.out) as temp:
+                schedule.save(temp)
             click.echo(f"{config.out}: {schedule.strategy} schedule over "
                        f"{len(schedule.budgets)} budgets")
         for line in schedule_lines(schedule):

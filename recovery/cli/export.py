@@ -27,8 +27,12 @@ def export() -> None:
 @command_options(ExportParquetConfig)
 def parquet(config: ExportParquetConfig) -> None:
     """Write each table of the store to OUT_DIR/<table>.parquet."""
+    from recovery.outputs import check_output_path
     from recovery.store import export_parquet, open_store
+    from recovery.store.export import EXPORT_TABLES
 
+    check_output_path(config.out_dir, "OUT_DIR", kind="folder",
+                      children=[f"{table}.parquet" for table in EXPORT_TABLES])
     with open_store(config.store, read_only=True) as store:
         for path in export_parquet(store.con, config.out_dir):
             click.echo(str(path))

@@ -24,6 +24,7 @@ import click
 from recovery.cli.options import command_options, opt
 from recovery.config import CheckedOptions
 from recovery.display import printable
+from recovery.outputs import atomic_output, check_output_path
 
 SUFFIXES = (".graphml", ".json", ".png", ".svg", ".pdf")
 
@@ -134,6 +135,7 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         raise click.UsageError(
             f"--out {printable(config.out)}: use one of {', '.join(SUFFIXES)}"
         )
+    check_output_path(config.out, "--out")
     con = open_store(config.store, read_only=True).con
     if config.task is None and config.view != "auto":
         raise click.UsageError("--view applies to a task (--task TASK_ID), not to a trajectory")
@@ -152,8 +154,8 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
         raise click.ClickException(printable(err.args[0])) from None
     finally:
         con.close()
-    config.out.parent.mkdir(parents=True, exist_ok=True)
-    write_graph(graph, str(config.out))
+    with atomic_output(config.out) as temp:
+        write_graph(graph, str(temp))
     echo(
         f"turn graph of trajectory {printable(config.traj_id)}: {graph.number_of_nodes()} "
         f"nodes, {graph.number_of_edges()} edges -> {printable(config.out)}"
@@ -173,16 +175,17 @@ def _write_task_view(con, config: GraphConfig, echo) -> None:
         view = choose_view(share)
     why = (f" (auto: {100 * share:.0f}% of the turns after the first reach a shared state)"
            if share == share else "")
-    config.out.parent.mkdir(parents=True, exist_ok=True)
     task = printable(config.task)
     if view == "timeline":
         timeline = task_timeline(con, config.task, runs, config.normalise)
-        write_timeline(timeline, str(config.out))
+        with atomic_output(config.out) as temp:
+            write_timeline(timeline, str(temp))
         echo(f"timeline of task {task}{why}: {len(timeline.rows)} rows, {timeline.n_turns} "
              f"turns -> {printable(config.out)}")
         return
     graph = state_graph(con, config.task, runs=runs, normalise=config.normalise)
-    write_graph(graph, str(config.out))
+    with atomic_output(config.out) as temp:
+        write_graph(graph, str(temp))
     echo(f"state graph of task {task}{why}: {graph.number_of_nodes()} nodes, "
          f"{graph.number_of_edges()} edges -> {printable(config.out)}")
 

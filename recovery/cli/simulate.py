@@ -100,10 +100,13 @@ def simulate(config: SimulateCliConfig) -> None:
     Policies share tasks; each turn's meta keeps the truth (true_error, true_kind, event,
     spell_start, recovers, progress_before, progress_after). See docs/simulator.md.
     """
+    from recovery.outputs import check_output_path
     from recovery.simulate import draw_tasks, write_policy
 
     sim_config = build_sim_config(config)
     assert config.out is not None
+    check_output_path(config.out, "--out", kind="folder",
+                      children=[f"{name}.jsonl" for name in sim_config.policies])
     config.out.mkdir(parents=True, exist_ok=True)
     tasks = draw_tasks(sim_config)
     for name in sim_config.policies:

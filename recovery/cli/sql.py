@@ -230,7 +230,10 @@ def sql(config: SqlConfig) -> None:
     from recovery.query import open_query
 
     if config.out is not None:
+        from recovery.outputs import check_output_path
+
         _check_out(config.out, config.store)
+        check_output_path(config.out, "--out")  # a folder, or under a file: before the query
     with open_query(config.store, config.query, read_dirs=config.read,
                     timeout=config.timeout, max_rows=config.max_rows) as result:
         if config.out is not None:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
+EXPORT_TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
+
 
 def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:
     """Write every table of the store to ``out_dir/<table>.parquet``.
@@ -18,7 +20,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for table in ("ingests", "trajectories", "turns", "error_spells", "step_scores"):
+    for table in EXPORT_TABLES:
         target = out / f"{table}.parquet"
         con.execute(f"COPY {table} TO '{_sql_path(target)}' (FORMAT parquet)")
         written.append(target)
