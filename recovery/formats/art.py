@@ -17,8 +17,10 @@ has ``format_version``, ``group_index``, ``trajectory_index``, ``group_json`` an
 - ``run`` = ``--run``, else ``<model>/<split>/step<N>`` for ART's own layout, else the file's stem.
 - success = ``reward`` >= the success threshold; ``metrics``, ``metadata``, the group's
   metadata and both indexes go to meta. The end reason is derived.
-- The file is read through DuckDB, a batch of rows at a time; a row's "line" is its position
-  in the file (1-based).
+- The file is read with pyarrow a batch of rows at a time, under a byte budget
+  (:mod:`recovery.formats.parquet_budget`): a row, or a row group, larger than
+  ``--max-record-mb`` once decoded is reported, naming file and row, and skipped; a row's
+  "line" is its position in the file (1-based).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery.formats._chat import split_turns, task_id_from_prompt
-from recovery.formats._common import duckdb_file_path, first_key, guard, type_name
+from recovery.formats._common import first_key, guard, type_name
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import stem
 from recovery.formats.jsontext import parse_json
@@ -42,7 +44,6 @@ from recovery.schema import (
 
 PARQUET_MAGIC = b"PAR1"
 FORMAT_VERSIONS = (1, 2)
-BATCH_ROWS = 256
 JSON_COLUMNS = ("metrics", "metadata", "tools", "group_metadata", "group_metrics")
 TASK_KEYS = ("task_id", "scenario_id", "id")
 KEPT_COLUMNS = ("group_index", "trajectory_index", "format_version", "logs", "group_logs")
@@ -165,47 +166,67 @@ def row_trajectory(
     )
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The file's rows, a batch at a time, through DuckDB (which reads this one file, whatever
-    its name: :func:`duckdb_file_path`)."""
-    import duckdb
+def _rows(path: Path, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any] | RecordError]]:
+    """``(line, row)`` for each row of the file, read under the byte budget
+    (:mod:`recovery.formats.parquet_budget`); a row (or a row group) over ``max_record_bytes``
+    is a RecordError in its place, reported before it is converted to Python values.
 
-    with duckdb_file_path(path) as literal, duckdb.connect() as con:
-        try:
-            result = con.execute("SELECT * FROM read_parquet(?)", [literal])
-            columns = [d[0] for d in result.description]
-            if "group_index" not in columns:
-                raise RecordError("column 'group_index' is missing: not an ART trajectory file")
-            while batch := result.fetchmany(BATCH_ROWS):
-                for values in batch:
-                    yield dict(zip(columns, values, strict=True))
-        except duckdb.Error as err:
-            if literal == str(path):
-                raise
-            # DuckDB names the file it opened; the message names the file given
-            raise type(err)(str(err).replace(literal, str(path))) from err
+    Raises:
+        RecordError: when the file has no ``group_index`` column.
+        pyarrow.ArrowException, OSError: when the file cannot be read further.
+    """
+    from recovery.formats.parquet_budget import Refusal, iter_batches, open_parquet
+
+    parquet = open_parquet(path)
+    if "group_index" not in parquet.schema_arrow.names:
+        raise RecordError("column 'group_index' is missing: not an ART trajectory file")
+    file = str(path)
+    for batch in iter_batches(parquet, max_record_bytes):
+        if isinstance(batch, Refusal):
+            yield batch.first_row, RecordError(batch.message, file=file, line=batch.first_row)
+            continue
+        yield from _batch_rows(batch, max_record_bytes, file)
+
+
+def _batch_rows(
+    batch: Any, max_record_bytes: int, file: str
+) -> Iterator[tuple[int, dict[str, Any] | RecordError]]:
+    """A :class:`~recovery.formats.parquet_budget.Batch`'s rows, a bounded slice at a time."""
+    from recovery.formats.parquet_budget import BATCH_BYTES, LIMIT_HINT, row_slices
+
+    for start, stop in row_slices(batch.sizes, BATCH_BYTES, alone=max_record_bytes):
+        line = batch.first_row + start
+        if stop - start == 1 and batch.sizes[start] > max_record_bytes:
+            yield line, RecordError(
+                f"record is larger than the limit of {max_record_bytes} bytes "
+                f"({int(batch.sizes[start])} bytes decoded; {LIMIT_HINT})", file=file, line=line)
+            continue
+        for offset, row in enumerate(batch.data.slice(start, stop - start).to_pylist()):
+            yield line + offset, row
 
 
 def read(path: Path, options: ReadOptions) -> ReadResult:
-    """Read an ART trajectory-group Parquet file."""
-    import duckdb
+    """Read an ART trajectory-group Parquet file, under ``options.max_record_bytes``."""
+    import pyarrow as pa
 
     file = str(path)
     run = options.run or _run(path)
-    rows = _rows(path)
+    rows = _rows(path, options.max_record_bytes)
     line = 0
     while True:
         try:
-            row = next(rows)
+            line, row = next(rows)
         except StopIteration:
             return
         except RecordError as err:
             yield err.located(file, line + 1)
             return
-        except (duckdb.Error, OSError, ValueError, UnicodeDecodeError) as err:
+        except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as err:
             yield RecordError(f"cannot read the Parquet file: {err}", file=file, line=line + 1)
             return
-        line += 1
+        if isinstance(row, RecordError):
+            yield row
+            continue
         if empty_group(row):
             continue
         yield guard(file, line, lambda row=row, n=line: row_trajectory(
