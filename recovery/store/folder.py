@@ -34,20 +34,46 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recovery.display import printable
 from recovery.errors import InputProblem
 from recovery.store.base import Store, relation_of
+from recovery.store.folder_journal import JOURNAL, commit, fsync_tree
+from recovery.store.folder_survey import (
+    check_half_made,
+    cleanup,
+    entries,
+    is_dir,
+    open_tree,
+    remove_if_empty,
+)
 from recovery.store.ingest import IngestOptions, IngestResult
+from recovery.store.manifest import (
+    DATA_TABLES,
+    EMPTY,
+    LOCK,
+    MARKER,
+    TABLES,
+    UNFINISHED,
+    Manifest,
+    Part,
+    data_folder,
+    empty_path,
+    encode,
+    fsync_dir,
+    keys_of,
+    link_refused,
+    lstat,
+    parse_manifest,
+    scores_path,
+    write_manifest,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -58,45 +84,12 @@ if TYPE_CHECKING:
     from recovery.marking import RuleSet
     from recovery.schema import Trajectory
 
-MARKER = "_store.json"
-"""The store's manifest: the file that makes a folder a store and lists what is committed."""
+__all__ = ["DATA_TABLES", "JOURNAL", "LOCK", "MARKER", "TABLES", "FolderStore", "Manifest",
+           "Part", "create_folder", "is_folder_store", "open_folder", "parse_manifest",
+           "readable_folders", "remove_unused_folder", "views_sql", "writer_lock"]
 
-LOCK = ".lock"
-"""The file the one writer at a time holds a lock on."""
-
-DATA_TABLES = ("trajectories", "turns", "error_spells")
-"""Tables partitioned by run, then by ingested file."""
-
-TABLES = ("ingests", *DATA_TABLES, "step_scores")
-
-_KEYS = {"ingests": ("sha256", "gen"), "step_scores": ("model",)}
-"""Each table's partition keys (the others: run, sha256, gen)."""
-_KEY_TYPES = {"run": "VARCHAR", "sha256": "VARCHAR", "gen": "INTEGER", "model": "VARCHAR"}
-
-_SHA = re.compile(r"[0-9a-f]{64}")
-_GEN = re.compile(r"-1|0|[1-9][0-9]*")
-_PARQUET = re.compile(r"[A-Za-z0-9_-]+\.parquet")
-_PENDING_MARKER = re.compile(r"\._store\.json\.[0-9a-f]{32}")
-"""A manifest being written (or left by a write killed before its rename)."""
 _GLOB = "*?["
 """The characters DuckDB expands in a path it reads."""
-
-
-def _keys(table: str) -> tuple[str, ...]:
-    return _KEYS.get(table, ("run", "sha256", "gen"))
-
-
-_EMPTY = {"run": "", "sha256": "", "gen": "-1", "model": ""}
-"""Partition values of the empty file each table holds, so that a view always has a file to
-read (its rows: none)."""
-
-
-def _empty_path(table: str) -> str:
-    """The empty file of ``table``, relative to the store's folder."""
-    folders = "/".join(f"{key}={_EMPTY[key]}" for key in _keys(table))
-    name = "data.parquet" if table == "step_scores" else "data_0.parquet"
-    return f"{table}/{folders}/{name}"
-
 
 _URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "r2://", "az://", "azure://", "abfss://",
                 "http://", "https://", "hf://")
@@ -108,13 +101,36 @@ def is_folder_store(path: str | Path | None) -> bool:
     A folder store is: an existing directory; a path written with a trailing ``/`` (a folder
     to create); or an object-storage URL (``s3://bucket/runs``). Anything else is a DuckDB file
     (``runs.duckdb``, or ``runs`` when no such directory exists).
+
+    Raises:
+        InputProblem: when ``path`` is neither a file nor a folder (a FIFO, a socket, a
+            device): opening it as a store could block forever.
     """
     if path is None:
         return False
     text = str(path)
     if text == ":memory:":
         return False
-    return text.startswith(_URL_SCHEMES) or text.endswith(("/", os.sep)) or Path(text).is_dir()
+    if text.startswith(_URL_SCHEMES):
+        return True
+    _refuse_special(text)
+    return text.endswith(("/", os.sep)) or Path(text).is_dir()
+
+
+def _refuse_special(text: str) -> None:
+    """Refuse a store path that names something neither a file nor a folder (through
+    links: a link to a FIFO blocks as the FIFO does)."""
+    import stat
+
+    try:
+        found = os.stat(text.rstrip("/" + os.sep) or text)
+    except (OSError, ValueError):
+        return  # missing (to be made), or unreadable: the open says why
+    if not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
+        raise InputProblem(
+            f"store {printable(text)} is neither a file nor a folder (a FIFO, socket or "
+            "device): give a DuckDB file or a folder"
+        )
 
 
 def _is_url(root: str) -> bool:
@@ -127,14 +143,6 @@ def _sql(value: str) -> str:
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def _encode(value: str) -> str:
-    """A partition value as DuckDB writes it in a folder name (percent-encoded)."""
-    from urllib.parse import quote
-
-    text = quote(value, safe="")
-    return "%5F" + text[1:] if text == "__HIVE_DEFAULT_PARTITION__" else text
 
 
 def _literal(path: str) -> str:
@@ -163,389 +171,20 @@ def _columns() -> dict[str, tuple[tuple[str, str], ...]]:
 
 
 # --------------------------------------------------------------------------------------------
-# The manifest
-
-
-@dataclass(frozen=True)
-class Part:
-    """One committed Parquet file of a folder store."""
-
-    table: str
-    path: str
-    """Relative to the store's folder, ``/``-separated."""
-    key: str = ""
-    """The file's run (data tables) or model (``step_scores``); empty for ``ingests``."""
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What ``_store.json`` commits: per ingested file (sha256) its generation and files, and
-    each PRM model's scores file."""
-
-    files: dict[str, tuple[int, tuple[Part, ...]]] = field(default_factory=dict)
-    step_scores: dict[str, str] = field(default_factory=dict)
-
-    def with_file(self, sha: str, gen: int, parts: Sequence[Part]) -> Manifest:
-        """This manifest with ``sha``'s files replaced by ``parts`` of generation ``gen``."""
-        return replace(self, files={**self.files, sha: (gen, tuple(parts))})
-
-    def with_scores(self, model: str, path: str | None) -> Manifest:
-        """This manifest with ``model``'s scores file set (``None``: removed)."""
-        scores = {k: v for k, v in self.step_scores.items() if k != model}
-        if path is not None:
-            scores[model] = path
-        return replace(self, step_scores=dict(sorted(scores.items())))
-
-    def parts(self, table: str) -> list[tuple[Part, str, int]]:
-        """Every committed file of ``table`` with its sha256 and generation."""
-        if table == "step_scores":
-            return [(Part(table, path, model), "", 0)
-                    for model, path in sorted(self.step_scores.items())]
-        return [(part, sha, gen) for sha, (gen, parts) in sorted(self.files.items())
-                for part in parts if part.table == table]
-
-    def paths(self) -> set[str]:
-        """The relative path of every committed file."""
-        return ({part.path for _, parts in self.files.values() for part in parts}
-                | set(self.step_scores.values()))
-
-    def to_text(self) -> str:
-        """The manifest as ``_store.json`` holds it."""
-        from recovery.store.ddl import SCHEMA_VERSION
-
-        files = {
-            sha: {"gen": gen, "parts": [
-                {"table": p.table, "path": p.path, **({"run": p.key} if p.key or
-                                                       p.table in DATA_TABLES else {})}
-                for p in parts
-            ]}
-            for sha, (gen, parts) in sorted(self.files.items())
-        }
-        return json.dumps({"store": "agent-recovery", "layout": "parquet",
-                           "schema_version": SCHEMA_VERSION, "files": files,
-                           "step_scores": self.step_scores}, indent=1) + "\n"
-
-
-def _data_folder(table: str, sha: str, gen: int, run: str = "") -> str:
-    """A data table's (or ``ingests``') partition folder, relative to the store's folder."""
-    if table == "ingests":
-        return f"ingests/sha256={sha}/gen={gen}"
-    return f"{table}/run={_encode(run)}/sha256={sha}/gen={gen}"
-
-
-def _scores_path(model: str) -> str:
-    return f"step_scores/model={_encode(model)}/data.parquet"
-
-
-def parse_manifest(text: str, where: str | Path) -> Manifest:
-    """Read the text of a ``_store.json``.
-
-    Raises:
-        InputProblem: naming ``where`` when it is not a manifest this toolkit wrote (not
-            JSON, keys missing or of the wrong type, a path that is not the store's own) or
-            was written for another schema version.
-    """
-    from recovery.store.ddl import SCHEMA_VERSION
-
-    where = printable(where)
-
-    def damaged(why: str) -> InputProblem:
-        return InputProblem(
-            f"store manifest {where} is damaged ({why}); the store cannot be read as it is: "
-            "ingest its source files into a new folder store"
-        )
-
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise damaged(f"not JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise damaged("not a JSON object")
-    if data.get("store") != "agent-recovery" or data.get("layout") != "parquet":
-        raise damaged("not the manifest of a folder store of this toolkit")
-    version = data.get("schema_version")
-    if type(version) is not int:
-        raise damaged("schema_version is not a whole number")
-    if version > SCHEMA_VERSION:
-        raise InputProblem(
-            f"store manifest {where} has schema version {version}, written by a newer version "
-            f"of this toolkit (this one reads version {SCHEMA_VERSION}): upgrade the toolkit "
-            "to read this store"
-        )
-    # Version 2 folder stores already have this layout and these ids (the manifest and the
-    # length-prefixed ids came in the same round): they read as they are.
-    if version not in (2, SCHEMA_VERSION):
-        raise InputProblem(
-            f"store {where} has schema version {version}; this toolkit reads version "
-            f"{SCHEMA_VERSION}: ingest its source files into a new folder store"
-        )
-    missing = [key for key in ("files", "step_scores") if key not in data]
-    if missing:
-        raise damaged("no " + " and no ".join(repr(k) for k in missing) + " key: it lists no "
-                      "committed files (an earlier version of this toolkit wrote it, or it was "
-                      "cut)")
-    if not isinstance(data["files"], dict) or not isinstance(data["step_scores"], dict):
-        raise damaged("'files' and 'step_scores' must be objects")
-    files: dict[str, tuple[int, tuple[Part, ...]]] = {}
-    for sha, entry in data["files"].items():
-        if not _SHA.fullmatch(sha):
-            raise damaged(f"{sha!r} is not a sha256")
-        if (not isinstance(entry, dict) or type(entry.get("gen")) is not int
-                or entry["gen"] < 0 or not isinstance(entry.get("parts"), list)):
-            raise damaged(f"the entry of {sha} is not {{'gen': N, 'parts': [...]}}")
-        gen, parts = entry["gen"], []
-        for item in entry["parts"]:
-            table = item.get("table") if isinstance(item, dict) else None
-            if table not in ("ingests", *DATA_TABLES):
-                raise damaged(f"a part of {sha} names no table of the store")
-            run = item.get("run", "")
-            path = item.get("path")
-            if not isinstance(run, str) or not isinstance(path, str):
-                raise damaged(f"a part of {sha} has no path or a run that is not text")
-            folder, _, name = path.rpartition("/")
-            if folder != _data_folder(table, sha, gen, run) or not _PARQUET.fullmatch(name):
-                raise damaged(f"{printable(path)!r} is not a file of {sha}'s partition "
-                              f"of {table}")
-            parts.append(Part(table, path, run if table != "ingests" else ""))
-        if not any(p.table == "ingests" for p in parts):
-            raise damaged(f"{sha} has no ingests file")
-        files[sha] = (gen, tuple(parts))
-    scores: dict[str, str] = {}
-    for model, path in data["step_scores"].items():
-        if not model or path != _scores_path(model):
-            raise damaged(f"{printable(str(path))!r} is not the scores file of model "
-                          f"{printable(model)!r}")
-        scores[model] = path
-    return Manifest(files, scores)
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-
-
-def _link_refused(root: Path | str, path: Path | str) -> InputProblem:
-    return InputProblem(
-        f"store {printable(root)} is refused: {printable(path)} is a symbolic link (a store "
-        "holds none: through a link it would read or remove what lies outside it); remove "
-        "the link"
-    )
-
-
-def _read_marker(root: Path) -> str:
-    """The manifest's text, never through a link.
-
-    Raises:
-        InputProblem: when it is missing, a link, unreadable or not UTF-8.
-    """
-    path = root / MARKER
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise InputProblem(
-            f"{printable(root)} is not a store of this toolkit: it has no {MARKER} (create one "
-            f"with `recovery ingest FILES --store {printable(str(root).rstrip('/'))}/`)"
-        ) from None
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise _link_refused(root, path) from None
-        raise InputProblem(f"store manifest {printable(path)} cannot be read: "
-                           f"{err.strerror}") from None
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read()
-    except OSError as err:  # e.g. a folder of that name
-        raise InputProblem(f"store manifest {printable(path)} cannot be read: "
-                           f"{err.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputProblem(
-            f"store manifest {printable(path)} is damaged (not UTF-8 text); the store cannot "
-            "be read as it is: ingest its source files into a new folder store"
-        ) from None
-
-
-def _write_manifest(root: Path, manifest: Manifest) -> None:
-    """Commit ``manifest``: written beside ``_store.json``, then renamed over it."""
-    tmp = root / f".{MARKER}.{uuid.uuid4().hex}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(manifest.to_text().encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, root / MARKER)
-    _fsync_dir(root)
-
-
-# --------------------------------------------------------------------------------------------
-# The store's tree: every entry is one it wrote, none is a link
-
-
-@dataclass
-class _Survey:
-    """What a walk of the store's tree found besides the committed files."""
-
-    leftovers: list[Path] = field(default_factory=list)
-    """Partition folders no committed file is in: an unfinished or replaced write."""
-    folders: list[Path] = field(default_factory=list)
-    """Folders above partitions (removed by the clean-up when empty), deepest last."""
-    pending: list[Path] = field(default_factory=list)
-    """Manifests left by a write killed before its rename."""
-
-
-def _entries(folder: Path) -> list[os.DirEntry]:
-    """The entries of ``folder``; none when it is gone (a leftover another writer removed)."""
-    try:
-        with os.scandir(folder) as it:
-            return sorted(it, key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _survey(root: Path, manifest: Manifest) -> _Survey:
-    """Walk the store's tree, links never followed.
-
-    Raises:
-        InputProblem: naming the path, for a symbolic link anywhere in the tree, a file or
-            folder the store did not write (an unknown name, a non-Parquet file, a file in a
-            committed partition that the manifest does not list), or a committed file that is
-            missing.
-    """
-    expected = manifest.paths()
-    empties = {_empty_path(table) for table in TABLES}
-    wanted = expected | empties
-    committed_folders = {path.rpartition("/")[0] for path in wanted}
-    seen: set[str] = set()
-    out = _Survey()
-
-    def refuse(path: Path, why: str) -> InputProblem:
-        return InputProblem(
-            f"store {printable(root)} is damaged: {printable(path)} {why}; nothing was read "
-            "or changed (move it out of the store, or ingest the source files into a new "
-            "folder store)"
-        )
-
-    def kind(entry: os.DirEntry) -> str:
-        if entry.is_symlink():
-            raise _link_refused(root, entry.path)
-        if entry.is_dir(follow_symlinks=False):
-            return "dir"
-        if entry.is_file(follow_symlinks=False):
-            return "file"
-        raise refuse(Path(entry.path), "is neither a file nor a folder")
-
-    def anything(folder: Path) -> None:  # _tmp: writes in progress, whatever their files
-        for entry in _entries(folder):
-            if kind(entry) == "dir":
-                anything(Path(entry.path))
-
-    def partitions(folder: Path, rel: str, keys: tuple[str, ...]) -> None:
-        if not keys:
-            for entry in _entries(folder):
-                path = f"{rel}/{entry.name}"
-                if kind(entry) != "file" or not _PARQUET.fullmatch(entry.name):
-                    raise refuse(Path(entry.path), "is not a Parquet file of the store")
-                if path in wanted:
-                    seen.add(path)
-                elif rel in committed_folders:
-                    raise refuse(Path(entry.path), f"is in a committed partition but not "
-                                 f"listed in {MARKER}, so it is not the store's")
-            if rel not in committed_folders:
-                out.leftovers.append(folder)
-            return
-        key = keys[0]
-        for entry in _entries(folder):
-            value = entry.name[len(key) + 1:]
-            if kind(entry) != "dir" or not entry.name.startswith(key + "=") or (
-                (key == "sha256" and value and not _SHA.fullmatch(value))
-                or (key == "gen" and not _GEN.fullmatch(value))
-            ):
-                raise refuse(Path(entry.path), "is not a partition of the store")
-            partitions(Path(entry.path), f"{rel}/{entry.name}", keys[1:])
-        if "/" in rel:  # not the table's own folder
-            out.folders.append(folder)
-
-    for entry in _entries(root):
-        name, path = entry.name, Path(entry.path)
-        found = kind(entry)
-        if name in (MARKER, LOCK) and found == "file":
-            continue
-        if _PENDING_MARKER.fullmatch(name) and found == "file":
-            out.pending.append(path)
-        elif name == "_tmp" and found == "dir":
-            anything(path)
-        elif name in TABLES and found == "dir":
-            partitions(path, name, _keys(name))
-        else:
-            raise refuse(path, "is not one of the store's files or folders")
-    for missing in sorted(wanted - seen):
-        raise refuse(root / missing, f"is listed in {MARKER} (or is one of the store's own "
-                     "empty files) but missing")
-    return out
-
-
-def _open(root: Path) -> tuple[Manifest, _Survey]:
-    """The store's manifest, once its tree has been checked against it (read again when a
-    writer committed meanwhile)."""
-    for _ in range(10):
-        text = _read_marker(root)
-        manifest = parse_manifest(text, root / MARKER)
-        try:
-            survey = _survey(root, manifest)
-        except InputProblem:
-            if _read_marker(root) != text:
-                continue  # a writer committed and cleaned up while the tree was walked
-            raise
-        return manifest, survey
-    return manifest, _survey(root, manifest)
-
-
-def _cleanup(root: Path, survey: _Survey) -> None:
-    """Remove what the survey found unfinished or replaced (the writer's lock held)."""
-    tmp = root / "_tmp"
-    found = _lstat(tmp)
-    if found is not None and not os.path.islink(tmp) and _is_dir(found):
-        shutil.rmtree(tmp, ignore_errors=True)
-    for folder in survey.leftovers:
-        found = _lstat(folder)
-        if found is not None and _is_dir(found):  # a real folder, never a link
-            shutil.rmtree(folder, ignore_errors=True)
-    for folder in sorted(survey.folders, key=lambda p: -len(p.parts)):
-        _remove_if_empty(folder)
-    for pending in survey.pending:
-        pending.unlink(missing_ok=True)
-
-
-def _is_dir(found: os.stat_result) -> bool:
-    import stat
-
-    return stat.S_ISDIR(found.st_mode)
-
-
-def _remove_if_empty(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        folder.rmdir()
-
-
-# --------------------------------------------------------------------------------------------
 # The views
 
 
 def _source(root: str, table: str, parts: Sequence[tuple[Part, str, int]]) -> str:
     """A ``SELECT`` of ``table``'s columns from exactly the files ``parts`` (each read by its
     literal path), with their partition values from the manifest, not from the paths."""
-    keys = _keys(table)
+    keys = keys_of(table)
     base = root.rstrip("/")
     files = ", ".join(_sql(_literal(f"{base}/{part.path}")) for part, _, _ in parts)
     rows = []
     for i, (part, sha, gen) in enumerate(parts):
         values = {"run": part.key, "model": part.key, "sha256": sha, "gen": str(gen)}
-        if part.path == _empty_path(table):
-            values = {**_EMPTY}
+        if part.path == empty_path(table):
+            values = {**EMPTY}
         rows.append("(" + ", ".join([str(i), *(
             values[key] if key == "gen" else _sql(values[key]) for key in keys)]) + ")")
     select = ", ".join(
@@ -562,7 +201,7 @@ def _source(root: str, table: str, parts: Sequence[tuple[Part, str, int]]) -> st
 def _views_sql(root: str, manifest: Manifest, schema: str = "main") -> str:
     out = []
     for table in TABLES:
-        empty = (Part(table, _empty_path(table)), "", -1)
+        empty = (Part(table, empty_path(table)), "", -1)
         out.append(f"CREATE OR REPLACE VIEW {schema}.{table} AS\n"
                    f"{_source(root, table, [empty, *manifest.parts(table)])};")
     return "\n".join(out)
@@ -603,7 +242,7 @@ def views_sql(root: str | Path, schema: str = "main", *,
         return _views_sql(root, _read_url_manifest(root, con), schema)
     resolved = str(Path(root).resolve())
     _literal(resolved + "/")
-    return _views_sql(resolved, _open(Path(resolved))[0], schema)
+    return _views_sql(resolved, open_tree(Path(resolved))[0], schema)
 
 
 def _refresh(con: duckdb.DuckDBPyConnection, root: Path, manifest: Manifest) -> None:
@@ -649,9 +288,13 @@ def open_folder(path: str | Path, *, read_only: bool = False) -> FolderStore:
         else:
             root = str(Path(root).resolve())
             _literal(root + "/")
+            found = lstat(Path(root))
+            if found is not None and not is_dir(found):
+                raise InputProblem(f"store {printable(path)}: something that is not a folder "
+                                   "is there (a folder store is a folder)")
             if not read_only:
                 create_folder(root)
-            manifest, _ = _open(Path(root))
+            manifest, _ = open_tree(Path(root))
         try:
             con.execute(_views_sql(root, manifest))
         except duckdb.Error as err:
@@ -738,11 +381,17 @@ class FolderStore(Store):
 
 
 def _check_new_folder(root: Path) -> None:
-    found = _lstat(root)
-    if found is not None and not _is_dir(found):
-        raise InputProblem(f"store {printable(root)}: a file of that name exists (a folder "
-                           "store is a folder)")
-    if found is not None and any(e.name != LOCK for e in _entries(root)):
+    """Refuse to make a store in ``root`` unless it is missing, empty (but for a lock), or
+    this toolkit's half-made store (:data:`UNFINISHED` there, and only its layout)."""
+    found = lstat(root)
+    if found is None:
+        return
+    if not is_dir(found):
+        raise InputProblem(f"store {printable(root)}: something that is not a folder is there "
+                           "(a folder store is a folder)")
+    if lstat(root / UNFINISHED) is not None:
+        check_half_made(root)
+    elif any(e.name != LOCK for e in entries(root)):
         raise InputProblem(
             f"{printable(root)} is a folder that is not empty and not a store: give an empty "
             "or new folder for a folder store"
@@ -751,36 +400,50 @@ def _check_new_folder(root: Path) -> None:
 
 def create_folder(root: str | Path) -> None:
     """Make ``root`` a folder store (idempotent): the manifest and each table's empty file,
-    made under the writer's lock."""
+    made under the writer's lock; a store whose making (or removal) was stopped midway is
+    made whole."""
     root = Path(root)
-    if _lstat(root / MARKER) is not None:
+    if lstat(root / MARKER) is not None:
         return
     _check_new_folder(root)
     with _locked(root):
-        if _lstat(root / MARKER) is None:
+        if lstat(root / MARKER) is None:
             _make_layout(root)
 
 
+def _mark_unfinished(root: Path) -> None:
+    """Leave :data:`UNFINISHED` in ``root`` (durably) while its layout is made or removed."""
+    fd = os.open(root / UNFINISHED, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    os.close(fd)
+    fsync_dir(root)
+
+
 def _make_layout(root: Path) -> None:
-    """Write a new store's empty files and manifest (the lock held, no manifest there)."""
+    """Write a new store's empty files and manifest (the lock held, no manifest there),
+    :data:`UNFINISHED` marking the folder until the manifest is in place."""
     import duckdb
 
     from recovery.store.ddl import TABLES_DDL
 
     _check_new_folder(root)
+    _mark_unfinished(root)
     tables = _columns()
     with duckdb.connect() as con:
         con.execute(TABLES_DDL)
         for table in TABLES:
-            keys = _keys(table)
-            target = root / _empty_path(table)
+            keys = keys_of(table)
+            target = root / empty_path(table)
             target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)  # one a stopped making left: written again
             columns = ", ".join(_quoted(name) for name, _ in tables[table] if name not in keys)
             con.execute(
                 f"COPY (SELECT {columns} FROM {table} WHERE false) TO {_sql(str(target))} "
                 "(FORMAT parquet, COMPRESSION zstd)"
             )
-    _write_manifest(root, Manifest())
+    write_manifest(root, Manifest())
+    (root / UNFINISHED).unlink()
+    fsync_dir(root)
 
 
 # --------------------------------------------------------------------------------------------
@@ -813,14 +476,14 @@ def _locked(root: Path) -> Iterator[None]:
             continue
         except OSError as err:
             if err.errno == errno.ELOOP:
-                raise _link_refused(root, lock) from None
+                raise link_refused(root, lock) from None
             if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise _read_only(root, err) from None
             raise InputProblem(f"store {printable(root)}: {LOCK} cannot be opened: "
                                f"{err.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            held, now = os.fstat(fd), _lstat(lock)
+            held, now = os.fstat(fd), lstat(lock)
             if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
                 continue  # the store was removed (or made again) while this waited
             yield
@@ -834,8 +497,9 @@ def _locked(root: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def writer_lock(root: str | Path) -> Iterator[Manifest]:
     """Hold the folder's write lock (one writer at a time; readers never wait), check the
-    store's tree, first remove what earlier writes left (unfinished writes, replaced
-    generations), and give the committed manifest.
+    store's tree and journal, first remove what the store's own earlier writes left (the
+    folders of a write stopped before its commit, replaced generations: those its journal
+    names), and give the committed manifest.
 
     A store removed meanwhile (by a failed ingest that had made it) is made again.
 
@@ -845,10 +509,10 @@ def writer_lock(root: str | Path) -> Iterator[Manifest]:
     """
     root = Path(root)
     with _locked(root):
-        if _lstat(root / MARKER) is None:
+        if lstat(root / MARKER) is None:
             _make_layout(root)
-        manifest, survey = _open(root)
-        _cleanup(root, survey)
+        manifest, survey = open_tree(root)
+        cleanup(root, manifest, survey)
         yield manifest
 
 
@@ -873,32 +537,40 @@ def remove_unused_folder(root: str | Path) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False  # another writer holds it
-        held, now = os.fstat(fd), _lstat(lock)
+        held, now = os.fstat(fd), lstat(lock)
         if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
             return False
         try:
-            manifest, survey = _open(root)
+            manifest, survey = open_tree(root)
         except InputProblem:
             return False
-        if manifest.files or manifest.step_scores or survey.leftovers or survey.pending:
+        if (manifest.files or manifest.step_scores or survey.leftovers or survey.pending
+                or survey.journal is not None or entries(root / "_tmp")):
             return False
-        if _entries(root / "_tmp"):
-            return False
-        made = [root / _empty_path(table) for table in TABLES]
-        try:
-            (root / MARKER).unlink()
-            for file in made:
-                file.unlink()
-                for folder in file.relative_to(root).parents[:-1]:
-                    _remove_if_empty(root / folder)
-            _remove_if_empty(root / "_tmp")
-            lock.unlink()
-            root.rmdir()
-        except OSError:
-            return not root.exists()
-        return True
+        return _remove_layout(root)
     finally:
         os.close(fd)
+
+
+def _remove_layout(root: Path) -> bool:
+    """Remove the store ``root`` holding nothing but its layout (its lock held), marked
+    :data:`UNFINISHED` from before its manifest goes until it is gone."""
+    try:
+        _mark_unfinished(root)
+        (root / MARKER).unlink()
+        fsync_dir(root)
+        for table in TABLES:
+            file = root / empty_path(table)
+            file.unlink()
+            for folder in file.relative_to(root).parents[:-1]:
+                remove_if_empty(root / folder)
+        remove_if_empty(root / "_tmp")
+        (root / UNFINISHED).unlink()
+        (root / LOCK).unlink()
+        root.rmdir()
+    except OSError:
+        return not root.exists()
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -934,7 +606,7 @@ def _written(folder: Path, names: dict[str, str]) -> list[tuple[Path, str]]:
     """The partition folders DuckDB wrote under ``folder`` (``key=<encoded>``), each with the
     value it holds, from ``names`` (folder name -> value)."""
     out = []
-    for entry in _entries(folder):
+    for entry in entries(folder):
         if entry.name not in names:  # DuckDB encoded a value differently: a bug to report
             raise RuntimeError(f"unexpected partition {entry.path} written by DuckDB")
         out.append((Path(entry.path), names[entry.name]))
@@ -951,7 +623,7 @@ def _write_partitions(
     work.mkdir(parents=True, exist_ok=True)
     tables = _columns()
     runs = [row[0] for row in stage.execute("SELECT DISTINCT run FROM trajectories").fetchall()]
-    run_names = {f"run={_encode(run)}": run for run in runs}
+    run_names = {f"run={encode(run)}": run for run in runs}
     for table in (*DATA_TABLES, "ingests"):
         columns = ", ".join(f"x.{_quoted(name)}" for name, _ in tables[table])
         if table == "ingests":
@@ -979,38 +651,10 @@ def _write_partitions(
         for leaf, run in leaves:
             if not leaf.is_dir():
                 continue
-            final = _data_folder(table, sha, gen, run)
+            final = data_folder(table, sha, gen, run)
             renames.append((leaf, final))
-            parts.extend(Part(table, f"{final}/{e.name}", run) for e in _entries(leaf))
+            parts.extend(Part(table, f"{final}/{e.name}", run) for e in entries(leaf))
     return renames, parts
-
-
-def _commit(root: Path, renames: Sequence[tuple[Path, str]], manifest: Manifest) -> None:
-    """Rename the written partitions into the store, the ``ingests`` one last, once the
-    others are on disk; then commit them: ``manifest`` replaces ``_store.json``."""
-    for written, final in renames:
-        target = root / final
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _fsync_tree(written)
-        os.rename(written, target)
-        _fsync_dir(target.parent)
-    _write_manifest(root, manifest)
-
-
-def _fsync_tree(folder: Path) -> None:
-    for entry in _entries(folder):
-        if entry.is_file(follow_symlinks=False):
-            with open(entry.path, "rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _ingest_into_folder(
@@ -1074,8 +718,7 @@ def _ingest_into_folder(
                         "nothing from this file was stored"
                     ) from None
                 raise
-            manifest = manifest.with_file(result.sha256, 0, parts)
-            _commit(root, renames, manifest)
+            manifest = commit(root, renames, manifest.with_file(result.sha256, 0, parts))
             _refresh(con, root, manifest)
             return result
         finally:
@@ -1120,8 +763,9 @@ def _mark_folder(
                 )).items():
                     counts[kind] = counts.get(kind, 0) + n
                 renames, new_parts = _write_partitions(stage, work / "new", sha, gen + 1)
-                manifest = manifest.with_file(sha, gen + 1, new_parts)
-                _commit(root, renames, manifest)
+                replaced = sorted({part.path.rpartition("/")[0] for part in parts})
+                manifest = commit(root, renames, manifest.with_file(sha, gen + 1, new_parts),
+                                  replaced)
             finally:
                 stage.close()
                 shutil.rmtree(work, ignore_errors=True)
@@ -1170,52 +814,68 @@ def _replace_folder_step_scores(
         work = root / "_tmp" / uuid.uuid4().hex
         work.mkdir(parents=True)
         try:
-            con.execute(
-                f"""
-                COPY (
-                    SELECT traj_id, t, score, model FROM step_scores
-                    WHERE model = $model
-                      AND traj_id NOT IN (SELECT DISTINCT traj_id FROM {scores})
-                    UNION ALL
-                    SELECT traj_id::VARCHAR, t::INTEGER, score::DOUBLE, $model::VARCHAR
-                    FROM {scores}
-                ) TO {_sql(str(work / "step_scores"))}
-                (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (model))
-                """,
-                {"model": model},
-            )
-            name = f"model={_encode(model)}"
-            written_dirs = _written(work / "step_scores", {name: model})
-            target = root / _scores_path(model)
-            if not written_dirs:  # no score left for the model: its file goes
-                if model in manifest.step_scores:
-                    manifest = manifest.with_scores(model, None)
-                    _write_manifest(root, manifest)
-                    target.unlink(missing_ok=True)
-                    _remove_if_empty(target.parent)
-                _refresh(con, root, manifest)
-                return
-            ((written, _),) = written_dirs
-            target.parent.mkdir(parents=True, exist_ok=True)
-            files = sorted(Path(e.path) for e in _entries(written))
-            if len(files) == 1:
-                _fsync_tree(written)
-                os.replace(files[0], target)
-            else:  # DuckDB wrote several files: merge them into one first
-                merged = work / "merged.parquet"
-                listed = ", ".join(_sql(_literal(str(f))) for f in files)
-                con.execute(
-                    f"COPY (SELECT * FROM read_parquet([{listed}])) "
-                    f"TO {_sql(str(merged))} (FORMAT parquet, COMPRESSION zstd)"
-                )
-                os.replace(merged, target)
-            _fsync_dir(target.parent)
-            if manifest.step_scores.get(model) != _scores_path(model):
-                manifest = manifest.with_scores(model, _scores_path(model))
-                _write_manifest(root, manifest)
+            staged = _stage_scores(con, work, scores, model)
+            manifest = _commit_scores(root, work, manifest, model, staged)
             _refresh(con, root, manifest)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _stage_scores(con: duckdb.DuckDBPyConnection, work: Path, scores: str,
+                  model: str) -> Path | None:
+    """The model's scores once ``scores`` replace its trajectories', written as one Parquet
+    file under ``work``; ``None`` when no score is left for the model."""
+    con.execute(
+        f"""
+        COPY (
+            SELECT traj_id, t, score, model FROM step_scores
+            WHERE model = $model
+              AND traj_id NOT IN (SELECT DISTINCT traj_id FROM {scores})
+            UNION ALL
+            SELECT traj_id::VARCHAR, t::INTEGER, score::DOUBLE, $model::VARCHAR
+            FROM {scores}
+        ) TO {_sql(str(work / "step_scores"))}
+        (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (model))
+        """,
+        {"model": model},
+    )
+    written_dirs = _written(work / "step_scores", {f"model={encode(model)}": model})
+    if not written_dirs:
+        return None
+    ((written, _),) = written_dirs
+    files = sorted(Path(e.path) for e in entries(written))
+    if len(files) == 1:
+        return files[0]
+    merged = work / "merged.parquet"  # DuckDB wrote several files: merged into one
+    listed = ", ".join(_sql(_literal(str(f))) for f in files)
+    con.execute(f"COPY (SELECT * FROM read_parquet([{listed}])) "
+                f"TO {_sql(str(merged))} (FORMAT parquet, COMPRESSION zstd)")
+    return merged
+
+
+def _commit_scores(root: Path, work: Path, manifest: Manifest, model: str,
+                   staged: Path | None) -> Manifest:
+    """Put ``staged`` in place as the model's scores file (``None``: the model's file goes):
+    a committed file is replaced by one rename; a new model's folder, or a removed one, is a
+    commit of the manifest."""
+    target = root / scores_path(model)
+    folder = scores_path(model).rpartition("/")[0]
+    if staged is None:
+        if model not in manifest.step_scores:
+            return manifest
+        manifest = commit(root, [], manifest.with_scores(model, None), [folder])
+        target.unlink(missing_ok=True)
+        remove_if_empty(target.parent)
+        return manifest
+    if model in manifest.step_scores:
+        fsync_tree(staged.parent)
+        os.replace(staged, target)
+        fsync_dir(target.parent)
+        return manifest
+    new = work / "scores"
+    new.mkdir()
+    os.replace(staged, new / "data.parquet")
+    return commit(root, [(new, folder)], manifest.with_scores(model, scores_path(model)))
 
 
 def readable_folders(root: str | Path) -> list[str]:
