@@ -19,18 +19,24 @@ The adapters (:mod:`analyses.budgetmix.adapters`) read the budget back with :fun
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analyses.budgetmix.assign_stream import (
+    jsonl_chunks,
+    jsonl_schema,
+    parquet_rows,
+    parquet_tables,
+)
 from analyses.budgetmix.schedule import MAX_BUDGET, BudgetSchedule, validate_schedule
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
+from recovery.formats.base import DEFAULT_MAX_RECORD_BYTES
 from recovery.jsonsafe import dumps
 
 if TYPE_CHECKING:
@@ -66,6 +72,8 @@ class AssignConfig(CheckedOptions):
         choices=TRAINERS,
     )
     overwrite: bool = opt(False, "Replace a max_turns the rows already have (else an error).")
+    max_record_mb: float = opt(
+        512.0, "Largest row accepted, in MB (decoded); the dataset is read under this bound.")
 
 
 @dataclass(slots=True)
@@ -136,7 +144,7 @@ def row_budget(values: Mapping[str, Any] | None, key: str = BUDGET_KEY) -> int |
 
 def with_budgets(
     rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], trainer: str = "all",
-    *, overwrite: bool = False,
+    *, overwrite: bool = False, first_row: int = 1,
 ) -> list[dict[str, Any]]:
     """Rows (dicts) with their budgets added where ``trainer`` reads them.
 
@@ -145,6 +153,7 @@ def with_budgets(
         budgets: One budget per row.
         trainer: One of :data:`TRAINERS`.
         overwrite: Replace an existing ``max_turns`` (else it is an error).
+        first_row: The number messages give ``rows[0]`` (rows read in chunks).
 
     Returns:
         New row dicts (the input is not modified).
@@ -161,7 +170,7 @@ def with_budgets(
         raise ValueError(f"{len(rows)} rows but {len(budgets)} budgets")
     top, nested = trainer in ("all", "skyrl", "trl"), trainer in ("all", "verl")
     out = []
-    for i, (row, budget) in enumerate(zip(rows, budgets, strict=True)):
+    for i, (row, budget) in enumerate(zip(rows, budgets, strict=True), start=first_row - 1):
         new = dict(row)
         if top:
             if BUDGET_KEY in new and not overwrite:
@@ -222,51 +231,11 @@ def _with_budgets_table(
     return table
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON Lines dataset, each parsed strictly (UTF-8, no NaN, bounded depth).
-
-    Raises:
-        InputProblem: naming the file and line of the first row that cannot be read.
-    """
-    from recovery.formats.jsontext import UTF8_BOM, parse_json
-    from recovery.schema import RecordError
-
-    rows = []
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            if number == 1:
-                line = line.removeprefix(UTF8_BOM)
-            if not line.strip():
-                continue
-            try:
-                row = parse_json(line, file=str(path), line=number)
-            except RecordError as err:
-                message = err.message.replace(" or drop the record (--skip-bad)", "")
-                if message.startswith("malformed JSON: "):
-                    message = f"not JSON: {message.removeprefix('malformed JSON: ')}"
-                raise InputProblem(f"{path}:{number}: {message}") from None
-            if not isinstance(row, dict):
-                raise InputProblem(f"{path}:{number}: a row must be a JSON object, "
-                                   f"got {type(row).__name__}")
-            rows.append(row)
-    return rows
-
-
 def _suffix(path: Path, what: str) -> str:
     suffix = path.suffix.lower()
     if suffix not in DATASET_SUFFIXES:
         raise UsageProblem(f"{what} {path}: the file must end in .parquet or .jsonl")
     return suffix
-
-
-def _write_atomically(out: Path, write: Any) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def assign_budgets(
@@ -277,16 +246,18 @@ def assign_budgets(
     seed: int = 0,
     trainer: str = "all",
     overwrite: bool = False,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> AssignResult:
     """Add a ``max_turns`` drawn from ``schedule`` to every row of ``dataset``; write ``out``.
 
     The draws are ``schedule.sample(numpy.random.default_rng(seed), n_rows)``, row ``i``
-    getting the ``i``-th. Parquet is changed in Arrow (every other column and its type kept);
-    JSON Lines row by row (every other field kept). ``out`` is written to a temporary file and
-    renamed, so a failure leaves no partial file (and ``out`` may be ``dataset``).
-
-    Long because the docstring documents the arguments and what is written; the body is about 51
-    lines.
+    getting the ``i``-th (drawn a piece at a time from the one generator: the same numbers).
+    The dataset is streamed (:mod:`analyses.budgetmix.assign_stream`): Parquet in batches under
+    a byte budget, changed in Arrow (every other column and its type kept) and written batch
+    by batch; JSON Lines a line at a time (every other field kept; for a Parquet output the
+    rows are read twice, the first time for their schema). Memory follows the batch budget and
+    ``max_record_bytes``, not the file. ``out`` is written to a unique temporary file beside
+    it and renamed, so a failure leaves no partial file (and ``out`` may be ``dataset``).
 
     Args:
         dataset: The training dataset (``.parquet`` or ``.jsonl``).
@@ -295,67 +266,146 @@ def assign_budgets(
         seed: Seed of the draws.
         trainer: One of :data:`TRAINERS`.
         overwrite: Replace a ``max_turns`` the rows already have.
+        max_record_bytes: The largest row accepted (decoded); a larger one is an error.
 
     Returns:
         What was written.
 
     Raises:
-        UsageProblem: for a file type, trainer or seed that cannot be used, or a schedule
-            whose budgets or weights break a rule
+        UsageProblem: for a file type, trainer, seed or limit that cannot be used, or a
+            schedule whose budgets or weights break a rule
             (:func:`analyses.budgetmix.schedule.validate_schedule`).
-        InputProblem: naming the file (and line) when the dataset cannot be read or changed.
+        InputProblem: naming the file (and line or row) when the dataset cannot be read, is
+            over the limits, or cannot be changed or written.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from recovery.errors import Problem
+    from recovery.outputs import atomic_output
 
     dataset, out = Path(dataset), Path(out)
-    if trainer not in TRAINERS:
-        raise UsageProblem(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise UsageProblem(f"--seed must be 0 or more, got {seed}")
+    _check_arguments(trainer, seed, max_record_bytes)
     validate_schedule(schedule.budgets, schedule.weights)  # also a schedule changed since made
     in_kind, out_kind = _suffix(dataset, "dataset"), _suffix(out, "output")
     if not dataset.is_file():
         raise InputProblem(f"dataset {dataset} does not exist")
-    table: pa.Table | None = None
-    rows: list[dict[str, Any]] | None = None
-    if in_kind == ".parquet":
-        try:
-            table = pq.read_table(dataset)
-        except (pa.ArrowException, OSError) as err:
-            raise InputProblem(f"{dataset}: cannot be read as Parquet ({err})") from None
-        n_rows = table.num_rows
-    else:
-        rows = _read_jsonl(dataset)
-        n_rows = len(rows)
-    if n_rows == 0:
+    if in_kind == ".parquet" and parquet_rows(dataset) == 0:
         raise InputProblem(f"dataset {dataset} has no rows")
-    budgets = schedule.sample(np.random.default_rng(seed), n_rows)
+    draws = _Draws(schedule, seed)
+    pieces = _Pieces(dataset, in_kind, trainer, overwrite, max_record_bytes)
     try:
-        if table is not None:
-            table = _with_budgets_table(table, budgets, trainer, overwrite=overwrite)
-        else:
-            rows = with_budgets(rows, budgets.tolist(), trainer,  # type: ignore[arg-type]
-                                overwrite=overwrite)
-    except InputProblem as err:  # a row that cannot take its budget, named by the file
-        raise InputProblem(f"{dataset}: {err}") from None
-
-    def write(tmp: Path) -> None:
-        if out_kind == ".parquet":
-            pq.write_table(table if table is not None else pa.Table.from_pylist(rows), tmp)
-            return
-        records = table.to_pylist() if table is not None else rows
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for record in records or []:
-                fh.write(dumps(record) + "\n")
-
-    try:
-        _write_atomically(out, write)
+        with atomic_output(out) as temp:
+            _write(pieces, draws, temp, out_kind)
+            if not draws.n_rows:
+                raise InputProblem(f"dataset {dataset} has no rows")
+    except Problem:
+        raise
     except (pa.ArrowException, TypeError, ValueError) as err:
         raise InputProblem(f"{dataset}: cannot be written as {out_kind[1:]} ({err})") from None
-    counts = Counter(int(b) for b in budgets)
-    return AssignResult(path=out, n_rows=n_rows, counts=dict(sorted(counts.items())),
+    return AssignResult(path=out, n_rows=draws.n_rows, counts=dict(sorted(draws.counts.items())),
                         trainer=trainer, seed=seed)
+
+
+def _check_arguments(trainer: str, seed: Any, max_record_bytes: Any) -> None:
+    if trainer not in TRAINERS:
+        raise UsageProblem(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageProblem(f"--seed must be 0 or more, got {seed}")
+    if isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) \
+            or max_record_bytes <= 0:
+        raise UsageProblem(f"--max-record-mb: must be > 0, not {max_record_bytes}")
+
+
+class _Draws:
+    """The budgets, drawn a piece at a time from one seeded generator, and their counts."""
+
+    def __init__(self, schedule: BudgetSchedule, seed: int) -> None:
+        self.schedule = schedule
+        self.rng = np.random.default_rng(seed)
+        self.n_rows = 0
+        self.counts: Counter[int] = Counter()
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` budgets (numpy draws them in order: pieces give one sequence)."""
+        budgets = self.schedule.sample(self.rng, n)
+        self.n_rows += n
+        self.counts.update(int(b) for b in budgets)
+        return budgets
+
+
+@dataclass(frozen=True, slots=True)
+class _Pieces:
+    """How to read the dataset, a bounded piece at a time, and add budgets to each piece."""
+
+    dataset: Path
+    kind: str
+    trainer: str
+    overwrite: bool
+    max_record_bytes: int
+
+    def read(self) -> Iterator[pa.Table | list[dict[str, Any]]]:
+        """The dataset's pieces: Arrow tables for Parquet, row dicts for JSON Lines."""
+        if self.kind == ".parquet":
+            return parquet_tables(self.dataset, self.max_record_bytes)
+        return jsonl_chunks(self.dataset, self.max_record_bytes)
+
+    def budgeted(self, piece: Any, budgets: np.ndarray, first_row: int) -> Any:
+        """``piece`` with ``budgets`` added where the trainer reads them.
+
+        Raises:
+            InputProblem: naming the file when a row cannot take its budget.
+        """
+        try:
+            if isinstance(piece, list):
+                return with_budgets(piece, budgets.tolist(), self.trainer,
+                                    overwrite=self.overwrite, first_row=first_row)
+            return _with_budgets_table(piece, budgets, self.trainer, overwrite=self.overwrite)
+        except InputProblem as err:  # a row that cannot take its budget, named by the file
+            raise InputProblem(f"{self.dataset}: {err}") from None
+
+    def schema(self) -> pa.Schema:
+        """The Parquet schema of the budgeted JSON Lines rows (a first reading of the file)."""
+
+        def chunks() -> Iterator[list[dict[str, Any]]]:
+            first = 1
+            for chunk in self.read():
+                yield self.budgeted(chunk, np.ones(len(chunk), dtype=np.int64), first)
+                first += len(chunk)
+
+        return jsonl_schema(chunks())
+
+
+def _budgeted(pieces: _Pieces, draws: _Draws) -> Iterator[Any]:
+    """The dataset's pieces, each with the next budgets added."""
+    for piece in pieces.read():
+        n = len(piece) if isinstance(piece, list) else piece.num_rows
+        first = draws.n_rows + 1
+        yield pieces.budgeted(piece, draws.take(n), first)
+
+
+def _write(pieces: _Pieces, draws: _Draws, temp: Path, out_kind: str) -> None:
+    """Write the budgeted pieces to ``temp`` as ``out_kind``, one piece at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if out_kind == ".jsonl":
+        with open(temp, "w", encoding="utf-8", newline="\n") as fh:
+            for piece in _budgeted(pieces, draws):
+                rows = piece if isinstance(piece, list) else piece.to_pylist()
+                fh.writelines(dumps(row) + "\n" for row in rows)
+        return
+    schema = pieces.schema() if pieces.kind == ".jsonl" else None
+    writer: pq.ParquetWriter | None = None
+    try:
+        for piece in _budgeted(pieces, draws):
+            table = pa.Table.from_pylist(piece, schema=schema) if isinstance(piece, list) \
+                else piece
+            if writer is None:
+                writer = pq.ParquetWriter(temp, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def assign(config: AssignConfig) -> AssignResult:
@@ -378,5 +428,8 @@ def assign(config: AssignConfig) -> AssignResult:
         schedule = BudgetSchedule.load(config.schedule)
     except UsageProblem as err:  # the schedule is this command's input: exit status 1
         raise InputProblem(str(err)) from None
+    if not config.max_record_mb > 0:
+        raise UsageProblem(f"--max-record-mb: must be > 0, not {config.max_record_mb}")
     return assign_budgets(config.dataset, schedule, config.out, seed=config.seed,
-                          trainer=config.trainer, overwrite=config.overwrite)
+                          trainer=config.trainer, overwrite=config.overwrite,
+                          max_record_bytes=int(config.max_record_mb * 1024 * 1024))

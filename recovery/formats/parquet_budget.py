@@ -95,6 +95,7 @@ def declared_bytes(file: pq.ParquetFile, group: int) -> int:
 
 def iter_batches(
     file: pq.ParquetFile, max_record_bytes: int, batch_bytes: int = BATCH_BYTES,
+    max_rows: int = MAX_BATCH_ROWS,
 ) -> Iterator[Batch | Refusal]:
     """The file's rows, a batch at a time under ``batch_bytes``; a row group that cannot be
     read under the limits is one :class:`Refusal` (and its rows are not read).
@@ -105,13 +106,15 @@ def iter_batches(
     first = 1
     for group in range(file.metadata.num_row_groups):
         rows = file.metadata.row_group(group).num_rows
-        yield from _group_batches(file, group, first, max_record_bytes, batch_bytes)
+        yield from _group_batches(file, group, first, max_record_bytes, (batch_bytes, max_rows))
         first += rows
 
 
 def _group_batches(
-    file: pq.ParquetFile, group: int, first: int, max_record_bytes: int, batch_bytes: int,
+    file: pq.ParquetFile, group: int, first: int, max_record_bytes: int,
+    batch: tuple[int, int],
 ) -> Iterator[Batch | Refusal]:
+    """One row group's batches; ``batch`` is the budget in bytes and the most rows."""
     rows = file.metadata.row_group(group).num_rows
     if rows <= 0:
         return
@@ -123,7 +126,7 @@ def _group_batches(
             f"the limit of {max_record_bytes} bytes a record ({LIMIT_HINT})"))
         return
     per_row = max(1, math.ceil(declared / rows))
-    size = max(1, min(MAX_BATCH_ROWS, batch_bytes // per_row))
+    size = max(1, min(batch[1], batch[0] // per_row))
     # a batch holds no more than its group: dictionaries once, indices, offsets
     ceiling = 2 * declared + 16 * size * max(1, len(file.schema)) + _SLACK_BYTES
     start = first
