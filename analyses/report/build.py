@@ -19,6 +19,7 @@ from analyses.report.defaults import (
     run_budgets,
     samples_per_task,
 )
+from analyses.report.hazard_points import run_curves
 from analyses.report.records import (
     MODES,
     NO_GROUP,
@@ -547,7 +548,10 @@ def _run_reports(
                 traj, flags, run, plan.ts, k, mode=plan.mode, min_at_risk=options.min_at_risk,
                 strata_by=options.strata_by),
         )
-        runs[run] = _run_report(run, traj, measures, fit, plan.reference_t, options.min_at_risk)
+        curves, curve_notes = run_curves(run, measures.hazards[measures.hazards["run"] == run],
+                                         options.min_at_risk)
+        notes += curve_notes
+        runs[run] = _run_report(run, traj, measures, fit, plan.reference_t, curves)
         runs[run].t_90 = reach_turn(traj[traj["run"] == run], runs[run], plan.mode,
                                     plan.reference_t)
     return runs, notes
@@ -900,21 +904,13 @@ def _run_report(
     measures: _Measures,
     fit: pd.DataFrame,
     reference_t: int | None,
-    min_at_risk: int = 30,
+    curves: dict[str, list[HazardPoint]],
 ) -> RunReport:
-    """One run's numbers, read from the frames of every run and its model fit."""
+    """One run's numbers, read from the frames of every run, its model fit and its hazard
+    curves (:func:`analyses.report.hazard_points.run_curves`)."""
     mine = traj[traj["run"] == run]
     sizes = measures.sizes
     run_sizes = sizes.loc[run] if run in sizes.index.get_level_values(0) else sizes.iloc[:0]
-    hz = measures.hazards[measures.hazards["run"] == run]
-    curves = {
-        str(name): with_bins([
-            HazardPoint(x=int(r.x), value=float(r.value), events=int(r.events),
-                        at_risk=int(r.at_risk))
-            for r in part.sort_values("x").itertuples(index=False)
-        ], min_at_risk)
-        for name, part in hz.groupby("hazard", sort=False)
-    }
     desc = measures.descriptive[measures.descriptive["run"] == run]
     return RunReport(
         run=run,
@@ -988,31 +984,6 @@ def _recovery_stats(run: str, measures: _Measures) -> RecoveryStats:
             for r in lat.itertuples(index=False)
         ],
     )
-
-
-def with_bins(points: list[HazardPoint], min_at_risk: int) -> list[HazardPoint]:
-    """Set each point's bin: clock values with turns at risk, in order, gathered until a bin
-    holds ``min_at_risk`` of them, a last bin left smaller joining the previous one (the rule
-    of :func:`analyses.hazards.bin_rates`; values without turns at risk add nothing)."""
-    ids: list[int] = []
-    current, acc = 0, 0
-    threshold = max(min_at_risk, 1e-300)
-    for point in points:
-        ids.append(current)
-        acc += point.at_risk
-        if acc >= threshold:
-            current, acc = current + 1, 0
-    if ids and acc > 0 and ids[-1] > 0:
-        last = ids[-1]
-        ids = [i - 1 if i == last else i for i in ids]
-    for bin_id in set(ids):
-        members = [p for p, i in zip(points, ids, strict=True) if i == bin_id]
-        events = sum(p.events for p in members)
-        at_risk = sum(p.at_risk for p in members)
-        for p in members:
-            p.bin_start, p.bin_end = members[0].x, members[-1].x
-            p.bin_events, p.bin_at_risk = events, at_risk
-    return points
 
 
 def _share_note(row: ComparisonRow, n_boot: int) -> str | None:

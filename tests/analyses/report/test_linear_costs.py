@@ -1,0 +1,169 @@
+"""Report costs linear in the data: the hazard curves binned in one pass and summarised per bin
+when long (a trajectory of many thousand turns), and ``--by`` with many groups capped."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analyses.report.hazard_points import MAX_POINTS, per_bin, run_curves, with_bins
+from analyses.report.records import HazardPoint
+from tests.cli_support import run_cli
+
+
+def reference_with_bins(points: list[HazardPoint], min_at_risk: int) -> list[HazardPoint]:
+    """The binning as it was (one scan of every point per bin), kept as the reference."""
+    ids: list[int] = []
+    current, acc = 0, 0
+    threshold = max(min_at_risk, 1e-300)
+    for point in points:
+        ids.append(current)
+        acc += point.at_risk
+        if acc >= threshold:
+            current, acc = current + 1, 0
+    if ids and acc > 0 and ids[-1] > 0:
+        last = ids[-1]
+        ids = [i - 1 if i == last else i for i in ids]
+    for bin_id in set(ids):
+        members = [p for p, i in zip(points, ids, strict=True) if i == bin_id]
+        events = sum(p.events for p in members)
+        at_risk = sum(p.at_risk for p in members)
+        for p in members:
+            p.bin_start, p.bin_end = members[0].x, members[-1].x
+            p.bin_events, p.bin_at_risk = events, at_risk
+    return points
+
+
+def random_points(rng: random.Random, n: int) -> list[HazardPoint]:
+    x = 0
+    points = []
+    for _ in range(n):
+        x += rng.choice([1, 1, 1, 2, 5])
+        at_risk = rng.choice([0, 1, 2, 3, 10, 40, 100])
+        points.append(HazardPoint(x=x, value=rng.random(), events=rng.randint(0, at_risk),
+                                  at_risk=at_risk))
+    return points
+
+
+def as_tuples(points: list[HazardPoint]) -> list[tuple]:
+    return [(p.x, p.value, p.events, p.at_risk, p.bin_start, p.bin_end, p.bin_events,
+             p.bin_at_risk) for p in points]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_pass_binning_equals_the_reference_on_random_curves(seed: int) -> None:
+    rng = random.Random(seed)
+    points = random_points(rng, rng.randint(0, 60))
+    min_at_risk = rng.choice([0, 1, 5, 30, 200])
+    fast = with_bins([HazardPoint(p.x, p.value, p.events, p.at_risk) for p in points],
+                     min_at_risk)
+    slow = reference_with_bins(points, min_at_risk)
+    assert as_tuples(fast) == as_tuples(slow)
+
+
+def best_seconds(fn: Callable[[], Any], repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def long_curve(n: int) -> list[HazardPoint]:
+    """Two trajectories' worth of a long curve: 2 turns at risk at every clock value."""
+    return [HazardPoint(x=i, value=0.1, events=i % 7 == 0, at_risk=2) for i in range(n)]
+
+
+def test_binning_grows_linearly_with_the_curve() -> None:
+    n = 5000
+    small = best_seconds(lambda: with_bins(long_curve(n), 30))
+    large = best_seconds(lambda: with_bins(long_curve(4 * n), 30))
+    assert large / max(small, 1e-4) < 6, (small, large)
+
+
+def hazard_rows(n: int) -> pd.DataFrame:
+    """Rows of :func:`analyses.descriptive.hazard_curves` for a curve ``h`` of ``n`` values
+    and a short curve ``rho``, listed in reverse order."""
+    xs = list(range(n))[::-1]
+    return pd.concat([
+        pd.DataFrame({"run": "r", "hazard": "h", "x": xs, "value": 0.5,
+                      "events": [x % 2 for x in xs], "at_risk": 2}),
+        pd.DataFrame({"run": "r", "hazard": "rho", "x": [1, 2, 3], "value": 0.25,
+                      "events": [1, 0, 0], "at_risk": [4, 3, 1]}),
+    ], ignore_index=True)
+
+
+def test_a_short_curve_keeps_every_clock_value() -> None:
+    curves, notes = run_curves("r", hazard_rows(100), min_at_risk=30)
+    assert [p.x for p in curves["h"]] == list(range(100))
+    assert sum(p.events for p in curves["h"]) == 50
+    assert [p.x for p in curves["rho"]] == [1, 2, 3]
+    assert {(p.bin_start, p.bin_end, p.bin_at_risk) for p in curves["rho"]} == {(1, 3, 8)}
+    assert notes == []
+
+
+def test_a_long_curve_keeps_one_point_per_bin_and_says_so() -> None:
+    n = MAX_POINTS + 1000
+    curves, notes = run_curves("r", hazard_rows(n), min_at_risk=30)
+    h = curves["h"]
+    # 2 turns at risk per value: 15 values a bin, the last bin (too small) joined to the one
+    # before
+    assert len(h) == n // 15
+    assert [p.x for p in h] == [p.bin_start for p in h] == sorted(p.x for p in h)
+    assert sum(p.at_risk for p in h) == 2 * n
+    assert sum(p.events for p in h) == n // 2
+    assert all(p.at_risk == p.bin_at_risk and p.events == p.bin_events for p in h)
+    assert h[-1].bin_end == n - 1
+    assert len(curves["rho"]) == 3
+    assert notes == [f"run r: the hazard curves h ({n:,} values) list one point per bin of at "
+                     f"least 30 turns at risk (more than {MAX_POINTS:,} clock values)"]
+
+
+def test_per_bin_points_carry_the_bins_of_the_full_curve() -> None:
+    rng = random.Random(7)
+    points = with_bins(random_points(rng, 300), 30)
+    summary = per_bin(points)
+    full = {(p.bin_start, p.bin_end, p.bin_events, p.bin_at_risk) for p in points}
+    assert {(p.bin_start, p.bin_end, p.bin_events, p.bin_at_risk) for p in summary} == full
+    assert len(summary) == len(full)
+    # a bin's points share its value (the bin's rate); the summary keeps its first point's
+    first_value = {}
+    for p in points:
+        first_value.setdefault(p.bin_start, p.value)
+    assert [p.value for p in summary] == [first_value[p.x] for p in summary]
+
+
+def write_long(path: Path, n_turns: int) -> Path:
+    """Two tasks of one sample each, ``n_turns`` turns each, every seventh an error."""
+    lines = []
+    for task in ("a", "b"):
+        turns: list[dict[str, Any]] = []
+        for i in range(n_turns):
+            turn: dict[str, Any] = {"action": f"act {i % 17}", "observation": f"obs {i % 13}"}
+            if i % 7 == 3:
+                turn.update(error="tool_error", observation="Error: failed")
+            turns.append(turn)
+        lines.append(json.dumps({"task_id": task, "sample": 0, "success": task == "a",
+                                 "turns": turns}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_analyze_of_long_trajectories_writes_binned_curves(tmp_path: Path) -> None:
+    data = write_long(tmp_path / "long.jsonl", 3 * MAX_POINTS)
+    out = tmp_path / "out.json"
+    result = run_cli("analyze", str(data), "--json", str(out), "--n-boot", "0")
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    h = report["runs"]["long"]["hazards"]["h"]
+    assert 0 < len(h) <= MAX_POINTS
+    assert all(p["x"] == p["bin_start"] and p["at_risk"] == p["bin_at_risk"] for p in h)
+    assert any("list one point per bin" in note for note in report["notes"])
