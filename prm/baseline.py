@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.data import StepExample
+from prm.folder_checks import MAX_WEIGHT, check_values, npz_arrays
 from prm.spec import BASELINE_ARRAYS_FILE, BASELINE_FILE, LEGACY_BASELINE_FILE, read_json
 from recovery.errors import InputProblem
 
@@ -214,10 +215,11 @@ class TfidfStepBaseline:
             )
         record = read_json(path)
         _check_params(record, path)
+        arrays = npz_arrays(arrays_path, _array_shapes(record, path))
+        check_values(arrays_path, arrays, {"coef": (-MAX_WEIGHT, MAX_WEIGHT),
+                                           "intercept": (-MAX_WEIGHT, MAX_WEIGHT),
+                                           **{f"idf_{f}": (0.0, MAX_WEIGHT) for f in FIELDS}})
         try:
-            with np.load(arrays_path, allow_pickle=False) as data:
-                _check_array_sizes(data, record, arrays_path)
-                arrays = {k: data[k] for k in data.files}
             params = record["params"]
             model = cls(max_features=int(params["max_features"]),
                         ngram_range=tuple(params["ngram_range"]), C=float(params["C"]),
@@ -232,8 +234,6 @@ class TfidfStepBaseline:
             classifier.coef_ = arrays["coef"]
             classifier.intercept_ = arrays["intercept"]
             classifier.n_features_in_ = int(arrays["coef"].shape[1])
-        except FileNotFoundError:
-            raise InputProblem(f"{arrays_path} is missing") from None
         except (KeyError, TypeError, ValueError, OSError) as err:
             raise InputProblem(f"{directory}: the baseline's files are damaged ({err})") from None
         if classifier.n_features_in_ != sum(len(v.vocabulary) for v in vectorisers):
@@ -282,23 +282,29 @@ def _check_params(record: Any, path: Path) -> None:
                            f"numbers [low, high] with 1 <= low <= high <= {MAX_NGRAM}")
 
 
-def _check_array_sizes(data: Any, record: dict[str, Any], path: Path) -> None:
-    """Refuse arrays larger than the vocabularies allow, from the zip directory alone (an
-    ``.npz`` is compressed: a small file can hold gigabytes of zeros)."""
+MAX_VOCAB_CHARS = 1000
+"""Longest vocabulary entry (an n-gram of at most :data:`MAX_NGRAM` words) a baseline may hold."""
+
+
+def _array_shapes(record: dict[str, Any], path: Path) -> dict[str, tuple[int, ...]]:
+    """The shape of each array of ``baseline.npz``, from the checked vocabularies.
+
+    Raises:
+        InputProblem: the vocabularies or classes are not a baseline's.
+    """
     vocabularies = record.get("vocabularies")
-    classes = record.get("classes")
-    if not isinstance(vocabularies, dict) or not isinstance(classes, list) or not all(
+    if not isinstance(vocabularies, dict) or record.get("classes") != [0, 1] or not all(
             isinstance(vocabularies.get(f), list) for f in FIELDS):
-        raise InputProblem(f"{path.with_name(BASELINE_FILE)}: not a baseline record "
-                           f"(vocabularies and classes)")
+        raise InputProblem(f"{path}: not a baseline record (vocabularies and classes [0, 1])")
+    for f in FIELDS:
+        words = vocabularies[f]
+        if len(words) > 10**7 or len(set(words)) != len(words) or not all(
+                isinstance(w, str) and len(w) <= MAX_VOCAB_CHARS for w in words):
+            raise InputProblem(f"{path}: vocabularies.{f} must be distinct strings of at most "
+                               f"{MAX_VOCAB_CHARS} characters")
     total = sum(len(vocabularies[f]) for f in FIELDS)
-    limit = 8 * (total + 1) * max(1, len(classes)) + 4096
-    for info in data.zip.infolist():
-        if info.file_size > limit:
-            raise InputProblem(
-                f"{path}: {info.filename} holds {info.file_size} bytes, more than the "
-                f"{limit} that the vocabularies of {BASELINE_FILE} allow; not read"
-            )
+    return {**{f"idf_{f}": (len(vocabularies[f]),) for f in FIELDS}, "coef": (1, total),
+            "intercept": (1,)}
 
 
 def save_baseline_model(

@@ -190,6 +190,19 @@ def split_tasks(
     return dict(zip(tasks, names, strict=True))
 
 
+def _is_split_record(raw: object) -> bool:
+    """Whether a parsed ``split.json`` is what :meth:`TaskSplit.save` writes."""
+
+    def number(x: object) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool)
+
+    return (isinstance(raw, dict) and isinstance(raw.get("seed"), int)
+            and not isinstance(raw["seed"], bool) and isinstance(raw.get("fractions"), list)
+            and len(raw["fractions"]) == 3 and all(map(number, raw["fractions"]))
+            and isinstance(raw.get("tasks"), dict)
+            and all(v in SPLITS for v in raw["tasks"].values()))
+
+
 @dataclass(slots=True)
 class TaskSplit:
     """A saved task split (``split.json`` next to a model).
@@ -228,9 +241,19 @@ class TaskSplit:
 
     @classmethod
     def load(cls, path: str | Path) -> TaskSplit:
-        """Read a split written by :meth:`save`."""
-        raw = json.loads(Path(path).read_text())
-        return cls(seed=int(raw["seed"]), fractions=tuple(raw["fractions"]), tasks=raw["tasks"])
+        """Read a split written by :meth:`save` (strictly: :func:`recovery.ownfiles.read_own_json`).
+
+        Raises:
+            InputProblem: naming the file when it cannot be read or is not a task split.
+        """
+        from recovery.errors import InputProblem
+        from recovery.ownfiles import read_own_json
+
+        raw = read_own_json(path, "task split")
+        if not _is_split_record(raw):
+            raise InputProblem(f"{path}: not a task split (seed, three fractions and a split "
+                               f"of {', '.join(SPLITS)} per task)")
+        return cls(seed=raw["seed"], fractions=tuple(raw["fractions"]), tasks=raw["tasks"])
 
     @classmethod
     def make(

@@ -336,15 +336,15 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file of a model folder or checkpoint.
+    """Parse a JSON file of a model folder or checkpoint, strictly
+    (:func:`recovery.ownfiles.read_own_json`: bounded in size and depth, no NaN, no key twice).
 
     Raises:
-        InputProblem: naming the file when it cannot be read or is not valid JSON.
+        InputProblem: naming the file when it is missing, cannot be read or is not valid JSON.
     """
+    from recovery.ownfiles import read_own_json
+
     path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputProblem(f"{path} is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputProblem(f"{path}: not valid JSON ({err})") from None
+    if not path.exists():
+        raise InputProblem(f"{path} is missing")
+    return read_own_json(path, "model file")

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.folder_checks import three_class_params
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def text_counts(table: pd.DataFrame) -> Any:
                            f"{missing[0]!r} column (prm.structured.feature_rows gives it)")
     vectorizer = HashingVectorizer(n_features=2 ** TEXT_BITS, ngram_range=(1, 2),
                                    alternate_sign=False, norm=None, dtype=np.float64)
+    if not len(table):  # the vectorizer cannot transform no text at all
+        return sp.csr_matrix((0, TEXT_WIDTH))
     blocks = []
     for column in TEXT_COLUMNS:
         counts = vectorizer.transform(table[column].fillna("").astype(str).tolist()).tocsr()
@@ -259,8 +262,7 @@ class StructuredStepModel:
 
         model = LogisticRegression(C=C, solver="newton-cg", max_iter=500)
         if self.head_ == "ternary":
-            model.fit(X, _classes_of(targets, True))
-            return model.coef_, model.intercept_
+            return three_class_params(model.fit(X, _classes_of(targets, True)))
         if np.isin(targets, (0.0, 1.0)).all():
             model.fit(X, targets)
             return model.coef_, model.intercept_
@@ -498,7 +500,8 @@ class StructuredStepModel:
 
     @classmethod
     def load(cls, model_dir: str | Path) -> tuple[StructuredStepModel, dict[str, Any]]:
-        """Read a folder written by :meth:`save`; every field and array shape is checked.
+        """Read a folder written by :meth:`save`; every field, array shape and value is checked
+        (:mod:`prm.folder_checks`) before the scorer can use it.
 
         Returns:
             The model and its ``structured.json`` record.
@@ -506,41 +509,20 @@ class StructuredStepModel:
         Raises:
             InputProblem: a missing or damaged file (named), or shapes that do not agree.
         """
-        import zipfile
-
         import numpy as np
+
+        from prm import folder_checks as checks
+        from recovery.ownfiles import read_own_json
 
         model_dir = Path(model_dir)
         path = model_dir / STRUCTURED_FILE
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise InputProblem(f"{path}: cannot be read as JSON ({err})") from None
-        _check_record(record, path)
+        record = read_own_json(path, "structured model file")
+        checks.check_structured_record(record, path)
         arrays_path = model_dir / ARRAYS_FILE
-        _check_member_sizes(arrays_path, record)
-        try:
-            with np.load(arrays_path, allow_pickle=False) as data:
-                names = ARRAY_NAMES + (TEXT_ARRAYS if record["version"] > 1 else ())
-                arrays = {name: np.asarray(data[name], dtype=float) for name in names}
-            for name in TEXT_ARRAYS:
-                arrays.setdefault(name, np.zeros(0))
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
-            raise InputProblem(f"{arrays_path}: not the structured model's arrays "
-                               f"({type(err).__name__}: {err})") from None
-        n_pc, width = record["embeddings"]
-        text = bool(record["text"])
-        d = len(record["feature_names"]) + n_pc
-        k = 3 if record["head"] == "ternary" else 1
-        n_scores, n_ratios = (2 * TEXT_FIELDS, TEXT_WIDTH) if text else (0, 0)
-        expected = {"coef": (k, d + n_scores), "intercept": (k,), "means": (d,),
-                    "scales": (d,), "emb_mean": (width,), "emb_components": (n_pc, width),
-                    "ratios": (n_ratios,), "text_means": (n_scores,),
-                    "text_scales": (n_scores,)}
-        for name, shape in expected.items():
-            if arrays[name].shape != shape or not np.isfinite(arrays[name]).all():
-                raise InputProblem(f"{arrays_path}: '{name}' has shape {arrays[name].shape}, "
-                                   f"expected {shape} of finite numbers")
+        arrays = checks.npz_arrays(arrays_path, checks.structured_shapes(record),
+                                   optional=TEXT_ARRAYS)
+        checks.check_values(arrays_path, arrays, checks.STRUCTURED_LIMITS)
+        n_pc, text = record["embeddings"][0], bool(record["text"])
         model = cls(setting=record["setting"], head=record["head"], C=record["C"])
         model.feature_names_, model.head_ = list(record["feature_names"]), record["head"]
         model.C_, model.error_threshold_ = record["C"], record["error_threshold"]
@@ -566,61 +548,6 @@ def _log_loss(probs: np.ndarray, targets: np.ndarray, ternary: bool) -> float:
         return float(-np.mean(np.log(np.clip(probs[np.arange(len(probs)), index], eps, 1))))
     p = np.clip(probs, eps, 1 - eps)
     return float(-np.mean(targets * np.log(p) + (1 - targets) * np.log(1 - p)))
-
-
-def _check_record(record: Any, path: Path) -> None:
-    """Every field of ``structured.json``: its type and range, named when wrong."""
-    from prm.features import SETTINGS
-
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise InputProblem(f"{path}: not a structured PRM (no 'format': {FORMAT!r})")
-    if record.get("version") == 1 and "text" not in record:
-        record["text"] = False  # written before the text scores existed: none
-    if record.get("version") in (1, 2):  # written before these choices: the threshold decides
-        record.setdefault("call_failed_last", False)
-        record.setdefault("call_neutral", record.get("head") == "ternary")
-    checks = {
-        "version": lambda v: v in (1, 2, VERSION),
-        "setting": lambda v: v in SETTINGS,
-        "head": lambda v: v in ("binary", "ternary"),
-        "classes": lambda v: v in ([-1.0, 1.0], [-1.0, 0.0, 1.0]),
-        "feature_names": lambda v: isinstance(v, list) and v and all(
-            isinstance(x, str) for x in v) and len(set(v)) == len(v),
-        "C": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
-        "error_threshold": lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-        and 0 <= v <= 1.01,
-        "embeddings": lambda v: isinstance(v, list) and len(v) == 2 and all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
-        and v[0] <= v[1] <= MAX_EMBEDDING_WIDTH and (v[0] > 0) == (v[1] > 0),
-        "text": lambda v: isinstance(v, bool),
-        "call_failed_last": lambda v: isinstance(v, bool) and (
-            not v or record.get("setting") == "hindsight"),
-        "call_neutral": lambda v: isinstance(v, bool) and (
-            not v or record.get("head") == "ternary"),
-    }
-    for name, ok in checks.items():
-        if name not in record or not ok(record[name]):
-            raise InputProblem(f"{path}: field '{name}' is missing or not usable "
-                               f"({record.get(name)!r})")
-
-
-def _check_member_sizes(path: Path, record: dict[str, Any]) -> None:
-    """Refuse an ``.npz`` whose members are larger than the record's shapes allow, from the
-    zip directory, before any member is inflated."""
-    import zipfile
-
-    n_pc, width = record["embeddings"]
-    n_text = TEXT_WIDTH if record["text"] else 0
-    d = len(record["feature_names"]) + n_pc + 2 * TEXT_FIELDS
-    bound = 8 * (3 * d + 3 + 2 * d + width + n_pc * width + n_text) + 4096
-    try:
-        with zipfile.ZipFile(path) as archive:
-            too_big = [i.filename for i in archive.infolist() if i.file_size > bound]
-    except (OSError, zipfile.BadZipFile) as err:
-        raise InputProblem(f"{path}: not the structured model's arrays ({err})") from None
-    if too_big:
-        raise InputProblem(f"{path}: member {too_big[0]} is larger than the model's shapes "
-                           f"allow ({bound} bytes)")
 
 
 def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], Any] = print,

@@ -67,14 +67,19 @@ def train_tokenizer(
 
 
 def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer saved in a model folder or checkpoint (never with remote code).
+    """The tokenizer saved in a model folder or checkpoint (never with remote code), once
+    its files pass :func:`prm.tokenizer_checks.check_tokenizer_folder`.
 
     Raises:
         InputProblem: naming the folder's tokenizer file when it cannot be read.
+        UsageProblem: ``tokenizer.json`` is not of the kind the toolkit writes.
     """
     from transformers import AutoTokenizer
 
+    from prm.tokenizer_checks import check_tokenizer_folder
+
     directory = Path(directory)
+    check_tokenizer_folder(directory)
     try:
         return AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as err:  # tokenizers raises its own exception types for bad JSON
