@@ -1,35 +1,51 @@
-"""Step caps: an episode that stops at its run's step cap without success is censored, not failed.
+"""Step caps: an episode that stops at its task's step cap without success is censored, not failed.
 
 Real harnesses stop an episode after a fixed number of steps (BALROG's ``max_steps``,
 SWE-agent's ``step_limit``, tau-bench's ``max_num_steps``). Such an episode did not fail: it
 ran out of turns, and the hazard model must treat it as censored there (a death at turn 100 and
-a censoring at turn 100 give different hazards). The cap comes, in this order, from
+a censoring at turn 100 give different hazards).
 
-1. ``--max-turns RUN=N`` (what the user knows),
-2. the data: the format wrote the budget (a canonical ``budget``, a BALROG config, a SWE-agent
-   ``step_limit``) and the store already calls such endings ``budget``,
-3. detection: many episodes of the run end without success at its largest turn count, a
-   spike there (:func:`detect_cap`).
+A cap is a fact of the environment and the task, not of the run: one benchmark run spans
+environments with different caps, and within one environment the caps can differ by level.
+**The one rule**: an episode that did not succeed, did not crash and reached its task's cap
+ends by ``budget`` (censored), whatever gave the cap. Each task's cap comes, in this order, from
 
-The store keeps the end reason the format gave; the analyses apply the cap to their frames
-(:func:`with_step_caps`), and the report's data-quality section says where each cap came from.
+1. ``--max-turns`` (what the user knows): ``RUN=N``, ``ENV=N`` or ``RUN/ENV=N``
+   (:func:`resolve_max_turns`);
+2. the data, for the task: the format wrote ``budget`` for some of its episodes (a canonical
+   ``budget``, a BALROG summary without ``done``): the largest such turn count is the task's
+   cap, and it applies to every episode of the task that reached it;
+3. the data, for the environment (the task id up to its first ``/``): when the tasks of the
+   environment that have a written cap all have the same one, a task without one gets it
+   (unless its own detected cap differs);
+4. detection for the task, where it has :data:`MIN_TASK_EPISODES` episodes and its cap is
+   corroborated (the environment's cap, a written one, or that of another task);
+5. detection for the environment.
+
+Detection (:func:`detect_cap`) pools the runs given together (the environment sets the cap, not
+the agent). The store keeps the end reason the format gave; every consumer (the report and its
+data-quality numbers, the task timeline, ``budgetmix plan``) gets the capped frame from
+:func:`capped_frame`, so one episode has one end reason everywhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from recovery.errors import UsageProblem
+from analyses.caps_given import parse_max_turns, resolve_max_turns
 
 if TYPE_CHECKING:
     import pandas as pd
 
+__all__ = ["CAP_SOURCES", "CappedFrame", "StepCap", "capped_frame", "detect_cap", "env_of",
+           "parse_max_turns"]
+
 CAP_SOURCES = ("--max-turns", "data", "detected")
-"""Where a run's step cap came from, in the order they are tried."""
+"""Where a cap came from, in the order they are tried."""
 
 MIN_CAPPED = 3
 """Fewest failures at the largest turn count for a cap to be detected."""
@@ -37,17 +53,28 @@ MIN_CAPPED = 3
 SPIKE_WINDOW = 5
 """Turn counts just below the largest that the spike is compared with."""
 
+NEARLY_ALL = 0.9
+"""A share of the unsuccessful episodes ending at the largest turn count that is a cap by itself
+(29 of 30), with at least one episode shorter."""
+
+MIN_TASK_EPISODES = 10
+"""Fewest episodes (over the runs) of a task for a cap to be detected on the task alone."""
+
+_HOW = {"--max-turns": "given with --max-turns", "data": "written in the data",
+        "detected": "detected"}
+
 
 @dataclass(frozen=True)
 class StepCap:
-    """A run's step cap.
+    """One step cap of a run, as the data-quality section states it.
 
     Attributes:
         run: The run.
         turns: The cap: an episode of this many turns without success ran out of turns.
         source: Where it came from (one of :data:`CAP_SOURCES`).
-        n_capped: Episodes of the run that end at the cap without success.
-        n_failures: Episodes of the run that did not succeed (the cap's share is of these).
+        n_capped: Unsuccessful episodes (of the run, or of ``env`` in it) that reach the cap.
+        n_failures: Unsuccessful episodes (of the run, or of ``env`` in it).
+        env: The environment it holds for; ``None`` when it is the run's only cap.
     """
 
     run: str
@@ -55,26 +82,76 @@ class StepCap:
     source: str
     n_capped: int
     n_failures: int
+    env: str | None = None
 
     def describe(self) -> str:
-        """``"100 turns (detected: 76 of 80 unsuccessful episodes end there)"``."""
-        how = {"--max-turns": "given with --max-turns", "data": "written in the data",
-               "detected": "detected"}[self.source]
-        return (f"{self.turns} turns ({how}: {self.n_capped} of {self.n_failures} unsuccessful "
-                f"episodes end there)")
+        """``"100 turns (detected: 76 of 80 unsuccessful episodes end there)"``, with
+        ``" in ENV"`` after the turns when the run has several caps."""
+        where = "" if self.env is None else f" in {self.env or '(no environment)'}"
+        return (f"{self.turns} turns{where} ({_HOW[self.source]}: {self.n_capped} of "
+                f"{self.n_failures} unsuccessful episodes end there)")
+
+
+@dataclass
+class CappedFrame:
+    """:func:`capped_frame`'s answer.
+
+    Attributes:
+        frame: The trajectories with the episodes that ran out of turns ended by ``budget``.
+        cap: Each row's cap (float; NaN where it has none).
+        source: Where each row's cap came from (``""`` where it has none).
+        moved: Rows whose end reason the caps changed (from ``failure`` to ``budget``).
+        by_run: Run -> its caps, as the data-quality section states them.
+    """
+
+    frame: pd.DataFrame
+    cap: np.ndarray
+    source: np.ndarray
+    moved: np.ndarray
+    by_run: dict[str, list[StepCap]] = field(default_factory=dict)
+
+    def env_caps(self, run: str | None = None) -> dict[str, list[int]]:
+        """Environment -> its distinct caps (of ``run``; ``None`` = every row), for the envs
+        that have one."""
+        mask = ~np.isnan(self.cap)
+        if run is not None:
+            mask &= self.frame["run"].astype(str).to_numpy() == run
+        envs = env_of(self.frame["task_id"].to_numpy()[mask])
+        out: dict[str, set[int]] = {}
+        for env, cap in zip(envs, self.cap[mask], strict=True):
+            out.setdefault(str(env), set()).add(int(cap))
+        return {env: sorted(caps) for env, caps in sorted(out.items())}
+
+    def pooling_note(self, run: str | None = None, who: str = "the runs") -> str | None:
+        """One line, ``"WHO: environments with different step caps are pooled (...); read them
+        apart with --by env"``, when the rows (of ``run``) pool such environments."""
+        caps = self.env_caps(run)
+        if len({tuple(c) for c in caps.values()}) < 2:
+            return None
+        listed = ", ".join(f"{env or '(no environment)'} {'/'.join(map(str, c))}"
+                           for env, c in caps.items())
+        return (f"{who}: environments with different step caps are pooled ({listed}); read "
+                "them apart with --by env")
+
+
+def env_of(task_ids: Sequence[object] | np.ndarray) -> np.ndarray:
+    """The environment of each task id: the id up to its first ``/`` (``""`` without one), as
+    ``recovery analyze --by env`` groups them."""
+    return np.array([s.split("/", 1)[0] if "/" in s else ""
+                     for s in (str(t) for t in task_ids)], dtype=object)
 
 
 def detect_cap(n_turns: np.ndarray, success: np.ndarray) -> int | None:
-    """The step cap of one run's episodes, or ``None`` when their ends show none.
+    """The step cap of a set of episodes, or ``None`` when their ends show none.
 
     With ``M`` the largest turn count and ``k`` the unsuccessful episodes of exactly ``M``
-    turns, ``M`` is a cap when ``k >= MIN_CAPPED``, at least ``MIN_CAPPED`` episodes end
-    before ``M`` (when every episode has one length, nothing piles up), and ``k`` is at least
-    twice the most
-    unsuccessful episodes at any one of the :data:`SPIKE_WINDOW` turn counts below ``M``: episodes
-    that end on their own spread out, while a cap piles them up at one count. tau-bench's
-    airline file (a cap of 30 steps) has 7 failures at 30 and at most 1 at 25 to 29; a game
-    run stopped at 100 steps has most of its failures there.
+    turns, ``M`` is a cap when ``k >= MIN_CAPPED``, some episode ends before ``M`` (when
+    every episode has one length, nothing piles up), and either nearly every unsuccessful
+    episode ends there (``k`` at least :data:`NEARLY_ALL` of them: 29 of 30) or, with at least
+    ``MIN_CAPPED`` episodes shorter, ``k`` is at least twice the most unsuccessful episodes at
+    any one of the :data:`SPIKE_WINDOW` turn counts below ``M``: episodes that end on their own
+    spread out, while a cap piles them up at one count. tau-bench's airline file (a cap of 30
+    steps) has 7 failures at 30 and at most 1 at 25 to 29.
 
     Args:
         n_turns: Turns of each episode.
@@ -86,92 +163,149 @@ def detect_cap(n_turns: np.ndarray, success: np.ndarray) -> int | None:
         return None
     top = int(n_turns.max())
     at_top = int((failed & (n_turns == top)).sum())
-    if at_top < MIN_CAPPED or int((n_turns < top).sum()) < MIN_CAPPED:
+    shorter = int((n_turns < top).sum())
+    if at_top < MIN_CAPPED or not shorter:
         return None  # too few there, or every episode has that length: nothing piles up
+    if at_top >= NEARLY_ALL * int(failed.sum()):
+        return top
+    if shorter < MIN_CAPPED:
+        return None
     below = n_turns[failed & (n_turns < top) & (n_turns >= top - SPIKE_WINDOW)]
     most_below = int(np.bincount(top - below).max()) if len(below) else 0
     return top if at_top >= 2 * most_below else None
 
 
-def step_caps(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> dict[str, StepCap]:
-    """Each run's step cap, from ``--max-turns``, the data, or detection.
+def capped_frame(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> CappedFrame:
+    """The trajectories with every episode that ran out of turns ended by ``budget``.
+
+    The one place the rule of the module docs is applied: an episode that did not succeed,
+    ended by ``failure`` (not a crash, not unknown) and has at least its task's cap of turns
+    ends by ``budget``; every other row is unchanged. The runs in ``traj`` are pooled for the
+    caps from the data and from detection.
 
     Args:
-        traj: Trajectories frame (``run, success, n_turns``, and ``end_reason`` when known).
-        given: Run -> cap, from ``--max-turns``; a run named here that has no trajectory is
-            refused.
-
-    Returns:
-        Run -> its cap, for the runs that have one.
+        traj: Trajectories (``run, task_id, success, n_turns``; ``end_reason`` when known, else
+            it is derived as :func:`analyses.frames.ended_by_budget` says).
+        given: ``--max-turns`` entries, name -> cap (:func:`resolve_max_turns` reads them).
 
     Raises:
-        UsageProblem: for a ``--max-turns`` run that is not among the runs, or a cap below 1.
+        UsageProblem: for a ``--max-turns`` name that is no run, environment or RUN/ENV.
     """
-    import pandas as pd
-
-    given = dict(given or {})
-    runs = sorted(str(r) for r in pd.unique(traj["run"]))
-    unknown = sorted(set(given) - set(runs))
-    if unknown:
-        raise UsageProblem(f"--max-turns names run(s) {', '.join(unknown)} that are not "
-                           f"among the runs ({', '.join(runs)})")
-    out: dict[str, StepCap] = {}
-    for run in runs:
-        mine = traj[traj["run"].astype(str) == run]
-        success = mine["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-        n_turns = mine["n_turns"].to_numpy(dtype=np.int64)
-        failures = int((~success).sum())
-        reason = (mine["end_reason"].astype(str).to_numpy() if "end_reason" in mine
-                  else np.full(len(mine), ""))
-        if run in given:
-            cap = int(given[run])
-            if cap < 1:
-                raise UsageProblem(f"--max-turns {run}={cap}: a cap is at least 1 turn")
-            source = "--max-turns"
-        elif (reason == "budget").any():
-            cap = int(n_turns[reason == "budget"].max())
-            source = "data"
-        else:
-            detected = detect_cap(n_turns, success)
-            if detected is None:
-                continue
-            cap, source = detected, "detected"
-        capped = int((~success & (n_turns >= cap)).sum())
-        out[run] = StepCap(run, cap, source, capped, failures)
+    runs = traj["run"].astype(str).to_numpy()
+    envs = env_of(traj["task_id"].to_numpy())
+    success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    n_turns = traj["n_turns"].to_numpy(dtype=np.int64)
+    reason = _reasons(traj, success)
+    cap, source = _found_caps(traj["task_id"].astype(str).to_numpy(), envs, success, n_turns,
+                              reason)
+    for mask, turns in resolve_max_turns(given or {}, runs, envs):
+        cap[mask], source[mask] = turns, "--max-turns"
+    moved = (reason == "failure") & ~success & (n_turns >= np.nan_to_num(cap, nan=np.inf))
+    frame = traj.assign(end_reason=np.where(moved, "budget", reason))
+    out = CappedFrame(frame=frame, cap=cap, source=source, moved=moved)
+    out.by_run = {run: _run_caps(run, runs == run, envs, success, n_turns, cap, source)
+                  for run in sorted(set(runs))}
     return out
 
 
-def with_step_caps(traj: pd.DataFrame, caps: Mapping[str, StepCap]) -> pd.DataFrame:
-    """``traj`` with the episodes that ran out of turns ended by ``budget`` (censored).
+def _reasons(traj: pd.DataFrame, success: np.ndarray) -> np.ndarray:
+    """The frame's end reasons (derived for a frame built without them)."""
+    if "end_reason" in traj:
+        return traj["end_reason"].astype(str).to_numpy(dtype=object)
+    from analyses.frames import ended_by_budget
 
-    An episode of a run with a cap that did not succeed, did not crash, and has at least the
-    cap's turns ends by its budget; every other row is unchanged.
-    """
-    applied = {run: c.turns for run, c in caps.items() if c.source != "data"}
-    if not applied or "end_reason" not in traj:
-        return traj  # a cap written in the data is in the end reasons already
-    cap = traj["run"].astype(str).map(applied)
-    success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    reason = traj["end_reason"].astype(str).to_numpy()
-    out_of_turns = (~success & (reason == "failure")
-                    & (traj["n_turns"].to_numpy() >= cap.fillna(np.inf).to_numpy()))
-    if not out_of_turns.any():
-        return traj
-    return traj.assign(end_reason=np.where(out_of_turns, "budget", reason))
+    known = traj["success"].notna().to_numpy()
+    reason = np.where(success, "success", np.where(ended_by_budget(traj), "budget", "failure"))
+    return np.where(known, reason, "unknown").astype(object)
 
 
-def parse_max_turns(values: list[str] | tuple[str, ...]) -> dict[str, int]:
-    """``["rl=100", "base=50"]`` -> ``{"rl": 100, "base": 50}`` (the run label may hold ``=``:
-    the last one splits).
+def _found_caps(
+    tasks: np.ndarray, envs: np.ndarray, success: np.ndarray, n_turns: np.ndarray,
+    reason: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's cap and its source from the data and detection (steps 2 to 5 of the module
+    docs), over the rows that ended by success, failure or budget."""
+    import pandas as pd
 
-    Raises:
-        UsageProblem: for an entry without ``=`` or a cap that is not a positive whole number.
-    """
-    out: dict[str, int] = {}
-    for value in values:
-        run, sep, cap = str(value).rpartition("=")
-        if not sep or not run or not cap.strip().isdigit() or int(cap) < 1:
-            raise UsageProblem(f"--max-turns {value!r}: give RUN=N with N a whole number of "
-                               "turns, at least 1")
-        out[run] = int(cap)
+    usable = np.isin(reason, ["success", "failure", "budget"])
+    rows = pd.DataFrame({"task": tasks, "env": envs, "ok": success, "n": n_turns,
+                         "written": reason == "budget"})[usable]
+    data_task = rows[rows["written"]].groupby("task")["n"].max().astype(int).to_dict()
+    env_of_task = dict(zip(rows["task"], rows["env"], strict=False))
+    data_env = _single_env_value(data_task, env_of_task)
+    det_env = {env: c for env, g in rows.groupby("env")
+               if (c := detect_cap(g["n"].to_numpy(), g["ok"].to_numpy())) is not None}
+    det_task = _task_detections(rows, env_of_task, det_env, data_env, data_task)
+    per_task: dict[str, tuple[int, str]] = {}
+    for task, env in env_of_task.items():
+        own, whole = det_task.get(task), data_env.get(env)
+        if task in data_task:
+            per_task[task] = (data_task[task], "data")
+        elif whole is not None and own in (None, whole):
+            per_task[task] = (whole, "data")
+        elif own is not None:
+            per_task[task] = (own, "detected")
+        elif env in det_env:
+            per_task[task] = (det_env[env], "detected")
+    cap = np.array([per_task.get(t, (np.nan, ""))[0] for t in tasks], dtype=np.float64)
+    source = np.array([per_task.get(t, (0, ""))[1] for t in tasks], dtype=object)
+    return cap, source
+
+
+def _single_env_value(by_task: Mapping[str, int], env_of_task: Mapping[str, str]
+                      ) -> dict[str, int]:
+    """Environment -> the one value its tasks have in ``by_task`` (absent when they differ)."""
+    values: dict[str, set[int]] = {}
+    for task, value in by_task.items():
+        values.setdefault(env_of_task[task], set()).add(int(value))
+    return {env: next(iter(v)) for env, v in values.items() if len(v) == 1}
+
+
+def _task_detections(
+    rows: pd.DataFrame, env_of_task: Mapping[str, str], det_env: Mapping[str, int],
+    data_env: Mapping[str, int], data_task: Mapping[str, int],
+) -> dict[str, int]:
+    """Task -> its own detected cap, for tasks with enough episodes whose cap is corroborated:
+    it is their environment's cap (detected or written), a cap written for a task of the same
+    environment, or the detected cap of another task there (one task piling up at one count
+    may be a quirk of the task; a level cap recurs)."""
+    sizes = rows.groupby("task").size()
+    candidates = sizes[sizes >= MIN_TASK_EPISODES].index
+    found = {}
+    for task, g in rows[rows["task"].isin(candidates)].groupby("task"):
+        c = detect_cap(g["n"].to_numpy(), g["ok"].to_numpy())
+        if c is not None:
+            found[str(task)] = c
+    out = {}
+    for task, c in found.items():
+        env = env_of_task[task]
+        written = {v for t, v in data_task.items() if env_of_task[t] == env}
+        others = {v for t, v in found.items() if t != task and env_of_task[t] == env}
+        if c in {det_env.get(env), data_env.get(env)} | written | others:
+            out[task] = c
+    return out
+
+
+def _run_caps(
+    run: str, mine: np.ndarray, envs: np.ndarray, success: np.ndarray, n_turns: np.ndarray,
+    cap: np.ndarray, source: np.ndarray,
+) -> list[StepCap]:
+    """The caps of one run: one for the whole run when its capped episodes share one cap and
+    source, else one per environment, cap and source."""
+    has = mine & ~np.isnan(cap)
+    failed = ~success
+    reached = failed & (n_turns >= np.nan_to_num(cap, nan=np.inf))
+    keys = sorted({(int(c), str(s)) for c, s in zip(cap[has], source[has], strict=True)})
+    if len(keys) == 1:
+        turns, src = keys[0]
+        return [StepCap(run, turns, src, int((reached & has).sum()),
+                        int((failed & mine).sum()))]
+    out = []
+    for env in sorted({str(e) for e in envs[has]}):
+        in_env = mine & (envs == env)
+        for turns, src in sorted({(int(c), str(s)) for c, s in
+                                  zip(cap[in_env & has], source[in_env & has], strict=True)}):
+            part = in_env & (cap == turns) & (source == src)
+            out.append(StepCap(run, turns, src, int((reached & part).sum()),
+                               int((failed & in_env).sum()), env))
     return out

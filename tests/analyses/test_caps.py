@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.caps import detect_cap, parse_max_turns, step_caps, with_step_caps
+from analyses.caps import capped_frame, detect_cap, parse_max_turns
 from recovery.errors import UsageProblem
 from tests.cli_support import run_cli
 
@@ -53,6 +53,7 @@ def test_a_spike_at_the_largest_turn_count_is_a_cap() -> None:
 def test_caps_come_from_the_flag_then_the_data_then_detection() -> None:
     traj = pd.DataFrame({
         "run": ["a"] * 6 + ["b"] * 4 + ["c"] * 3,
+        "task_id": ["ga/t"] * 6 + ["gb/t"] * 4 + ["gc/t"] * 3,  # an environment each
         "success": [False, False, False, True, False, True, False, False, True, False,
                     True, False, False],
         "n_turns": [10, 10, 10, 3, 2, 4, 7, 7, 7, 5, 3, 4, 5],
@@ -60,15 +61,16 @@ def test_caps_come_from_the_flag_then_the_data_then_detection() -> None:
                       + ["budget", "budget", "success", "failure"]
                       + ["success", "failure", "failure"],
     })
-    caps = step_caps(traj, {"c": 5})
-    assert {r: (c.turns, c.source, c.n_capped) for r, c in caps.items()} == {
-        "a": (10, "detected", 3), "b": (7, "data", 2), "c": (5, "--max-turns", 1)}
-    out = with_step_caps(traj, caps)
-    assert out["end_reason"].tolist() == (["budget"] * 3 + ["success", "failure", "success"]
-                                          + ["budget", "budget", "success", "failure"]
-                                          + ["success", "failure", "budget"])
+    capped = capped_frame(traj, {"c": 5})
+    caps = {run: [(c.turns, c.source, c.n_capped) for c in cs]
+            for run, cs in capped.by_run.items()}
+    assert caps == {"a": [(10, "detected", 3)], "b": [(7, "data", 2)],
+                    "c": [(5, "--max-turns", 1)]}
+    assert capped.frame["end_reason"].tolist() == (
+        ["budget"] * 3 + ["success", "failure", "success"]
+        + ["budget", "budget", "success", "failure"] + ["success", "failure", "budget"])
     with pytest.raises(UsageProblem, match="not among the runs"):
-        step_caps(traj, {"zz": 3})
+        capped_frame(traj, {"zz": 3})
 
 
 def test_max_turns_values_are_parsed_strictly() -> None:
