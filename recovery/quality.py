@@ -102,8 +102,12 @@ class RunQuality:
             one and that are marked with it.
         step_cap: The run's step cap, where it has one (filled by a report:
             :mod:`analyses.caps`); its unsuccessful episodes of that many turns are censored.
-        step_cap_source: Where the cap came from: ``--max-turns``, ``data`` or ``detected``.
-        step_cap_note: The cap in words, with its source and how many episodes end there.
+        step_cap_source: Where the caps came from: ``--max-turns``, ``data`` or ``detected``
+            (comma-separated when they came from several).
+        step_cap_note: The caps in words, with their sources and how many episodes end there
+            (one per environment, cap and source when the run has several).
+        step_cap_warning: One line when the run pools environments with different caps
+            (``""`` otherwise).
     """
 
     run: str
@@ -139,6 +143,7 @@ class RunQuality:
     step_cap: int | None = None
     step_cap_source: str | None = None
     step_cap_note: str = ""
+    step_cap_warning: str = ""
 
 
 def _share(part: int | None, whole: int) -> float | None:
@@ -422,6 +427,8 @@ def quality_warnings(
             f"{name}: every trajectory has a single turn; there is no multi-turn behaviour "
             "to mark errors and recoveries in"
         )
+    if q.step_cap_warning:
+        out.append(q.step_cap_warning)
     if q.n_tasks:
         for k, n in sorted(q.tasks_below_k.items()):
             if n / q.n_tasks > th.tasks_below_k:

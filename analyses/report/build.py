@@ -608,22 +608,23 @@ def _comparisons(
 def _apply_step_caps(
     traj: pd.DataFrame, options: ReportOptions, quality: dict[str, RunQuality]
 ) -> pd.DataFrame:
-    """The frame with each run's step cap applied (episodes that ran out of turns are
-    censored), and the data-quality numbers told where each cap came from."""
-    from analyses.caps import step_caps, with_step_caps
+    """The frame with the step caps applied (:func:`analyses.caps.capped_frame`: episodes that
+    ran out of turns are censored), and the data-quality numbers told the same: each run's
+    caps, where they came from, and its end reasons counted on the capped frame."""
+    from analyses.caps import CAP_SOURCES, capped_frame
 
-    caps = step_caps(traj, options.max_turns)
-    capped = with_step_caps(traj, caps)
-    if "end_reason" in traj:
-        moved = (capped["end_reason"].to_numpy() != traj["end_reason"].to_numpy())
-        moved_by_run = traj.loc[moved, "run"].astype(str).value_counts().to_dict()
-    else:
-        moved_by_run = {}
-    for run, cap in caps.items():
+    capped = capped_frame(traj, options.max_turns)
+    moved_by_run = traj.loc[capped.moved, "run"].astype(str).value_counts().to_dict()
+    for run, caps in capped.by_run.items():
         q = quality.get(run)
         if q is None:
             continue
-        q.step_cap, q.step_cap_source, q.step_cap_note = cap.turns, cap.source, cap.describe()
+        if caps:
+            q.step_cap = max(c.turns for c in caps)
+            q.step_cap_source = ",".join(s for s in CAP_SOURCES
+                                         if any(c.source == s for c in caps))
+            q.step_cap_note = "; ".join(c.describe() for c in caps)
+        q.step_cap_warning = capped.pooling_note(run, f"run {run}") or ""
         n = int(moved_by_run.get(run, 0))
         if n:  # the censored episodes were stored as failures
             q.end_reasons["failure"] = q.end_reasons.get("failure", 0) - n
@@ -631,7 +632,7 @@ def _apply_step_caps(
             q.n_budget_hit += n
             q.budget_hit_share = q.n_budget_hit / q.n_trajectories if q.n_trajectories else (
                 math.nan)
-    return capped
+    return capped.frame
 
 
 def _shared_tasks(traj: pd.DataFrame, baseline: str, candidate: str) -> int:
