@@ -262,6 +262,19 @@ def check_finite_rewards(frame: pd.DataFrame, total: np.ndarray, lam: float,
         )
 
 
+def _copy_out(frame: pd.DataFrame, query: str, out: Path, fmt: str) -> None:
+    """Write ``query`` over the rewards (``_bm_rewards``) to ``out`` whole or not at all, from
+    a connection of its own: a store's connection reaches no file but the store."""
+    import duckdb
+    import pyarrow as pa
+
+    with duckdb.connect(":memory:") as con:
+        con.register("_bm_rewards", pa.Table.from_pandas(frame, preserve_index=False))
+        with atomic_output(out) as temp:
+            target = str(temp).replace("'", "''")
+            con.execute(f"COPY ({query}) TO '{target}' (FORMAT {fmt})")
+
+
 def export_shaped_rewards(
     con: duckdb.DuckDBPyConnection,
     model: str,
@@ -302,8 +315,6 @@ def export_shaped_rewards(
         InputProblem: for an ``out`` that is not ``.jsonl``, ``.json`` or ``.parquet``, or a
             store that cannot give the rewards (see :func:`shaped_rewards_frame`).
     """
-    import pyarrow as pa
-
     if layout not in REWARD_LAYOUTS:
         raise UsageProblem(f"unknown layout {layout!r}; known: {', '.join(REWARD_LAYOUTS)}")
     out = Path(out)
@@ -315,25 +326,18 @@ def export_shaped_rewards(
         con, model, lam=lam, gamma=gamma, initial_potential=initial_potential, runs=runs,
         skip_unscored=skip_unscored,
     )
-    con.register("_bm_rewards", pa.Table.from_pandas(frame, preserve_index=False))
-    try:
-        if layout == "turns":
-            query = "SELECT * FROM _bm_rewards ORDER BY traj_id, t"
-        else:
-            lists = ", ".join(f"list({c} ORDER BY t) AS {c}" for c in _LIST_COLUMNS)
-            query = (
-                "SELECT traj_id, any_value(run) AS run, any_value(task_id) AS task_id, "
-                "any_value(sample) AS sample, any_value(budget) AS budget, "
-                "any_value(n_turns) AS n_turns, sum(outcome) AS episode_outcome, "
-                f"sum(reward) AS shaped_return, {lists} "
-                "FROM _bm_rewards GROUP BY traj_id ORDER BY traj_id"
-            )
-        fmt = "parquet" if suffix == ".parquet" else "json"
-        with atomic_output(out) as temp:  # whole or not at all
-            target = str(temp).replace("'", "''")
-            con.execute(f"COPY ({query}) TO '{target}' (FORMAT {fmt})")
-    finally:
-        con.unregister("_bm_rewards")
+    if layout == "turns":
+        query = "SELECT * FROM _bm_rewards ORDER BY traj_id, t"
+    else:
+        lists = ", ".join(f"list({c} ORDER BY t) AS {c}" for c in _LIST_COLUMNS)
+        query = (
+            "SELECT traj_id, any_value(run) AS run, any_value(task_id) AS task_id, "
+            "any_value(sample) AS sample, any_value(budget) AS budget, "
+            "any_value(n_turns) AS n_turns, sum(outcome) AS episode_outcome, "
+            f"sum(reward) AS shaped_return, {lists} "
+            "FROM _bm_rewards GROUP BY traj_id ORDER BY traj_id"
+        )
+    _copy_out(frame, query, out, "parquet" if suffix == ".parquet" else "json")
     return RewardsExport(
         path=out,
         model=model,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from recovery.errors import InputProblem
 from recovery.schema import end_reason_sql, success_turn_sql
+from recovery.store.catalog import check_definitions, check_objects
 from recovery.store.columns import TABLES, table_ddl
 
 if TYPE_CHECKING:
@@ -201,12 +202,14 @@ def store_version(con: duckdb.DuckDBPyConnection, path: str | Path) -> int | Non
             "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database()"
             " AND schema_name = 'main' AND table_name = 'trajectories'").fetchall()}
         if {"traj_id", "run", "task_id", "sample", "success", "n_turns"} <= columns:
+            check_objects(con, path)
             return 1
     if "store_info" not in names:
         raise InputProblem(
             f"{path} is a DuckDB database but not a store of this toolkit: it has no "
             f"store_info table (it has {_listing(names)}); give --store a new file"
         )
+    check_objects(con, path)  # before store_info is read: it could be a view
     try:
         found = [
             row[0]
@@ -234,15 +237,21 @@ def store_version(con: duckdb.DuckDBPyConnection, path: str | Path) -> int | Non
     return version
 
 
+class UpgradeRefused(Exception):
+    """An upgrade step found data it cannot carry over unchanged; the message says what."""
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None) -> None:
     """Create the tables and views when missing, and upgrade an older store (idempotent).
 
-    The database is checked first (:func:`store_version`): a foreign database or a newer
-    store is refused before anything is written. Everything else runs in one transaction, so
-    a failure leaves the store as it was. Upgrades by version: schema 1 had no
-    ``trajectories.end_reason``; it is added and filled by the one rule
+    The database is checked first (:func:`store_version`, and for a store of this version
+    the views' and macros' definitions): a foreign database, a newer store or one holding
+    SQL the toolkit did not write is refused before anything is written. Everything else
+    runs in one transaction, so a failure leaves the store as it was. Upgrades by version:
+    schema 1 had no ``trajectories.end_reason``; it is added and filled by the one rule
     (:func:`recovery.schema.end_reason`) from the stored outcome and budget; before schema 3
-    the trajectory ids were of the old scheme: they are recomputed in every table.
+    the trajectory ids were of the old scheme: they are recomputed in every table. An
+    upgrade checks that no table gains or loses a row and that the new ids are unique.
 
     Args:
         con: The store's connection (no transaction open).
@@ -256,25 +265,12 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None
 
     label = path if path is not None else ":memory:"
     version = store_version(con, label)
+    if version == SCHEMA_VERSION:
+        check_definitions(con, label)
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute(TABLES_DDL)
-        columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
-        if "end_reason" not in columns:
-            con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
-            con.execute(
-                "UPDATE trajectories SET end_reason = "
-                + end_reason_sql("success", "n_turns", "budget")
-            )
-        if version is not None and version < 3:
-            _recompute_traj_ids(con)
-        con.execute(VIEWS_DDL)
-        if version != SCHEMA_VERSION:
-            con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
-            con.execute(
-                "INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-            )
-    except duckdb.Error as err:
+        _create_or_upgrade(con, version)
+    except (duckdb.Error, UpgradeRefused) as err:
         con.execute("ROLLBACK")
         what = (
             f"upgraded from schema version {version} to {SCHEMA_VERSION}"
@@ -288,16 +284,58 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None
     con.execute("COMMIT")
 
 
+def _create_or_upgrade(con: duckdb.DuckDBPyConnection, version: int | None) -> None:
+    """The body of :func:`ensure_schema`, inside its transaction."""
+    before = _row_counts(con) if version is not None and version < SCHEMA_VERSION else None
+    con.execute(TABLES_DDL)
+    columns = {row[0] for row in con.execute("DESCRIBE trajectories").fetchall()}
+    if "end_reason" not in columns:
+        con.execute("ALTER TABLE trajectories ADD COLUMN end_reason VARCHAR")
+        con.execute(
+            "UPDATE trajectories SET end_reason = "
+            + end_reason_sql("success", "n_turns", "budget")
+        )
+    if version is not None and version < 3:
+        _recompute_traj_ids(con)
+    con.execute(VIEWS_DDL)
+    if version != SCHEMA_VERSION:
+        con.execute("DELETE FROM store_info WHERE key = 'schema_version'")
+        con.execute(
+            "INSERT INTO store_info VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        )
+    if before is not None:
+        after = _row_counts(con)
+        for table, n in before.items():
+            if after.get(table) != n:
+                raise UpgradeRefused(f"table {table} would go from {n} rows to "
+                                     f"{after.get(table)}")
+
+
+def _row_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Rows of each store table present but ``store_info`` (which the upgrade relabels)."""
+    present = {row[0] for row in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND NOT temporary").fetchall()}
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in STORE_TABLES if t in present and t != "store_info"}
+
+
 def _recompute_traj_ids(con: duckdb.DuckDBPyConnection) -> None:
     """Give every trajectory the id of the current scheme (:func:`recovery.store.make_traj_id`)
-    in every table that holds one, inside the caller's transaction."""
+    in every table that holds one, inside the caller's transaction.
+
+    Raises:
+        UpgradeRefused: when two trajectories would get the same id (the same run, task,
+            budget and sample under different old ids: their turns would be merged).
+    """
     from recovery.store.digest import traj_id_sql
 
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE _id_map AS SELECT traj_id AS old, "
-        f"{traj_id_sql('run', 'task_id', 'budget', 'sample')} AS new FROM trajectories"
+        "CREATE OR REPLACE TEMP TABLE _id_map AS SELECT traj_id AS old, run, task_id, budget, "
+        f"sample, {traj_id_sql('run', 'task_id', 'budget', 'sample')} AS new FROM trajectories"
     )
     try:
+        _check_unique_ids(con)
         for table in ("turns", "error_spells", "step_scores", "trajectories"):
             con.execute(f"UPDATE {table} SET traj_id = m.new FROM _id_map m "
                         f"WHERE {table}.traj_id = m.old AND m.old <> m.new")
@@ -305,8 +343,24 @@ def _recompute_traj_ids(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("DROP TABLE IF EXISTS _id_map")
 
 
+def _check_unique_ids(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse ids of the new scheme that two trajectories (rows of different old ids) share."""
+    clash = con.execute(
+        "SELECT count(*) OVER (), any_value(run), any_value(task_id), any_value(budget), "
+        "any_value(sample), list(DISTINCT old ORDER BY old) FROM _id_map GROUP BY new "
+        "HAVING count(*) > 1 ORDER BY 2, 3, 4, 5 LIMIT 1").fetchone()
+    if clash is not None:
+        n, run, task, budget, sample, olds = clash
+        more = f" (and {n - 1} more such pairs)" if n > 1 else ""
+        raise UpgradeRefused(
+            f"two trajectories (run {run!r}, task {task!r}, budget {budget}, sample {sample}; "
+            f"old ids {', '.join(olds)}) would become one{more}; keep one of them"
+        )
+
+
 def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
-    """Refuse a file this version cannot read: not a store, a newer store, or an older one.
+    """Refuse a file this version cannot read: not a store, a newer store, an older one, or
+    one holding views or macros the toolkit did not write.
 
     Raises:
         InputProblem: naming the store and what to do.
@@ -329,5 +383,7 @@ def check_schema(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
         raise InputProblem(
             f"store {path} was written by an older version of this toolkit (schema version "
             f"{version}, this one writes {SCHEMA_VERSION}); open it once for writing to "
-            "upgrade it, e.g. with `recovery mark --store PATH`"
+            f"upgrade it: `recovery analyze --store {path} --quiet --n-boot 0` does that and "
+            "changes nothing else"
         )
+    check_definitions(con, path)

@@ -18,6 +18,7 @@ from recovery.errors import InputProblem
 from recovery.store.base import Store, relation_of
 from recovery.store.ddl import check_schema, ensure_schema
 from recovery.store.ingest import IngestOptions, IngestResult, in_transaction
+from recovery.store.sandbox import Sandbox, confine, connect_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -49,14 +50,17 @@ def _duckdb_message(err: Exception) -> str:
     return re.sub(r"\s*See also https?://\S+", "", text).rstrip(". ")
 
 
-def _open_file(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """``duckdb.connect(path)``, with DuckDB's failures turned into one line naming the file."""
+def _open_file(path: Path, read_only: bool,
+               sandbox: Sandbox | None = None) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect(path)`` with extensions off (:mod:`recovery.store.sandbox`), with
+    DuckDB's failures turned into one line naming the file."""
     import duckdb
 
     deadline = time.monotonic() + EMPTY_FILE_WAIT
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only,
+                                  config=connect_config(sandbox))
         except duckdb.Error as err:
             message = _duckdb_message(err)
             if "Could not set lock" in message or "Conflicting lock" in message:
@@ -130,17 +134,23 @@ def _check_length(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         )
 
 
-def open_duckdb(path: str | Path | None = None, *, read_only: bool = False) -> DuckDBStore:
+def open_duckdb(path: str | Path | None = None, *, read_only: bool = False,
+                sandbox: Sandbox | None = None) -> DuckDBStore:
     """Open a DuckDB-file store (in memory when ``path`` is None) and make sure its tables
     exist.
 
-    The file's schema version is read first (:func:`recovery.store.ddl.store_version`): a
-    newer store, or a database with tables that is not a store, is refused before anything
-    is written; an older store is upgraded in one transaction when opened for writing.
+    A file is opened sandboxed (:func:`recovery.store.sandbox.confine`: read-only, it can
+    reach no other file) and its catalog is checked (:mod:`recovery.store.catalog`) before
+    any query touches its data. The file's schema version is read first
+    (:func:`recovery.store.ddl.store_version`): a newer store, or a database with tables
+    that is not a store, is refused before anything is written; an older store is upgraded
+    in one transaction when opened for writing.
 
     Args:
         path: The DuckDB file; ``None`` or ``":memory:"`` for an in-memory store.
         read_only: Open read-only (the store must exist; nothing is created).
+        sandbox: The folders and temp folder a read-only connection may use (default: the
+            store alone, with DuckDB's own temp folder).
 
     Raises:
         InputProblem: one line naming the file, when it does not exist (``read_only``) or
@@ -157,9 +167,10 @@ def open_duckdb(path: str | Path | None = None, *, read_only: bool = False) -> D
         path = label = Path(path)
         if read_only and not path.exists():
             raise InputProblem(f"store {path} does not exist")
-        con = _open_file(path, read_only)
+        con = _open_file(path, read_only, sandbox)
     try:
         if isinstance(label, Path):
+            confine(con, read_only, sandbox)
             _check_length(con, label)
         if read_only:
             check_schema(con, label)

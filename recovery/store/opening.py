@@ -7,10 +7,11 @@ from pathlib import Path
 from recovery.store.base import Store
 from recovery.store.duckdb_store import open_duckdb
 from recovery.store.folder import is_folder_store, open_folder
+from recovery.store.sandbox import Sandbox
 
 
 def open_store(path: str | Path | None = None, *, read_only: bool = False,
-               must_exist: bool = False) -> Store:
+               must_exist: bool = False, sandbox: Sandbox | None = None) -> Store:
     """Open a store, of either kind, and make sure its tables exist.
 
     A folder store is an existing directory, a path ending in ``/``, or an object-storage URL
@@ -22,6 +23,9 @@ def open_store(path: str | Path | None = None, *, read_only: bool = False,
         read_only: Open read-only: the store must exist, nothing is created or written.
         must_exist: Refuse a store that does not exist yet, also when opening for writing (a
             command that reads an existing store, and may write scores into it).
+        sandbox: For a read-only DuckDB file: the folders and temp folder its connection
+            may use besides the store (:class:`recovery.store.sandbox.Sandbox`; default
+            none but DuckDB's own temp folder).
 
     Returns:
         The store (close it, or use it as a context manager).
@@ -45,7 +49,7 @@ def open_store(path: str | Path | None = None, *, read_only: bool = False,
         return open_folder(path, read_only=read_only)
     if must_exist and not read_only:  # a file that is no store is refused before a write
         open_duckdb(path, read_only=True).close()
-    return open_duckdb(path, read_only=read_only)
+    return open_duckdb(path, read_only=read_only, sandbox=sandbox)
 
 
 def _exists(path: str | Path) -> bool:
