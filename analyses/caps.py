@@ -122,16 +122,16 @@ class CappedFrame:
             out.setdefault(str(env), set()).add(int(cap))
         return {env: sorted(caps) for env, caps in sorted(out.items())}
 
-    def pooling_note(self, run: str | None = None, who: str = "the runs") -> str | None:
-        """One line, ``"WHO: environments with different step caps are pooled (...); read them
-        apart with --by env"``, when the rows (of ``run``) pool such environments."""
+    def pooling_note(self, run: str | None = None, who: str = "the runs",
+                     advice: str = "read them apart with --by env") -> str | None:
+        """One line, ``"WHO: environments with different step caps are pooled (...); ADVICE"``,
+        when the rows (of ``run``) pool environments whose caps differ."""
         caps = self.env_caps(run)
         if len({tuple(c) for c in caps.values()}) < 2:
             return None
         listed = ", ".join(f"{env or '(no environment)'} {'/'.join(map(str, c))}"
                            for env, c in caps.items())
-        return (f"{who}: environments with different step caps are pooled ({listed}); read "
-                "them apart with --by env")
+        return f"{who}: environments with different step caps are pooled ({listed}); {advice}"
 
 
 def env_of(task_ids: Sequence[object] | np.ndarray) -> np.ndarray:

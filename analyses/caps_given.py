@@ -15,7 +15,7 @@ overlap, the narrower wins for an episode: ``RUN/ENV`` over ``ENV`` over ``RUN``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -86,3 +86,18 @@ def resolve_max_turns(
         if env is not None:
             mask &= envs == env
         yield mask, cap
+
+
+def applicable(given: Mapping[str, int], runs: Iterable[object], envs: Iterable[object]
+               ) -> dict[str, int]:
+    """The entries of ``given`` that name one of ``runs`` or ``envs`` (in any form): for a view
+    of part of the data (one task's timeline), where the other entries name what it leaves out."""
+    run_set, env_set = {str(r) for r in runs}, {str(e) for e in envs}
+    out = {}
+    for name, cap in given.items():
+        try:
+            _scope(str(name), run_set, env_set)
+        except UsageProblem:
+            continue
+        out[name] = cap
+    return out

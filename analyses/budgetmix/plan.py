@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from analyses.budgetmix.evidence import EVIDENCE_KINDS, EVIDENCE_MODES, adaptive_schedule
 from analyses.budgetmix.schedule import (
@@ -15,8 +16,12 @@ from analyses.budgetmix.schedule import (
     uniform_schedule,
 )
 from analyses.budgetmix.store import open_existing_store
+from analyses.caps_given import parse_max_turns
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 @dataclass
@@ -50,6 +55,10 @@ class PlanConfig(CheckedOptions):
         None, "adaptive: the large reference budget [default: the largest budget]."
     )
     floor: float = opt(0.2, "adaptive: share of the mass kept uniform over the budgets.")
+    max_turns: list[str] | None = opt(
+        None, "adaptive: step caps as recovery analyze takes them (RUN=N, ENV=N, RUN/ENV=N) "
+        "[default: written in the data or detected].",
+    )
     out: Path | None = opt(None, "Schedule JSON to write [default: print it].", short="-o")
 
 
@@ -98,20 +107,43 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
         raise UsageProblem("adaptive needs --store")
     if not 0.0 <= config.floor <= 1.0:
         raise UsageProblem(f"--floor must lie in [0, 1], got {config.floor}")
+    given = parse_max_turns(config.max_turns) if config.max_turns else None
     con = open_existing_store(config.store)
     try:
-        return adaptive_schedule(
+        schedule = adaptive_schedule(
             con, budgets, evidence=config.evidence, runs=config.runs, mode=config.mode,
             reference_budget=config.reference, floor=config.floor,
         )
+        schedule.params.update(_step_cap_params(con, config.runs, given))
+        return schedule
     except InputProblem as err:  # what the store cannot give, named by the store
         raise InputProblem(f"store {config.store}: {err}") from None
     finally:
         con.close()
 
 
+def _step_cap_params(
+    con: duckdb.DuckDBPyConnection, runs: list[str] | None, given: dict[str, int] | None
+) -> dict[str, Any]:
+    """What the store's step caps say of the pooled runs (:func:`analyses.caps.capped_frame`,
+    the rule ``recovery analyze`` applies): ``step_caps`` (environment -> its caps),
+    ``n_censored`` (episodes that ran out of turns) and ``warnings`` (one line when the runs
+    pool environments with different caps: a budget past one's cap is never run there)."""
+    from analyses.caps import capped_frame
+    from analyses.frames import trajectories_frame
+
+    capped = capped_frame(trajectories_frame(con, runs), given)
+    note = capped.pooling_note(
+        None, "budgetmix plan", "a budget past an environment's cap is never run there: "
+        "compare them with recovery analyze --by env and plan on one environment's runs")
+    return {"step_caps": capped.env_caps(),
+            "n_censored": int((capped.frame["end_reason"] == "budget").sum()),
+            "warnings": [note] if note else []}
+
+
 def schedule_lines(schedule: BudgetSchedule) -> list[str]:
-    """One line per budget: its weight and, for an adaptive schedule, the evidence behind it."""
+    """One line per budget: its weight and, for an adaptive schedule, the evidence behind it;
+    then a ``warning:`` line for each of the schedule's warnings."""
     by_budget = {e.budget: e for e in schedule.evidence}
     lines = []
     for budget, weight in zip(schedule.budgets, schedule.weights, strict=True):
@@ -121,7 +153,7 @@ def schedule_lines(schedule: BudgetSchedule) -> list[str]:
             line += (f"  pass@1 {_fmt(ev.pass_at_1)}  shortfall {_fmt(ev.shortfall)}  "
                      f"unrecovered {ev.n_unrecovered}/{ev.n_spells}")
         lines.append(line)
-    return lines
+    return lines + [f"warning: {w}" for w in schedule.params.get("warnings") or []]
 
 
 def _fmt(value: float | None) -> str:

@@ -7,7 +7,10 @@ each run), one cell per turn (``t = 1, 2, ...``), each cell a clean turn, an err
 its error kind) or a recovery turn (the first clean turn after a spell), and the row's end
 reason after its last turn: ``success``, ``failure``, ``budget`` (stopped by its turn cap),
 ``crash`` (no turn) or ``unknown``. The data come from the store: ``turns.is_error``,
-``turns.error_kind``, ``turns.recovery_of`` and ``trajectories.end_reason``.
+``turns.error_kind``, ``turns.recovery_of`` and ``trajectories.end_reason``, with the step caps
+applied as ``recovery analyze`` applies them (:func:`analyses.caps.capped_frame`, over the
+task's environment in the runs shown), so an episode that ran out of turns reads ``budget``
+here too.
 
 **Which view** (:func:`choose_view`, ``recovery graph --task T --view auto``): the state graph
 when it merges enough to be worth reading, else the timeline. The rule: among the turns after
@@ -150,6 +153,7 @@ def task_timeline(
     task_id: str,
     runs: Sequence[str] | None = None,
     normalise: Normaliser = None,
+    max_turns: dict[str, int] | None = None,
 ) -> Timeline:
     """The timeline of one task: a row per sample (runs alphabetically, then by sample).
 
@@ -159,6 +163,7 @@ def task_timeline(
         runs: Only these runs; ``None`` = all.
         normalise: The state normalisation for :attr:`Timeline.shared_share` (as
             :func:`recovery.graph.state_graph`); ``None`` = ``"mask"``.
+        max_turns: ``--max-turns`` entries, name -> cap (as ``recovery analyze`` takes them).
 
     Raises:
         KeyError: when the task has no trajectories (in those runs).
@@ -193,9 +198,47 @@ def task_timeline(
         else:
             cell = TimelineCell(t=int(t), kind="clean")
         row.cells.append(cell)
+    _apply_caps(con, task_id, runs, rows, max_turns)
     ordered = list(rows.values())
     return Timeline(task_id=task_id, runs=list(dict.fromkeys(r.run for r in ordered)),
                     rows=ordered, shared_share=shared_share(con, task_id, runs, normalise))
+
+
+def _apply_caps(
+    con: duckdb.DuckDBPyConnection, task_id: str, runs: Sequence[str] | None,
+    rows: dict[str, TimelineRow], max_turns: dict[str, int] | None,
+) -> None:
+    """Set the end reason (and cap) of the rows that ran out of turns, by the report's rule
+    over the task's environment (the caps there depend only on its episodes)."""
+    import pandas as pd
+
+    from analyses.caps import capped_frame, env_of
+    from analyses.caps_given import applicable
+
+    env = str(env_of([task_id])[0])
+    head = "split_part(CAST(task_id AS VARCHAR), '/', 1)"
+    where = (f"(strpos(CAST(task_id AS VARCHAR), '/') = 0 OR {head} = '')" if not env
+             else f"strpos(CAST(task_id AS VARCHAR), '/') > 0 AND {head} = ?")
+    params: list[Any] = [env] if env else []
+    if runs:
+        where += f" AND run IN ({', '.join('?' for _ in runs)})"
+        params += list(runs)
+    traj = con.execute(
+        "SELECT traj_id, run, task_id, success, n_turns, end_reason FROM trajectories "
+        f"WHERE success IS NOT NULL AND end_reason NOT IN ('crash', 'unknown') AND {where}",
+        params,
+    ).df().astype({"task_id": str, "run": str, "traj_id": str})
+    if traj.empty:
+        return
+    capped = capped_frame(traj, applicable(max_turns or {}, traj["run"], [env]))
+    ended = pd.Series(capped.cap, index=traj["traj_id"])[
+        capped.frame["end_reason"].to_numpy() == "budget"]
+    for traj_id, cap in ended.items():
+        row = rows.get(str(traj_id))
+        if row is not None:
+            row.end_reason = "budget"
+            if row.budget is None and cap == cap:  # the cap the rule found (NaN: none)
+                row.budget = int(cap)
 
 
 def shared_share(
