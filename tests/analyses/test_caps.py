@@ -15,9 +15,11 @@ from recovery.errors import UsageProblem
 from tests.cli_support import run_cli
 
 
-def balrog_folder(root: Path, episodes: list[tuple[int, bool]]) -> Path:
+def balrog_folder(root: Path, episodes: list[tuple[int, bool]],
+                  undone: tuple[int, ...] = ()) -> Path:
     """A BALROG submission with one environment and task: (steps, success) per episode; every
-    episode says done = true, as BALROG writes it also when the step cap stopped it."""
+    episode says done = true, as BALROG writes it also when the step cap stopped it, except
+    the episodes ``undone`` (by index), whose summary lacks ``done``."""
     task_dir = root / "nle" / "nle-task" / "maze"
     task_dir.mkdir(parents=True)
     for i, (steps, success) in enumerate(episodes):
@@ -28,10 +30,12 @@ def balrog_folder(root: Path, episodes: list[tuple[int, bool]]) -> Path:
                 last = step == steps - 1
                 writer.writerow([step, f"move {step % 3}", "", f"room {i}-{step}",
                                  1.0 if last and success else 0.0, last])
-        (task_dir / f"maze_run_{i:02d}.json").write_text(json.dumps({
-            "task": "nle-task/maze", "done": True, "num_steps": steps,
-            "episode_return": 1.0 if success else 0.0,
-            "progression": 1.0 if success else 0.0, "seed": i}))
+        summary = {"task": "nle-task/maze", "done": True, "num_steps": steps,
+                   "episode_return": 1.0 if success else 0.0,
+                   "progression": 1.0 if success else 0.0, "seed": i}
+        if i in undone:
+            del summary["done"]
+        (task_dir / f"maze_run_{i:02d}.json").write_text(json.dumps(summary))
     (root / "nle" / "nle_summary.json").write_text(json.dumps({"episodes_played": len(episodes)}))
     return root
 
@@ -48,6 +52,21 @@ def test_a_spike_at_the_largest_turn_count_is_a_cap() -> None:
     assert detect_cap(np.array([10, 10, 4]), np.array([False, True, False])) is None  # 1 < 3
     # every episode one turn long (single-step tasks): not a cap
     assert detect_cap(np.ones(30, dtype=int), np.arange(30) % 2 == 0) is None
+
+
+def test_a_cap_nearly_every_failure_hits_is_detected() -> None:
+    """29 of 30 episodes end at 80 turns without success: a cap, with one shorter episode."""
+    n = np.array([80] * 29 + [40])
+    assert detect_cap(n, np.arange(30) == 29) == 80
+    assert detect_cap(n, np.zeros(30, dtype=bool)) == 80
+    traj = pd.DataFrame({"run": ["x"] * 30 + ["y"] * 12, "task_id": "game/t",
+                         "success": [False] * 29 + [True] + [False] * 6 + [True] * 6,
+                         "n_turns": [80] * 29 + [40] + [80] * 6 + list(range(30, 42)[:6]),
+                         "end_reason": ["failure"] * 29 + ["success"] + ["failure"] * 6
+                         + ["success"] * 6})
+    capped = capped_frame(traj)
+    assert int((capped.frame["end_reason"] == "budget").sum()) == 35
+    assert [(c.turns, c.n_capped, c.n_failures) for c in capped.by_run["x"]] == [(80, 29, 29)]
 
 
 def test_caps_come_from_the_flag_then_the_data_then_detection() -> None:
@@ -122,3 +141,19 @@ def test_censoring_at_the_cap_changes_the_hazards_not_the_success(tmp_path: Path
     f_capped = sum(p.events for p in capped.runs["a"].hazards["f"])
     f_plain = sum(p.events for p in plain.runs["a"].hazards["f"])
     assert f_capped == 1 and f_plain == 7       # six deaths at turn 10 became censorings
+
+
+def test_a_balrog_folder_where_some_capped_episodes_lack_done(tmp_path: Path) -> None:
+    """Two of eight episodes at the cap have no done: every one of the eight is censored, and
+    the data-quality numbers say so together."""
+    episodes = [(10, False)] * 8 + [(4, False), (6, True), (9, False), (3, True)]
+    folder = balrog_folder(tmp_path / "gpt", episodes, undone=(0, 5))
+    out = tmp_path / "r.json"
+    result = run_cli("analyze", folder, "--n-boot", "0", "--json", out)
+    assert result.exit_code == 0, result.output
+    quality = json.loads(out.read_text())["data_quality"]["gpt"]
+    assert quality["step_cap"] == 10 and quality["step_cap_source"] == "data"
+    assert quality["end_reasons"]["budget"] == quality["n_budget_hit"] == 8
+    assert quality["end_reasons"]["failure"] == 2
+    assert "10 turns (written in the data: 8 of 10 unsuccessful episodes end there)" in (
+        result.stdout)
