@@ -107,7 +107,8 @@ def parse_own_toml(text: str, path: str | Path, what: str = "file") -> dict[str,
     # tomllib recurses once per level of inline arrays and tables: a deep one is refused
     # before the parser sees it (brackets in strings may only overcount, never hide depth).
     if (text.count("[") + text.count("{") > MAX_JSON_DEPTH
-            and _bracket_depth(text) > MAX_JSON_DEPTH):
+            and _bracket_depth(text) > MAX_JSON_DEPTH) or (
+            text.count(".") > MAX_JSON_DEPTH and _key_depth(text) > MAX_JSON_DEPTH):
         raise InputProblem(
             f"{what} {printable(path)}: nested more than {MAX_JSON_DEPTH} levels deep"
         )
@@ -115,6 +116,10 @@ def parse_own_toml(text: str, path: str | Path, what: str = "file") -> dict[str,
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise InputProblem(f"{what} {printable(path)}: not valid TOML: {err}") from None
+    except ValueError:  # int() of an integer of more than 4300 digits, outside the parser
+        raise InputProblem(
+            f"{what} {printable(path)}: not valid TOML: an integer has too many digits"
+        ) from None
     except RecursionError:
         raise InputProblem(
             f"{what} {printable(path)}: nested more than {MAX_JSON_DEPTH} levels deep"
@@ -124,6 +129,24 @@ def parse_own_toml(text: str, path: str | Path, what: str = "file") -> dict[str,
             f"{what} {printable(path)}: nested more than {MAX_JSON_DEPTH} levels deep"
         )
     return data
+
+
+_QUOTED_PART = r"""(?:"[^"\n]*"|'[^'\n]*')"""
+_KEY_PART = rf"(?:[A-Za-z0-9_-]+|{_QUOTED_PART})"
+_KEY_PATH = rf"(?:^|(?<=[\[{{,]))[ \t]*({_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*)"
+
+
+def _key_depth(text: str) -> int:
+    """Most parts of a dotted key (``a.b.c = 1``, ``[a.b]``, ``{a.b = 1}``) in ``text``.
+
+    tomllib takes time and memory quadratic in a dotted key's length, so a long one is refused
+    before parsing. Where a key may start (a line's start, after ``[``, ``{`` or ``,``), the
+    dots between key parts are counted; a dotted word inside a string may only overcount.
+    """
+    import re
+
+    return max((re.sub(_QUOTED_PART, "", m.group(1)).count(".") + 1
+                for m in re.finditer(_KEY_PATH, text, re.M)), default=0)
 
 
 def _bracket_depth(text: str) -> int:

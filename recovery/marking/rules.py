@@ -48,6 +48,12 @@ BUILTIN_RULE_FILES = (
 """Built-in rule sets, in precedence order: format-specific sets first, generic last."""
 
 _KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+MAX_RULES_FILE_BYTES = 16 * 1024 * 1024
+"""Largest rules file read (the built-in sets are a few kilobytes)."""
+MAX_FIELD_INDEX = 2**31
+"""A field path's ``[i]`` lies in ``[-MAX_FIELD_INDEX, MAX_FIELD_INDEX)``: DuckDB's JSON paths
+refuse an index past 2^64 at bind time, and no real list is longer than 2^31."""
+
 class RuleError(UsageProblem):
     """A rule that cannot be used; the message names the file and the rule.
 
@@ -175,13 +181,14 @@ def rule_from_dict(
         value = raw.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise RuleError(f"{label}: '{key}' must be a number")
-        if value is not None and not math.isfinite(value):
-            raise RuleError(f"{label}: '{key}' must be a finite number, got {value}")
+        if value is not None and not _is_double(value):
+            raise RuleError(f"{label}: '{key}' must be a finite number, got {_shown(value)}")
     equals = raw.get("equals")
     if equals is not None and not isinstance(equals, (str, int, float, bool)):
         raise RuleError(f"{label}: 'equals' must be a string, number or boolean")
-    if isinstance(equals, float) and not math.isfinite(equals):
-        raise RuleError(f"{label}: 'equals' must be a finite number, got {equals}")
+    if (isinstance(equals, (int, float)) and not isinstance(equals, bool)
+            and not _is_double(equals)):
+        raise RuleError(f"{label}: 'equals' must be a finite number, got {_shown(equals)}")
     exists = raw.get("exists")
     if exists is not None and not isinstance(exists, bool):
         raise RuleError(f"{label}: 'exists' must be true or false")
@@ -213,6 +220,21 @@ def rule_from_dict(
         name=name or f"rule {index}",
         source=source,
     )
+
+
+def _is_double(value: float) -> bool:
+    """Whether ``value`` is a finite number a DOUBLE holds (TOML integers are unbounded)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _shown(value: float) -> str:
+    """``value`` for a message: an integer too large for a double by its digit count."""
+    if isinstance(value, int) and len(str(abs(value))) > 20:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return str(value)
 
 
 def _check_regexes(patterns: Sequence[tuple[str, str, str]]) -> None:
@@ -289,27 +311,19 @@ def load_rules(path: str | Path) -> RuleSet:
         RuleError: for a missing or unreadable file, bad TOML, or a bad rule; the message names
             the file and the rule.
     """
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    from recovery.errors import InputProblem
+    from recovery.ownfiles import read_own_toml
 
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise RuleError(f"{path}: no such rules file")
+    if path.is_dir():
+        raise RuleError(f"{path}: is a directory, not a rules file")
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise RuleError(f"{path}: no such rules file") from None
-    except IsADirectoryError:
-        raise RuleError(f"{path}: is a directory, not a rules file") from None
-    except UnicodeDecodeError as err:
-        raise RuleError(
-            f"{path}: not UTF-8 text (byte {err.start + 1}); a TOML rules file must be UTF-8"
-        ) from None
-    except tomllib.TOMLDecodeError as err:
-        raise RuleError(f"{path}: not valid TOML: {err}") from None
-    except OSError as err:
-        raise RuleError(f"{path}: cannot read: {err.strerror or err}") from None
+        # strict and bounded: too deep, too large, not UTF-8, not TOML, a FIFO
+        data = read_own_toml(path, "rules file", max_bytes=MAX_RULES_FILE_BYTES)
+    except InputProblem as err:  # a file named by --rules: a usage problem (exit 2)
+        raise RuleError(str(err)) from None
     return rules_from_toml(data, str(path))
 
 
@@ -323,17 +337,14 @@ def _builtin_rules() -> tuple[Rule, ...]:
     """Read once per process: the packaged files do not change while it runs."""
     from importlib.resources import files
 
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    from recovery.ownfiles import parse_own_toml
 
     rules: list[Rule] = []
     patterns: list[tuple[str, str, str]] = []
     package = files("recovery") / "rules"
     for name in BUILTIN_RULE_FILES:
-        data = tomllib.loads((package / name).read_text(encoding="utf-8"))
         source = f"recovery/rules/{name}"
+        data = parse_own_toml((package / name).read_text(encoding="utf-8"), source, "rules file")
         found = rules_from_toml(data, source, check_regex=False).rules
         patterns += _patterns(found, data.get("rule", []), source)
         rules.extend(found)
@@ -369,6 +380,19 @@ class Segment:
         return self.star or self.filter_key is not None
 
 
+def _field_index(path: str, digits: str) -> int:
+    """The ``[i]`` of a field path, within [-2^31, 2^31) (:data:`MAX_FIELD_INDEX`)."""
+    # the length test first: int() of thousands of digits is slow, or refused outright
+    index = int(digits) if len(digits) <= 20 else None
+    if index is None or not -MAX_FIELD_INDEX <= index < MAX_FIELD_INDEX:
+        shown = digits if len(digits) <= 20 else f"of {len(digits.lstrip('-'))} digits"
+        raise ValueError(
+            f"field {path[:80]!r}: index {shown} is out of range (it must lie in [-2^31, 2^31), "
+            f"i.e. {-MAX_FIELD_INDEX} to {MAX_FIELD_INDEX - 1})"
+        )
+    return index
+
+
 def parse_field(path: str) -> tuple[str, list[Segment]]:
     """Split ``observation_json[role=tool].content`` into its root and segments."""
     match = re.match(r"^[A-Za-z_]+", path)
@@ -393,7 +417,7 @@ def parse_field(path: str) -> tuple[str, list[Segment]]:
         if seg.group("key") is not None:
             segments.append(Segment(key=seg.group("key")))
         elif seg.group("index") is not None:
-            segments.append(Segment(index=int(seg.group("index"))))
+            segments.append(Segment(index=_field_index(path, seg.group("index"))))
         elif seg.group("star"):
             segments.append(Segment(star=True))
         else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,9 @@ from recovery.simulate.params import PRESETS, PolicyParams, SimConfig, TaskParam
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 """Packaged example configs (``recovery simulate --config NAME`` finds ``NAME.toml`` here)."""
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Largest simulator config read (the packaged ones are under a kilobyte)."""
 
 _POLICY_FIELDS = {f.name for f in dataclasses.fields(PolicyParams)}
 _TASK_FIELDS = {f.name for f in dataclasses.fields(TaskParams)}
@@ -122,22 +124,18 @@ def load_config(path: str | Path) -> SimConfig:
     Raises:
         FileNotFoundError: when the file does not exist.
         UsageProblem: naming the file and the bad key or value (or that it is not UTF-8,
-            TOML or JSON).
+            TOML or JSON, has a key twice, is nested too deep or is too large).
     """
-    resolved = resolve_config_path(path)
-    try:
-        text = resolved.read_text(encoding="utf-8")
-        if resolved.suffix == ".json":
-            data = json.loads(text)
-        else:
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib
+    from recovery.errors import InputProblem
+    from recovery.ownfiles import read_own_json, read_own_toml
 
-            data = tomllib.loads(text)
-    except ValueError as err:  # not UTF-8, or not JSON or TOML (their errors are ValueErrors)
-        raise UsageProblem(f"{resolved}: cannot read config: {err}") from None
+    resolved = resolve_config_path(path)
+    read = read_own_json if resolved.suffix == ".json" else read_own_toml
+    try:
+        # strict and bounded: not UTF-8, malformed, a key twice, too deep, too large, a FIFO
+        data = read(resolved, "simulator config", max_bytes=MAX_CONFIG_BYTES)
+    except InputProblem as err:  # a file named by --config: a usage problem (exit 2)
+        raise UsageProblem(str(err)) from None
     if not isinstance(data, dict):
         raise UsageProblem(f"{resolved}: expected a table/object at the top level")
     return config_from_dict(data, str(resolved))
