@@ -358,10 +358,9 @@ def analyze(
         began = time.perf_counter()
         if progress is not None:
             progress("drawing the HTML report")
-        title = f"recovery analyze: {', '.join(report.runs)}"
-        if config.by:
-            title += f", by {config.by}"
-        write_html(report, config.html_out, title=title)
+        from analyses.report.names import runs_title
+
+        write_html(report, config.html_out, title=runs_title(list(report.runs), config.by))
         report.timings["write html"] = time.perf_counter() - began
         if echo is not None:
             echo(f"wrote {config.html_out}")

@@ -75,7 +75,12 @@ td.label, th.label { text-align: left; }
 td.clear { font-weight: 600; }
 .surfaces figure { flex: 0 1 31%; min-width: 280px; }
 .surfaces figure img { width: 100%; }
+p, li, th, td.label { overflow-wrap: anywhere; }
+table.key { margin: 0 0 10px 0; }
 """
+
+MAX_RUN_COLUMNS = 6
+"""The most runs a table gives a column each; more runs make several tables."""
 
 
 def _esc(text: object) -> str:
@@ -263,13 +268,19 @@ def _quality_html(report: Report) -> str:
         return out
 
     columns = [(name, rows_of(q)) for name, q in runs]
-    head = "".join(f"<th>{_esc(name)}</th>" for name, _ in columns)
-    body = "".join(
-        f'<tr><td class="label">{label}</td>'
-        + "".join(f"<td>{col.get(label, '')}</td>" for _, col in columns) + "</tr>"
-        for label in columns[0][1]
-    )
-    return f'<table><tr><th class="label"></th>{head}</tr>{body}</table>'
+    labels = list(dict.fromkeys(label for _, col in columns for label in col))
+    # Many runs: several tables of at most MAX_RUN_COLUMNS runs each, one under the other,
+    # so that the page never needs a horizontal scrollbar.
+    tables = []
+    for first in range(0, len(columns), MAX_RUN_COLUMNS):
+        chunk = columns[first:first + MAX_RUN_COLUMNS]
+        head = "".join(f"<th>{_esc(name)}</th>" for name, _ in chunk)
+        body = "".join(
+            f'<tr><td class="label">{label}</td>'
+            + "".join(f"<td>{col.get(label, '')}</td>" for _, col in chunk) + "</tr>"
+            for label in labels)
+        tables.append(f'<table><tr><th class="label"></th>{head}</tr>{body}</table>')
+    return "".join(tables)
 
 
 def render_html(report: Report | GroupedReport,
@@ -300,77 +311,20 @@ def _page_head(title: str) -> list[str]:
 
 
 def _render(report: Report | GroupedReport, title: str) -> str:
+    """The page; run names longer than a label allows are shown by their labels everywhere,
+    with the key of full names under the title (:mod:`analyses.report.names`)."""
+    from analyses.report.names import key_table_html, relabel_grouped, relabel_report, run_labels
     from analyses.report.records import GroupedReport
 
-    if isinstance(report, GroupedReport):
-        return _render_grouped(report, title)
-    return "\n".join([*_page_head(title), *_sections(report), "</body></html>"])
+    grouped = isinstance(report, GroupedReport)
+    labels = run_labels(report.runs if grouped else list(report.runs))
+    key = key_table_html(labels)
+    if grouped:
+        from analyses.report.html_groups import render_grouped
 
-
-def _render_grouped(report: GroupedReport, title: str) -> str:
-    """The summary across groups (``group-summary``), then one ``<section class="group">``
-    per group (``group-<value>``), the ids of its own sections prefixed with the group's."""
-    esc = _esc
-    parts = _page_head(title)
-    parts.append(f'<p class="meta">Runs: {esc(", ".join(report.runs))}.</p>')
-    if report.sources:
-        parts.append(f'<p class="meta">Inputs: {esc(", ".join(report.sources))}</p>')
-    ids = _group_ids([g.value for g in report.groups])
-    parts.append(f'<section id="group-summary"><h2>Groups by {esc(report.by)}</h2>')
-    parts.append(_group_summary_html(report, ids))
-    if report.notes:
-        notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
-        parts.append(f'<div class="notes"><ul>{notes}</ul></div>')
-    parts.append("</section>")
-    from analyses.report.plots import run_colours
-
-    # one colour per run on the whole page, whichever runs a group has
-    colours = run_colours(report.runs)
-    for group in report.groups:
-        gid = ids[group.value]
-        parts.append(f'<section class="group" id="{gid}">'
-                     f"<h2>{esc(group.key)} = {esc(group.value)}</h2>")
-        if group.report is None:
-            parts.append(f"<p>No report: {esc(group.problem)}.</p>")
-        else:
-            parts += _sections(group.report, prefix=f"{gid}-", colours=colours)
-        parts.append("</section>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
-def _group_ids(values: list[str]) -> dict[str, str]:
-    """A distinct ``group-<slug>`` id per group value."""
-    out: dict[str, str] = {}
-    for value in values:
-        base = f"group-{_slug(value)}"
-        gid, n = base, 2
-        while gid in out.values():
-            gid, n = f"{base}-{n}", n + 1
-        out[value] = gid
-    return out
-
-
-def _group_summary_html(report: GroupedReport, ids: dict[str, str]) -> str:
-    esc = _esc
-    runs = report.runs
-    head = ("".join(f"<th>trajectories {esc(r)}</th>" for r in runs)
-            + "".join(f"<th>S(T) {esc(r)}</th>" for r in runs))
-    rows = []
-    for row in report.summary:
-        where = "" if row.reference_t is None else f" (T = {row.reference_t})"
-        tds = "".join(f"<td>{row.n_trajectories.get(r, '')}</td>" for r in runs)
-        tds += "".join(f"<td>{_num(row.s_no_limit[r]) + where if r in row.s_no_limit else ''}"
-                       "</td>" for r in runs)
-        said = (esc("; ".join(row.headline)) if row.problem is None
-                else f"No report: {esc(row.problem)}")
-        rows.append(f'<tr><td class="label"><a href="#{ids[row.value]}">{esc(row.value)}</a>'
-                    f"</td><td>{row.n_tasks}</td>{tds}"
-                    f'<td class="label">{said}</td></tr>')
-    return (f'<table><tr><th class="label">{esc(report.by)}</th><th>tasks</th>{head}'
-            f'<th class="label">headline</th></tr>{"".join(rows)}</table>'
-            "<p>S(T) at no limit (budgeted mode: at the largest budget, named), per run; the "
-            "headline is each comparison's, read within the group.</p>")
+        return render_grouped(relabel_grouped(report, labels), title, key)
+    return "\n".join([*_page_head(title), key, *_sections(relabel_report(report, labels)),
+                      "</body></html>"])
 
 
 def _sections(report: Report, prefix: str = "",

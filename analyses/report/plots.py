@@ -150,11 +150,11 @@ def _shared_legend(figure: Figure, handles: list, *, fontsize: float = 8,
         return
     chars = max(len(h.get_label()) for h in handles)
     entry = (chars * 0.6 * fontsize + 3.5 * fontsize) * figure.dpi / 72
-    columns = max(1, min(len(handles), int(0.92 * figure.bbox.width // entry)))
-    if where.startswith("right"):
-        columns = 1
-    figure.legend(handles=handles, loc=f"outside {where}", ncols=columns, fontsize=fontsize,
-                  frameon=False)
+    fit = max(1, min(len(handles), int(0.92 * figure.bbox.width // entry)))
+    from analyses.report.legend_fit import place_legend  # never wider than the figure
+
+    place_legend(figure, handles, fontsize=fontsize, where=where, max_width=MAX_WIDTH,
+                 columns=1 if where.startswith("right") else fit)
 
 
 def _run_handles(colours: Mapping[str, object], names: Iterable[str],

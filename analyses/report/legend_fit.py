@@ -1,0 +1,75 @@
+"""A figure legend that stays inside its image, however long its labels.
+
+A legend placed ``outside`` the axes by constrained layout is centred on the figure; when
+it is wider than the figure, both its ends are cut off the image. :func:`place_legend`
+measures the legend as drawn and, while it is too wide, gives it fewer columns, then widens
+the figure (up to a limit), then takes a smaller font, and at last wraps its labels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+
+MIN_FONT = 6.0
+"""Smallest legend font size (points) before labels are wrapped."""
+
+ROOM = 0.97
+"""Share of the figure's width a legend may take."""
+
+
+def place_legend(figure: Figure, handles: list, *, fontsize: float, where: str,
+                 columns: int, max_width: float) -> Legend:
+    """``figure.legend(handles, loc="outside <where>")`` that is no wider than the figure.
+
+    Args:
+        figure: The figure (constrained layout).
+        handles: The legend entries (their labels may be rewrapped).
+        fontsize: Font size to start from (points).
+        where: ``"lower center"``, ``"right upper"``, ...
+        columns: Columns to start from.
+        max_width: Widest the figure may be made (inches).
+
+    Returns:
+        The legend, whose drawn box is at most :data:`ROOM` of the figure's width.
+    """
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    chars = max((len(h.get_label()) for h in handles), default=1)
+    while True:
+        legend = figure.legend(handles=handles, loc=f"outside {where}", ncols=columns,
+                               fontsize=fontsize, frameon=False)
+        width = legend.get_window_extent(renderer).width
+        if width <= ROOM * figure.bbox.width:
+            return legend
+        step = _narrower(figure, handles, width, columns, fontsize, chars, max_width)
+        if step is None:  # labels of 8 characters at the smallest font: as narrow as it gets
+            return legend
+        legend.remove()
+        columns, fontsize, chars = step
+
+
+def _narrower(figure: Figure, handles: list, width: float, columns: int, fontsize: float,
+              chars: int, max_width: float) -> tuple[int, float, int] | None:
+    """One step towards a narrower legend: fewer columns, a wider figure, a smaller font,
+    or labels wrapped at fewer characters; the new columns, font size and wrap width
+    (``None``: no step is left)."""
+    if columns > 1:
+        return columns - 1, fontsize, chars
+    if figure.get_figwidth() < max_width:
+        need = width / figure.dpi / ROOM + 0.1
+        figure.set_figwidth(min(max_width, max(need, figure.get_figwidth() + 0.5)))
+        return columns, fontsize, chars
+    if fontsize > MIN_FONT:
+        return columns, max(MIN_FONT, fontsize - 1), chars
+    from analyses.report.plots import wrap_label
+
+    if chars <= 8:
+        return None
+    chars = max(8, int(chars * 0.8))
+    for handle in handles:
+        text = " ".join(handle.get_label().split("\n"))
+        handle.set_label("\n".join(wrap_label(text, chars)) or text)
+    return columns, fontsize, chars
