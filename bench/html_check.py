@@ -1,10 +1,10 @@
 """Check that an HTML report of ``recovery analyze`` renders in a real browser.
 
 Run: ``.venv/bin/python bench/html_check.py REPORT.html [--screenshot OUT.png]``, or
-``.venv/bin/python bench/html_check.py --reports FOLDER`` (build and check the demo, seven-run
-and grouped reports).
+``.venv/bin/python bench/html_check.py --reports FOLDER`` (build and check the demo, seven-run,
+six-long-names and four-runs-by-env reports, :mod:`bench.html_reports`).
 
-Five checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
+Six checks, each printed; the exit status is 1 when one fails (2 when no Chromium is found):
 
 1. **self-contained**: every ``<img>`` is a ``data:image/png`` URI that decodes to an image
    (with Pillow), and nothing is loaded from elsewhere (no ``src``/``href`` to a URL or file,
@@ -20,17 +20,20 @@ Five checks, each printed; the exit status is 1 when one fails (2 when no Chromi
    enough non-white pixels and colours;
 5. **no text overlaps on the page**: the same script takes the line boxes of every visible
    text node (``Range.getClientRects``) and the box of every image, as the browser laid them
-   out at ``--window-size``, and no two of different nodes may overlap.
+   out at ``--window-size``, and no two of different nodes may overlap;
+6. **readable at the window's width** (:mod:`bench.html_probe`): no horizontal scrolling
+   (the page or a scrolling element wider than its box), no table row taller than 600 px,
+   no text cut by a container whose overflow is not visible (or off the page), no visible
+   text smaller than 10 px.
 
 A section is found by its ``id`` or, in a grouped report (``--by``), by the first id that
 ends with ``-<id>``.
 
-``--reports FOLDER`` builds and checks the reports a reader meets (see :func:`check_reports`):
-the demo's, one of seven runs with checkpoint-like labels and 100-turn caps, and, when
-``recovery analyze`` has ``--by``, a grouped one; besides checks 1-5 on each page it checks,
-in Python, that every figure of each report has no overlapping texts and none off the image
-(:func:`analyses.report.plots.layout_problems`), and that each comparison has its "change of
-S(T) at every T" figure.
+``--reports FOLDER`` builds and checks the reports a reader meets
+(:func:`bench.html_reports.check_reports`): besides checks 1-6 on each page it checks, in
+Python, that every figure of each report has no overlapping texts and none off the image
+(:func:`analyses.report.plots.layout_problems`: a legend cut by its figure is a text off the
+image), and that each comparison has its "change of S(T) at every T" figure.
 
 Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``); it runs with
 ``--headless --no-sandbox --disable-gpu`` and a fresh profile directory, and no network.
@@ -49,6 +52,12 @@ import tempfile
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from bench.html_probe import LAYOUT_CHECKS, LAYOUT_PROBE, layout_findings  # noqa: E402
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_FLAGS = (
@@ -157,6 +166,8 @@ class HtmlCheck:
         n_text_boxes: Text line boxes and images the browser laid out (``-1``: not checked).
         text_overlaps: Pairs of texts (or images) whose boxes overlap on the page (at most
             20 shown; :attr:`problems` counts them all).
+        layout: Check 6: findings of each kind of :data:`bench.html_probe.LAYOUT_CHECKS`
+            (empty when not measured).
         problems: What is wrong; empty when the page passes.
     """
 
@@ -169,6 +180,7 @@ class HtmlCheck:
     screenshot: Path | None = None
     n_text_boxes: int = -1
     text_overlaps: list[tuple[str, str]] = field(default_factory=list)
+    layout: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -221,7 +233,7 @@ def check_html(
     timeout: float = 120.0,
     one_run: bool = False,
 ) -> HtmlCheck:
-    """Run the four checks of the module docstring on one HTML file.
+    """Run checks 1-6 of the module docstring on one HTML file.
 
     Args:
         path: The HTML file.
@@ -271,7 +283,8 @@ def check_html(
 
     with tempfile.TemporaryDirectory(prefix="html-check-") as tmp:
         probe = Path(tmp) / "probe.html"
-        probe.write_text(text.replace("</body>", _PROBE + "</body>", 1), encoding="utf-8")
+        probe.write_text(text.replace("</body>", _PROBE + LAYOUT_PROBE + "</body>", 1),
+                         encoding="utf-8")
         run = _chromium(chromium, ["--virtual-time-budget=10000", "--dump-dom",
                                    f"--window-size={window_size}", probe.as_uri()], timeout)
         total = re.search(r'data-images-total="(\d+)"', run.stdout)
@@ -292,6 +305,8 @@ def check_html(
         result.sections = _sections(run.stdout)
         result.problems.extend(_section_problems(result.sections, one_run))
         _text_overlap_findings(run.stdout, result)
+        result.layout, problems = layout_findings(run.stdout)
+        result.problems.extend(problems)
 
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     screenshot.unlink(missing_ok=True)
@@ -361,156 +376,6 @@ def _section_problems(sections: dict[str, dict[str, int]], one_run: bool) -> lis
     return problems
 
 
-SEVEN_RUNS_TOML = """# Seven runs with checkpoint-like labels and 100-turn caps (bench/html_check.py --reports).
-n_tasks = 60
-n_samples = 4
-budgets = [100]
-seed = 1
-""" + "".join(
-    f"""
-[policies."{name}"]
-preset = "base"
-p_progress = {0.3 + 0.05 * i:.2f}
-p_recover = {0.3 + 0.05 * i:.2f}
-p_fatal = {0.14 - 0.01 * i:.2f}
-""" for i, name in enumerate((
-        "qwen2.5-7b-instruct", "qwen2.5-7b-rl-step200", "qwen2.5-7b-rl-step400",
-        "llama-3.1-8b-instruct", "gpt-4o-mini-2024-07-18", "claude-3-5-haiku",
-        "mistral-nemo-12b")))
-"""The seven-run config of :func:`check_reports` (a ``recovery simulate --config`` TOML)."""
-
-CHANGE_ALT = "change of S(T) at every T"
-"""How the HTML names the dense budget-difference figure of a comparison (its ``alt``)."""
-
-
-def report_figures(report: object) -> dict[str, object]:
-    """Every figure the HTML page of ``report`` (a :class:`analyses.report.Report`) draws,
-    by a name that says which."""
-    from analyses.report import plots
-
-    figures: dict[str, object] = {
-        "budget curves": plots.budget_curves(report),
-        "hazards": plots.hazard_figure(report),
-        "latency": plots.latency_figure(report),
-    }
-    for name, run in report.runs.items():
-        figures[f"Pass@(K,T) {name}"] = plots.pass_heatmap(run, report.ks, report.ts)
-        figures[f"pass^(K,T) {name}"] = plots.pass_heatmap(run, report.ks, report.ts,
-                                                           "pass_hat")
-    for comp in report.comparisons:
-        pair = f"{comp.candidate} vs {comp.baseline}"
-        figures[f"difference surface {pair}"] = plots.difference_heatmap(comp, report.ks,
-                                                                         report.ts)
-        figures[f"decomposition {pair}"] = plots.decomposition_bars(comp)
-        figures[f"{CHANGE_ALT} {pair}"] = plots.budget_difference_figure(comp)
-    return figures
-
-
-def figure_problems(report: object) -> list[str]:
-    """Each overlapping pair of texts and each text off the image, in every figure of the
-    report (:func:`analyses.report.plots.layout_problems`), prefixed with the figure."""
-    from analyses.report.plots import layout_problems
-
-    out = []
-    for name, figure in report_figures(report).items():
-        out += [f"figure {name!r}: {problem}" for problem in layout_problems(figure)]
-    return out
-
-
-def _reports_of(result: object) -> list[object]:
-    groups = getattr(result, "groups", None)
-    if groups is None:
-        return [result]
-    return [g.report for g in groups if g.report is not None]
-
-
-def _recovery_cli() -> list[str]:
-    local = Path(sys.executable).with_name("recovery")
-    return [str(local)] if local.exists() else [shutil.which("recovery") or "recovery"]
-
-
-def _simulate(out: Path, *args: str) -> list[Path]:
-    subprocess.run([*_recovery_cli(), "simulate", "--out", str(out), *args], check=True,
-                   capture_output=True, text=True)
-    return sorted(out.glob("*.jsonl"))
-
-
-def _grouped_inputs(files: list[Path], out: Path) -> list[Path]:
-    """Copies of ``files`` whose task ids start with an environment (``even/`` or ``odd/``
-    by the task's number), for ``--by env``."""
-    import json
-
-    out.mkdir(parents=True, exist_ok=True)
-    copies = []
-    for path in files:
-        lines = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            digits = "".join(c for c in str(record["task_id"]) if c.isdigit()) or "0"
-            record["task_id"] = f"{'odd' if int(digits) % 2 else 'even'}/{record['task_id']}"
-            lines.append(json.dumps(record))
-        copy = out / path.name
-        copy.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        copies.append(copy)
-    return copies
-
-
-def has_by_option() -> bool:
-    """Whether ``recovery analyze`` offers ``--by`` (groups)."""
-    from analyses.report.analyze import AnalyzeConfig
-
-    return "by" in getattr(AnalyzeConfig, "__dataclass_fields__", {})
-
-
-def check_reports(folder: str | Path, *, n_boot: int = 50, demo_tasks: int | None = None,
-                  chromium: str | None = None,
-                  window_size: str = "1400,4000") -> dict[str, HtmlCheck]:
-    """Build the reports a reader meets and check each (module docstring, ``--reports``).
-
-    ``demo``: ``recovery simulate --config demo`` (``demo_tasks`` tasks when given), then
-    ``recovery analyze`` of its runs with ``--html``; ``seven-runs``: the same of
-    :data:`SEVEN_RUNS_TOML`; ``grouped`` (when ``recovery analyze`` has ``--by``): the demo's
-    runs with task ids ``even/...`` and ``odd/...``, ``--by env``. Each page gets checks 1-5;
-    besides, every figure of the report must have no overlapping texts and none off the image,
-    and every comparison its "change of S(T) at every T" figure on the page.
-
-    Returns:
-        Report name -> its :class:`HtmlCheck` (figure problems added to its problems).
-    """
-    from analyses.report.analyze import AnalyzeConfig, analyze
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    demo_args = ["--config", "demo"] + (["--tasks", str(demo_tasks)] if demo_tasks else [])
-    demo = _simulate(folder / "demo-runs", *demo_args)
-    config = folder / "seven-runs.toml"
-    config.write_text(SEVEN_RUNS_TOML, encoding="utf-8")
-    seven = _simulate(folder / "seven-runs", "--config", str(config))
-    cases: dict[str, tuple[list[Path], dict[str, object]]] = {
-        "demo": (demo, {}), "seven-runs": (seven, {})}
-    if has_by_option():
-        cases["grouped"] = (_grouped_inputs(demo, folder / "grouped-runs"), {"by": "env"})
-    results = {}
-    for name, (files, extra) in cases.items():
-        page = folder / f"{name}.html"
-        report = analyze(AnalyzeConfig(files=files, html_out=page, n_boot=n_boot, **extra),
-                         echo=lambda *_a, **_k: None)
-        result = check_html(page, folder / f"{name}.png", chromium=chromium,
-                            window_size=window_size)
-        reports = _reports_of(report)
-        for each in reports:
-            result.problems.extend(figure_problems(each))
-        wanted = sum(1 for each in reports for comp in each.comparisons
-                     if comp.budget is not None and not comp.shares_no_task())
-        drawn = len(re.findall(r'<img alt="' + re.escape(CHANGE_ALT),
-                               page.read_text(encoding="utf-8")))
-        if drawn != wanted or not wanted:
-            result.problems.append(f"{drawn} '{CHANGE_ALT}' figures on the page, {wanted} "
-                                   "comparisons with a budget curve")
-        results[name] = result
-    return results
-
-
 def _print_check(result: HtmlCheck) -> None:
     print(f"images: {result.n_images} (decoded by Pillow: {result.n_images_decoded_pil}, "
           f"by chromium: {result.n_images_decoded_browser})")
@@ -521,6 +386,9 @@ def _print_check(result: HtmlCheck) -> None:
               f"tables, {found['surfaces']} difference surfaces"))
     print(f"text on the page: {result.n_text_boxes} boxes, "
           f"{len(result.text_overlaps)} overlapping pairs")
+    print("layout at the window's width: " + (", ".join(
+        f"{kind.replace('_', ' ')} {result.layout[kind]}" for kind in LAYOUT_CHECKS)
+        if result.layout else "not measured"))
     print(f"screenshot: {result.screenshot} ({result.ink:.1%} non-white pixels, "
           f"{result.n_colours} colours)")
     for problem in result.problems:
@@ -530,7 +398,7 @@ def _print_check(result: HtmlCheck) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: check one HTML file (or, ``--reports FOLDER``, build and check the
-    demo, seven-run and grouped reports); print the findings; 0 = fine, 1 = problems, 2 = no
+    reports of :mod:`bench.html_reports`); print the findings; 0 = fine, 1 = problems, 2 = no
     Chromium."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("html", type=Path, nargs="?", help="The HTML report.")
@@ -541,8 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one-run", action="store_true",
                         help="A report of one run: no difference surface is expected.")
     parser.add_argument("--reports", type=Path, default=None, metavar="FOLDER",
-                        help="Build the demo, seven-run and grouped reports in FOLDER and "
-                             "check them and every figure they draw.")
+                        help="Build the demo, seven-run, six-long-names and four-runs-by-env "
+                             "reports in FOLDER and check them and every figure they draw.")
     parser.add_argument("--n-boot", type=int, default=50, help="--reports: bootstraps.")
     parser.add_argument("--demo-tasks", type=int, default=None,
                         help="--reports: tasks of the demo (default: the demo's 200).")
@@ -553,10 +421,11 @@ def main(argv: list[str] | None = None) -> int:
         print("html_check: no chromium found (apt-get install -y chromium)", file=sys.stderr)
         return 2
     if args.reports is not None:
-        results = check_reports(args.reports, n_boot=args.n_boot, demo_tasks=args.demo_tasks,
-                                chromium=args.chromium, window_size=args.window_size)
-        if not has_by_option():
-            print("grouped report: skipped (recovery analyze has no --by)")
+        from bench.html_reports import check_reports
+
+        results = check_reports(args.reports, check_html, n_boot=args.n_boot,
+                                demo_tasks=args.demo_tasks, chromium=args.chromium,
+                                window_size=args.window_size)
         for name, result in results.items():
             print(f"== {name}")
             _print_check(result)
