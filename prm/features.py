@@ -406,10 +406,6 @@ FAMILIES: tuple[Callable[[pd.DataFrame, str], dict[str, np.ndarray]], ...] = (
 """The per-trajectory families, in the order their columns appear."""
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
-
-
 def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     """Self-consistency among the samples of the same run and task (siblings).
 
@@ -424,51 +420,13 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     siblings took), ``log_siblings`` (``log(1 + K - 1)``).
     Hindsight adds ``own_final_agree`` (share of siblings whose final answer equals this
     trajectory's) and ``sib_success_rate`` (the siblings' success rate, known outcomes only).
-    With one sample (K = 1) every share is NaN: neutral.
+    With one sample (K = 1) every share is NaN: neutral. Computed with counts over each task's
+    samples (:mod:`prm.siblings`); the similarity reads at most 64 siblings (above that many,
+    a fixed sample of them).
     """
-    import numpy as np
+    from prm.siblings import sibling_columns
 
-    n = len(frame)
-    names = ["sib_agree_final", "sib_similarity_final", "sib_same_turn", "sib_log_turns",
-             "log_t_over_siblings"]
-    if setting == "hindsight":
-        names += ["own_final_agree", "sib_success_rate"]
-    out = {name: np.full(n, np.nan) for name in names}
-    out["log_siblings"] = np.zeros(n)
-    answers = np.array([normalise_answer(a) for a in frame["action"]], dtype=object)
-    words = [frozenset(a.split()) for a in answers]
-    traj = frame["traj_id"].to_numpy()
-    turn = frame["t"].to_numpy(np.int64)
-    outcome = frame["success"].astype("float64").to_numpy()
-    for group in frame.groupby(["run", "task_id"], sort=False).indices.values():
-        rows: dict[str, list[int]] = {}
-        for i in sorted(group, key=lambda i: (traj[i], turn[i])):
-            rows.setdefault(traj[i], []).append(int(i))
-        if len(rows) < 2:
-            continue
-        final = {k: v[-1] for k, v in rows.items()}
-        by_turn = {k: {int(turn[i]): answers[i] for i in v} for k, v in rows.items()}
-        for k, idx in rows.items():
-            others = [o for o in rows if o != k]
-            finals = [answers[final[o]] for o in others]
-            final_words = [words[final[o]] for o in others]
-            known = [outcome[rows[o][0]] for o in others if outcome[rows[o][0]] == outcome[rows[o][0]]]
-            own = np.mean([f == answers[final[k]] for f in finals])
-            sib_log_turns = np.mean([np.log1p(len(rows[o])) for o in others])
-            for i in idx:
-                out["sib_agree_final"][i] = np.mean([f == answers[i] for f in finals])
-                out["sib_similarity_final"][i] = np.mean(
-                    [_jaccard(words[i], w) for w in final_words])
-                same = [by_turn[o][turn[i]] == answers[i] for o in others
-                        if turn[i] in by_turn[o]]
-                out["sib_same_turn"][i] = np.mean(same) if same else np.nan
-                out["sib_log_turns"][i] = sib_log_turns
-                out["log_t_over_siblings"][i] = np.log1p(turn[i]) - sib_log_turns
-                out["log_siblings"][i] = np.log1p(len(others))
-                if setting == "hindsight":
-                    out["own_final_agree"][i] = own
-                    out["sib_success_rate"][i] = np.mean(known) if known else np.nan
-    return out
+    return sibling_columns(frame, setting)
 
 
 def turn_texts(frame: pd.DataFrame) -> pd.DataFrame:
@@ -519,6 +477,8 @@ def step_features(frame: pd.DataFrame, setting: str = "blind", *,
     """
     import pandas as pd
 
+    from prm.siblings import MAX_SIMILARITY_SIBLINGS
+
     _check_setting(setting)
     frame = frame.sort_values(["traj_id", "t"], ignore_index=True)
     columns: dict[str, np.ndarray] = {}
@@ -531,6 +491,9 @@ def step_features(frame: pd.DataFrame, setting: str = "blind", *,
         if len(sizes) and (sizes < 2).all():
             notes.append("one sample per task: the sibling (self-consistency) features are "
                          "neutral; they need at least 2 samples of a task in the same run")
+        if len(sizes) and sizes.max() > MAX_SIMILARITY_SIBLINGS + 1:
+            notes.append(f"up to {int(sizes.max())} samples of a task: sib_similarity_final "
+                         f"reads {MAX_SIMILARITY_SIBLINGS} siblings of each (a fixed sample)")
     names = list(columns)
     table = pd.concat([frame[list(ID_COLUMNS)],
                        pd.DataFrame(columns, index=frame.index).astype(float),
