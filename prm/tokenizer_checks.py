@@ -3,11 +3,14 @@
 ``tokenizer.json`` is read strictly (:func:`recovery.ownfiles.read_own_json`) and its
 pipeline checked before it is handed to ``tokenizers``: the model is BPE (the ``tiny``
 tokenizer, SmolLM2's) or WordPiece (MiniLM's); the normalizer, pre-tokenizer, decoder and
-post-processor are of the kinds those tokenizers use, with short plain parameters (no
-``Replace`` or ``Split`` pattern, no regular expression of the folder's own: a long pattern
-grows memory without bound, a backtracking one panics the Rust code); vocabulary, merges and
-added tokens are bounded in number and length. Pretrained backbones loaded from their pip
-packages (:mod:`prm.backbones`) do not pass through here.
+post-processor are of the kinds those tokenizers and ``transformers``' own tokenizer classes
+(a local backbone folder's, saved with a frozen head) write, with short plain parameters. A
+pattern is a string of at most :data:`MAX_PARAM_CHARS` characters or, for a ``Split``
+pre-tokenizer, a regular expression that ``transformers`` itself writes
+(:func:`known_split_patterns`): a long pattern grows memory without bound, a backtracking
+one panics the Rust code. Vocabulary, merges and added tokens are bounded in number and
+length. Pretrained backbones loaded from their pip packages (:mod:`prm.backbones`) do not
+pass through here.
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ MAX_WORD_CHARS = 1000
 """Largest WordPiece ``max_input_chars_per_word`` (MiniLM's is 100)."""
 
 NORMALIZERS = {"BertNormalizer", "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents",
-               "Strip"}
+               "Strip", "Replace", "Prepend"}
 PRE_TOKENIZERS = {"ByteLevel", "Digits", "BertPreTokenizer", "Whitespace", "WhitespaceSplit",
-                  "Punctuation", "Metaspace"}
-DECODERS = {"ByteLevel", "WordPiece", "Metaspace"}
+                  "Punctuation", "Metaspace", "Split"}
+DECODERS = {"ByteLevel", "WordPiece", "Metaspace", "Replace", "ByteFallback", "Fuse", "Strip"}
+SPLIT_PATTERN_MODULES = ("transformers.models.qwen2.tokenization_qwen2",
+                         "transformers.models.qwen3_5.tokenization_qwen3_5")
+"""Tokenizer classes of ``transformers`` whose ``PRETOKENIZE_REGEX`` a saved tokenizer may
+carry (a local Qwen backbone's)."""
 POST_PROCESSORS = {"TemplateProcessing", "ByteLevel", "BertProcessing", "RobertaProcessing"}
 TOP_KEYS = {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
             "post_processor", "decoder", "model"}
@@ -60,6 +67,29 @@ def _plain(value: Any) -> bool:
     return _short(value, MAX_PARAM_CHARS)
 
 
+def known_split_patterns() -> set[str]:
+    """The ``Split`` regular expressions ``transformers``' own tokenizer classes write."""
+    import importlib
+
+    found = set()
+    for name in SPLIT_PATTERN_MODULES:
+        try:
+            found.add(importlib.import_module(name).PRETOKENIZE_REGEX)
+        except (ImportError, AttributeError):  # another transformers version
+            continue
+    return found
+
+
+def _pattern_ok(kind: str, pattern: Any) -> bool:
+    """A short string, or a ``Split`` regular expression that ``transformers`` writes."""
+    if not (isinstance(pattern, dict) and len(pattern) == 1):
+        return False
+    ((form, text),) = pattern.items()
+    if form == "String":
+        return _short(text, MAX_PARAM_CHARS)
+    return form == "Regex" and kind == "Split" and text in known_split_patterns()
+
+
 def _check_step(path: Path, field: str, step: Any, kinds: set[str], nested: bool = True) -> None:
     """A normalizer, pre-tokenizer or decoder: a known kind with plain parameters, or a short
     ``Sequence`` of them (one level)."""
@@ -75,7 +105,8 @@ def _check_step(path: Path, field: str, step: Any, kinds: set[str], nested: bool
         return
     if kind not in kinds:
         raise _refuse(path, f"{field} {str(kind)[:40]!r} is not one of {', '.join(sorted(kinds))}")
-    bad = [k for k, v in step.items() if k != "type" and not _plain(v)]
+    bad = [k for k, v in step.items() if k != "type" and not (
+        _pattern_ok(kind, v) if k == "pattern" else _plain(v))]
     if bad:
         raise _refuse(path, f"{field} {kind} has a parameter {bad[0][:40]!r} that is not a "
                             f"short plain value")

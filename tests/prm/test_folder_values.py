@@ -251,6 +251,8 @@ HOSTILE_TOKENIZERS = {
     "sequence": ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": "(\\w+\\s?)*$"}, "behavior": "Removed",
          "invert": False}]}),
+    "replace regex": ("normalizer", {"type": "Replace", "pattern": {"Regex": "(a|a)*b"},
+                                     "content": ""}),
     "unigram": ("model", {"type": "Unigram", "unk_id": 0, "vocab": [["a", 0.0]]}),
     "long token": ("added_tokens", [{"id": 0, "content": "x" * 5000, "special": True}]),
 }

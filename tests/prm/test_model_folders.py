@@ -145,7 +145,6 @@ def test_bad_sizes_in_the_config_are_named(trained_tiny, store, tmp_path, field,
     ("mode", "half", "'full', 'lora' or 'frozen'"),
     ("error_threshold", 1.5, "between 0 and 1"),
     ("error_threshold", "high", "number"),
-    ("error_threshold", float("nan"), "between 0 and 1"),
     ("kind", "magic", "'neural' or 'sklearn'"),
     ("labels", "vibes", "label source"),
     ("label_base", "dice", "'mc' or 'outcome'"),
@@ -170,6 +169,14 @@ def test_every_spec_field_is_checked(trained_tiny, store, tmp_path, field, value
     for load in (load_predictor, load_scorer):
         with pytest.raises(UsageProblem, match=named):
             load(folder, device="cpu")
+
+
+def test_a_nan_in_the_spec_is_not_json(trained_tiny, store, tmp_path, no_model_built):
+    """The spec is read strictly: NaN is not JSON, so the file is refused as damaged."""
+    model_dir, _ = trained_tiny
+    folder = _copy(model_dir, tmp_path)
+    _edit(folder / "prm_config.json", error_threshold=float("nan"))
+    _refused_by_score_and_eval(store, folder, "prm_config.json", "NaN", exit_code=1)
 
 
 def test_the_spec_check_is_one_function_every_loader_calls(tmp_path, monkeypatch):
