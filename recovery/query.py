@@ -15,8 +15,11 @@ fresh private folder (removed afterwards) or turns spilling off, so nothing but 
 the named folders can be read.
 
 A query has limits: it is interrupted after ``timeout`` seconds (:data:`DEFAULT_TIMEOUT`; 0 =
-none) and at most ``max_rows`` rows are fetched (:data:`DEFAULT_MAX_ROWS`; 0 = all), in
-batches (:func:`open_query`), so a huge result is never held in memory whole.
+none; the clock is checked between batches on the Python side too, so converting and writing
+the rows counts), and at most ``max_rows`` rows (:data:`DEFAULT_MAX_ROWS`) and ``max_bytes``
+bytes (:data:`DEFAULT_MAX_BYTES`; 0 = all) are read, in Arrow batches whose size is known
+before they are turned into Python values (:func:`open_query`), so neither many rows nor
+wide ones are ever held in memory whole.
 
 Example:
     >>> from recovery.query import run_query
@@ -27,11 +30,12 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from recovery.errors import InputProblem, UsageProblem
 
@@ -49,8 +53,23 @@ DEFAULT_MAX_ROWS = 100_000
 """Rows a query returns at most (``--max-rows``; 0 = all): about 40 MB held at once for the
 table format (which aligns its columns over every row); CSV and JSON stream in batches."""
 
-BATCH_ROWS = 10_000
-"""Rows fetched from DuckDB at a time."""
+DEFAULT_MAX_BYTES = 256 * 2**20
+"""Bytes of a result (its Arrow size) a query returns at most (``--max-bytes``; 0 = all):
+what the table format holds to align its columns, and what bounds one read however wide
+the rows are."""
+
+BATCH_ROWS = 2048
+"""Rows DuckDB hands over at a time (one of its vectors: a wider batch would be built whole
+before its size is known)."""
+
+PIECE_BYTES = 8 * 2**20
+"""Bytes of a batch turned into Python values at a time (a batch of wide rows is sliced)."""
+
+
+_SETTINGS = {"arrow_lossless_conversion": True, "enable_progress_bar": False}
+"""Settings of a query's connection: Arrow batches that keep every DuckDB type exact (turned
+back into DuckDB's own Python values, :func:`_converter`), and no progress bar on the
+terminal."""
 
 
 class QueryRefused(UsageProblem):
@@ -97,8 +116,8 @@ def check_query(con: duckdb.DuckDBPyConnection, query: str) -> None:
         )
 
 
-def check_limits(timeout: float, max_rows: int) -> None:
-    """Refuse a time limit or a row limit that is not 0 (none) or more.
+def check_limits(timeout: float, max_rows: int, max_bytes: int = 0) -> None:
+    """Refuse a time, row or byte limit that is not 0 (none) or more.
 
     Raises:
         UsageProblem: naming the option.
@@ -107,8 +126,10 @@ def check_limits(timeout: float, max_rows: int) -> None:
         raise UsageProblem(
             f"timeout (--timeout) must be 0 (no limit) or more seconds, not {timeout!r}"
         )
-    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
-        raise UsageProblem(f"max_rows (--max-rows) must be 0 (all rows) or more, not {max_rows!r}")
+    for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UsageProblem(f"{name} (--{name.replace('_', '-')}) must be 0 (all) or more, "
+                               f"not {value!r}")
 
 
 def open_sandboxed(
@@ -117,7 +138,8 @@ def open_sandboxed(
     *,
     temp_dir: str | Path | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to ``store`` that can read only the store and ``read_dirs``.
+    """A read-only connection to ``store`` that can read only the store and ``read_dirs``
+    (:mod:`recovery.store.sandbox`, the one sandbox of every store connection).
 
     Args:
         store: The store (it must exist).
@@ -130,21 +152,25 @@ def open_sandboxed(
         InputProblem: when the store or a folder does not exist, or the file is not a store.
     """
     from recovery.store import open_store
+    from recovery.store.sandbox import Sandbox, folder_list
 
     store = Path(store)
-    folders = []
     for folder in read_dirs:
-        resolved = Path(folder).resolve()
-        if not resolved.is_dir():
+        if not Path(folder).resolve().is_dir():
             raise InputProblem(f"--read {folder}: no such folder")
-        folders.append(str(resolved) + "/")
-    if store.is_dir():
-        from recovery.store.folder import readable_folders
+    folders = list(folder_list(read_dirs))
+    spill = str(temp_dir) if temp_dir is not None else ""
+    if not store.is_dir():
+        sandbox = Sandbox(tuple(folders), spill, _SETTINGS)
+        return open_store(store, read_only=True, sandbox=sandbox).con
+    from recovery.store.folder import readable_folders
 
-        folders.extend(readable_folders(store))
+    folders.extend(readable_folders(store))
     con = open_store(store, read_only=True).con
     try:
-        lock_down(con, folders, temp_dir)
+        for name, value in _SETTINGS.items():
+            con.execute(f"SET {name} = ?", [value])
+        lock_down(con, folders, spill)
     except BaseException:
         con.close()
         raise
@@ -155,32 +181,23 @@ def lock_down(
     con: duckdb.DuckDBPyConnection, folders: Sequence[str] = (),
     temp_dir: str | Path | None = None,
 ) -> None:
-    """The sandbox of every user-written query: no file but ``folders`` can be read, nothing
-    written, no extension loaded, no temp folder but ``temp_dir`` (none: no spilling), and the
-    settings locked so the query cannot undo any of it.
+    """The sandbox of every user-written query (:func:`recovery.store.sandbox.lock_down`): no
+    file but ``folders``, nothing written, no extension, no temp folder but ``temp_dir``
+    (``None``: no spilling), and the settings locked."""
+    from recovery.store.sandbox import lock_down as confine
 
-    Args:
-        con: A connection holding what the query may read.
-        folders: Folders (``/``-terminated) whose files may be read.
-        temp_dir: An empty private folder DuckDB may spill to; ``None`` = no spilling.
-    """
-    # before external access is turned off: DuckDB allows its temp folder whatever the other
-    # settings say
-    con.execute("SET temp_directory = ?", [str(temp_dir) if temp_dir is not None else ""])
-    if folders:
-        con.execute("SET allowed_directories = ?", [list(folders)])
-    con.execute("SET enable_external_access = false")
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET lock_configuration = true")
+    confine(con, folders, temp_dir)
 
 
 class _Deadline:
-    """Interrupts the connection's query when its time is up (from a timer thread)."""
+    """Interrupts the connection's query when its time is up (from a timer thread), and
+    stops the reading of its rows (:meth:`check`, between batches, on the Python side)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, timeout: float) -> None:
         self.con = con
         self.timeout = timeout
         self.fired = False
+        self._end = time.monotonic() + timeout
         self._lock = threading.Lock()
         self._done = False
         self._timer: threading.Timer | None = None
@@ -196,6 +213,16 @@ class _Deadline:
             self.fired = True
             self.con.interrupt()
 
+    def check(self) -> None:
+        """Raise when the time is up (the Python side: converting and writing rows).
+
+        Raises:
+            InputProblem: ``query stopped after N s (--timeout)``.
+        """
+        if self.timeout > 0 and (self.fired or time.monotonic() >= self._end):
+            self.fired = True
+            raise InputProblem(f"query stopped after {self.timeout:g} s (--timeout)")
+
     def cancel(self) -> None:
         """Stop the clock; after this the connection is never interrupted."""
         with self._lock:
@@ -205,66 +232,92 @@ class _Deadline:
 
 
 class QueryRows:
-    """A running query's result, read in batches (from :func:`open_query`).
+    """A running query's result, read in Arrow batches (from :func:`open_query`) that are
+    bounded in bytes as well as in rows.
 
     Attributes:
         columns: The result's column names.
         cut: Set once the rows have been read when the result had more than ``max_rows``.
+        cut_bytes: Set instead when it had more than ``max_bytes`` (its Arrow size).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, deadline: _Deadline, store: Path,
-                 max_rows: int, batch_rows: int) -> None:
-        self.columns = [str(d[0]) for d in con.description or []]
+    def __init__(self, reader: Any, columns: list[str], deadline: _Deadline, store: Path,
+                 limits: tuple[int, int], side: duckdb.DuckDBPyConnection) -> None:
+        self.columns = columns
         self.cut = False
-        self._con = con
+        self.cut_bytes = False
+        self._reader = reader
         self._deadline = deadline
         self._store = store
-        self._max_rows = max_rows
-        self._batch_rows = batch_rows
+        self._max_rows, self._max_bytes = limits
+        self._side = side
+
+    def _next(self) -> Any:
+        try:
+            return self._reader.read_next_batch()
+        except StopIteration:
+            return None
+
+    def _pieces(self) -> Iterator[Any]:
+        """The result's Arrow batches, cut into pieces of at most :data:`PIECE_BYTES`, and
+        at most ``max_rows`` rows and ``max_bytes`` bytes in all; the clock is checked
+        before each."""
+        rows_left = self._max_rows or None
+        bytes_left = self._max_bytes or None
+        while True:
+            self._deadline.check()
+            batch = _guard(self._next, self._deadline, self._store)
+            if batch is None:
+                return
+            for piece in _slices(batch, PIECE_BYTES):
+                self._deadline.check()
+                if rows_left is not None and piece.num_rows > rows_left:
+                    self.cut = True
+                    piece = piece.slice(0, rows_left)
+                if bytes_left is not None and piece.nbytes > bytes_left:
+                    self.cut_bytes, self.cut = True, False
+                    fit = next(_slices(piece, bytes_left))  # the rows that fit, if any
+                    if fit.nbytes <= bytes_left:
+                        yield fit
+                    return
+                if piece.num_rows:
+                    yield piece
+                if self.cut:
+                    return
+                if rows_left is not None:
+                    rows_left -= piece.num_rows
+                if bytes_left is not None:
+                    bytes_left -= piece.nbytes
 
     def batches(self) -> Iterator[list[tuple]]:
-        """The rows as lists of tuples of Python values, at most ``max_rows`` in all.
+        """The rows as lists of tuples of Python values (DuckDB's own conversion), at most
+        ``max_rows`` rows and ``max_bytes`` bytes in all.
 
         Raises:
             InputProblem: when the time limit stops the query, or DuckDB fails reading it.
         """
-        left = self._max_rows or None
-        while True:
-            want = self._batch_rows if left is None else min(self._batch_rows, left + 1)
-            rows = _guard(partial(self._con.fetchmany, want), self._deadline, self._store)
-            if not rows:
-                return
-            if left is not None and len(rows) > left:
-                if left:
-                    yield rows[:left]
-                self.cut = True
-                return
-            if left is not None:
-                left -= len(rows)
-            yield rows
+        for piece in self._pieces():
+            yield self._side.from_arrow(piece).fetchall()
 
     def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (DuckDB's own conversion), at most ``max_rows`` of them."""
-        if not self._max_rows:
-            return _guard(self._con.fetch_df, self._deadline, self._store)
-        import pandas as pd
+        """The rows as a DataFrame (DuckDB's own conversion), within the same limits."""
+        import pyarrow as pa
 
-        chunks = []
-        n = 0
-        while n <= self._max_rows:
-            chunk = _guard(partial(self._con.fetch_df_chunk, 1), self._deadline, self._store)
-            if chunk.empty:
-                if not chunks:
-                    chunks.append(chunk)
-                break
-            chunks.append(chunk)
-            n += len(chunk)
-        frame = pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
-        if len(frame) > self._max_rows:
-            frame = frame.iloc[: self._max_rows]
-            self.cut = True
-        frame.attrs["cut"] = self.cut
+        table = pa.Table.from_batches(list(self._pieces()), schema=self._reader.schema)
+        frame = self._side.from_arrow(table).df()
+        frame.columns = self.columns
+        frame.attrs["cut"] = self.cut or self.cut_bytes
         return frame
+
+
+def _slices(batch: Any, most: int) -> Iterator[Any]:
+    """``batch`` in consecutive slices of about ``most`` bytes at most (one row at least)."""
+    if batch.nbytes <= most or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, most * batch.num_rows // batch.nbytes)
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)
 
 
 def _guard(call: Callable[[], T], deadline: _Deadline, store: Path) -> T:
@@ -300,12 +353,14 @@ def open_query(
     read_dirs: Sequence[str | Path] = (),
     timeout: float = DEFAULT_TIMEOUT,
     max_rows: int = DEFAULT_MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[QueryRows]:
     """Run one read-only ``SELECT`` on the sandboxed store; its rows stream from the result.
 
     The clock runs from the start of the query until the block ends, so reading (and
-    writing out) the rows counts too. DuckDB may spill to a fresh private temp folder,
+    writing out) the rows counts too: DuckDB is interrupted when the time is up, and the
+    reading stops at the next batch. DuckDB may spill to a fresh private temp folder,
     removed afterwards.
 
     Args:
@@ -314,7 +369,10 @@ def open_query(
         read_dirs: Folders whose files the query may read.
         timeout: Seconds before the query is interrupted; 0 = no limit.
         max_rows: Rows read at most; 0 = all. ``QueryRows.cut`` says whether rows were left.
-        batch_rows: Rows per batch.
+        max_bytes: Bytes of the result (its Arrow size) read at most; 0 = all.
+            ``QueryRows.cut_bytes`` says whether rows were left.
+        batch_rows: Rows DuckDB hands over at a time (each cut into pieces of at most
+            :data:`PIECE_BYTES`).
 
     Yields:
         The result, to read with :meth:`QueryRows.batches` or :meth:`QueryRows.frame`.
@@ -328,7 +386,7 @@ def open_query(
     import shutil
     import tempfile
 
-    check_limits(timeout, max_rows)
+    check_limits(timeout, max_rows, max_bytes)
     if batch_rows < 1:
         raise UsageProblem(f"batch_rows must be 1 or more, not {batch_rows!r}")
     temp = tempfile.mkdtemp(prefix="recovery-sql-")
@@ -336,16 +394,34 @@ def open_query(
         con = open_sandboxed(store, read_dirs, temp_dir=temp)
         try:
             check_query(con, query)
-            deadline = _Deadline(con, timeout)
-            try:
-                _guard(partial(con.execute, query), deadline, Path(store))
-                yield QueryRows(con, deadline, Path(store), max_rows, batch_rows)
-            finally:
-                deadline.cancel()
+            with _converter() as side:
+                deadline = _Deadline(con, timeout)
+                try:
+                    rel = _guard(partial(con.sql, query), deadline, Path(store))
+                    reader = _guard(partial(rel.to_arrow_reader, batch_rows), deadline,
+                                    Path(store))
+                    yield QueryRows(reader, [str(c) for c in rel.columns], deadline,
+                                    Path(store), (max_rows, max_bytes), side)
+                finally:
+                    deadline.cancel()
         finally:
             con.close()
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextmanager
+def _converter() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A private in-memory DuckDB that turns the result's Arrow batches back into DuckDB's
+    own Python values (lossless Arrow keeps HUGEINT, UUID, BIT... exact); it reads no file."""
+    import duckdb
+
+    side = duckdb.connect(":memory:", config={"arrow_lossless_conversion": True})
+    try:
+        lock_down(side)
+        yield side
+    finally:
+        side.close()
 
 
 def run_query(
@@ -355,6 +431,7 @@ def run_query(
     read_dirs: Sequence[str | Path] = (),
     timeout: float = DEFAULT_TIMEOUT,
     max_rows: int = DEFAULT_MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> pd.DataFrame:
     """Run one read-only ``SELECT`` on the store and return the result as a DataFrame.
 
@@ -363,8 +440,9 @@ def run_query(
         query: One ``SELECT`` statement.
         read_dirs: Folders whose files the query may read.
         timeout: Seconds before the query is interrupted; 0 = no limit.
-        max_rows: Rows returned at most; 0 = all. ``frame.attrs["cut"]`` is true when the
-            result had more.
+        max_rows: Rows returned at most; 0 = all.
+        max_bytes: Bytes of the result (its Arrow size) read at most; 0 = all.
+            ``frame.attrs["cut"]`` is true when the result had more rows or bytes.
 
     Raises:
         UsageProblem: for a negative limit.
@@ -373,5 +451,5 @@ def run_query(
             message is DuckDB's), or the time limit stops it.
     """
     with open_query(store, query, read_dirs=read_dirs, timeout=timeout,
-                    max_rows=max_rows) as rows:
+                    max_rows=max_rows, max_bytes=max_bytes) as rows:
         return rows.frame()

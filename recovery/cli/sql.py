@@ -19,7 +19,7 @@ import click
 
 from recovery.cli.options import command_options, opt
 from recovery.config import CheckedOptions
-from recovery.query import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
+from recovery.query import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -56,6 +56,11 @@ class SqlConfig(CheckedOptions):
     max_rows: int = opt(
         DEFAULT_MAX_ROWS, "Show at most this many rows (0 = all); a note on stderr says when "
         "rows were left out. CSV and JSON stream; the table holds its rows to align them.",
+    )
+    max_bytes: int = opt(
+        DEFAULT_MAX_BYTES, "Read at most this many bytes of the result (its Arrow size; 0 = "
+        "all); a note on stderr says when rows were left out. Bounds memory however wide the "
+        "rows are.",
     )
     out: Path | None = opt(
         None, "Write the result to this file instead of standard output (CSV there keeps the "
@@ -225,7 +230,7 @@ def sql(config: SqlConfig) -> None:
     Only a single SELECT statement runs (WITH, DESCRIBE, SHOW, SUMMARIZE included); ATTACH,
     COPY, EXPORT, SET, PRAGMA, INSTALL and every write are refused, and no file outside the
     store (and the --read folders) can be touched. The query stops after --timeout seconds
-    and shows at most --max-rows rows.
+    and shows at most --max-rows rows and --max-bytes bytes.
     """
     from recovery.query import open_query
 
@@ -235,7 +240,8 @@ def sql(config: SqlConfig) -> None:
         _check_out(config.out, config.store)
         check_output_path(config.out, "--out")  # a folder, or under a file: before the query
     with open_query(config.store, config.query, read_dirs=config.read,
-                    timeout=config.timeout, max_rows=config.max_rows) as result:
+                    timeout=config.timeout, max_rows=config.max_rows,
+                    max_bytes=config.max_bytes) as result:
         if config.out is not None:
             n = _write_file(config, result.columns, result.batches())
         else:
@@ -249,6 +255,9 @@ def sql(config: SqlConfig) -> None:
     if result.cut:
         click.echo(f"showing the first {config.max_rows} of more rows; --max-rows 0 for all",
                    err=True)
+    elif result.cut_bytes:
+        click.echo(f"showing the first {n} rows: the result passed --max-bytes "
+                   f"{config.max_bytes}; raise it (0 = no limit) or select less", err=True)
     elif config.format == "table":
         click.echo(f"({n} row{'' if n == 1 else 's'})", err=True)
 

@@ -50,8 +50,7 @@ def _duckdb_message(err: Exception) -> str:
     return re.sub(r"\s*See also https?://\S+", "", text).rstrip(". ")
 
 
-def _open_file(path: Path, read_only: bool,
-               sandbox: Sandbox | None = None) -> duckdb.DuckDBPyConnection:
+def _open_file(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """``duckdb.connect(path)`` with extensions off (:mod:`recovery.store.sandbox`), with
     DuckDB's failures turned into one line naming the file."""
     import duckdb
@@ -60,7 +59,7 @@ def _open_file(path: Path, read_only: bool,
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only,
-                                  config=connect_config(sandbox))
+                                  config=connect_config())
         except duckdb.Error as err:
             message = _duckdb_message(err)
             if "Could not set lock" in message or "Conflicting lock" in message:
@@ -167,7 +166,7 @@ def open_duckdb(path: str | Path | None = None, *, read_only: bool = False,
         path = label = Path(path)
         if read_only and not path.exists():
             raise InputProblem(f"store {path} does not exist")
-        con = _open_file(path, read_only, sandbox)
+        con = _open_file(path, read_only)
     try:
         if isinstance(label, Path):
             confine(con, read_only, sandbox)

@@ -44,8 +44,8 @@ class Sandbox:
         folders: Folders (``/``-terminated, resolved) whose files may be read.
         temp_dir: Where DuckDB may spill: ``None`` = its own ``<store>.tmp/``; ``""`` = no
             spilling; a path = that (empty, private) folder.
-        settings: More DuckDB settings for the open, set before the lock (e.g.
-            ``arrow_lossless_conversion`` for ``recovery sql``).
+        settings: More DuckDB settings (names this toolkit chooses, never a user's), set
+            before the lock (e.g. ``arrow_lossless_conversion`` for ``recovery sql``).
     """
 
     folders: tuple[str, ...] = ()
@@ -53,10 +53,9 @@ class Sandbox:
     settings: Mapping[str, object] = field(default_factory=dict)
 
 
-def connect_config(sandbox: Sandbox | None = None) -> dict[str, object]:
-    """The ``config`` of ``duckdb.connect`` for a store file: extensions off, plus the
-    sandbox's own settings."""
-    return {**EXTENSION_SETTINGS, **(dict(sandbox.settings) if sandbox else {})}
+def connect_config() -> dict[str, object]:
+    """The ``config`` of ``duckdb.connect`` for a store file: extensions off."""
+    return dict(EXTENSION_SETTINGS)
 
 
 def folder_list(folders: Sequence[str | Path]) -> tuple[str, ...]:
@@ -96,6 +95,8 @@ def confine(con: duckdb.DuckDBPyConnection, read_only: bool,
     for a write open, the configuration locked (file access stays: ingest needs it)."""
     if read_only:
         sandbox = sandbox or Sandbox()
+        for name, value in sandbox.settings.items():
+            con.execute(f"SET {name} = ?", [value])
         lock_down(con, sandbox.folders, sandbox.temp_dir, own_temp=sandbox.temp_dir is None)
     else:
         con.execute("SET lock_configuration = true")
