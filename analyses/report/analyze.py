@@ -101,10 +101,11 @@ class AnalyzeConfig(CheckedOptions):
     )
     max_turns: list[str] | None = opt(
         None,
-        "Step cap of a run, RUN=N (several: a=100,b=50): its unsuccessful episodes of N turns "
-        "ran out of turns and are censored, not failed. Without it a cap comes from the data "
-        "(a budget the format wrote) or is detected (many unsuccessful episodes at the run's "
-        "largest turn count); the data-quality section says which.",
+        "Step cap, RUN=N, ENV=N (an environment: the task id up to '/') or RUN/ENV=N (several: "
+        "a=100,babyai=64): unsuccessful episodes there of N turns ran out of turns and are "
+        "censored, not failed. Without it a task's cap comes from the data (a budget the "
+        "format wrote for some of its episodes) or is detected over the runs; the data-quality "
+        "section says which.",
     )
 
 
