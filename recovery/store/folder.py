@@ -4,6 +4,7 @@ The same tables and columns as the DuckDB store, one Parquet file per (table, ru
 file), read through DuckDB views. Layout under the store's folder ``ROOT``::
 
     _store.json                                         the manifest: what is committed
+    _journal.json                                       the last write's record
     ingests/sha256=<hex>/gen=<n>/data_0.parquet         one row per ingested file
     trajectories/run=<run>/sha256=<hex>/gen=<n>/data_0.parquet
     turns/run=<run>/sha256=<hex>/gen=<n>/data_0.parquet
@@ -18,12 +19,15 @@ file with its partition values (run, sha256, gen, model). A write goes under ``_
 is renamed into place (the ``ingests`` partition last), and is committed by replacing
 ``_store.json`` (one rename). The views read exactly the files the manifest lists, each by its
 literal path, so a write killed midway leaves the store reading exactly as before; the next
-write removes what it left, and the generations a re-mark replaced.
+write removes what it left, and the generations a re-mark replaced, but only the folders the
+store's journal names (:mod:`recovery.store.folder_journal`).
 
 Opening a local store first walks its tree without following links and refuses (an
-:class:`~recovery.errors.InputProblem` naming the path) a symbolic link anywhere in it, or a
+:class:`~recovery.errors.InputProblem` naming the path) a symbolic link anywhere in it, a
 file or folder it did not write (an extra file in a committed partition, a stray folder, a
-damaged manifest): nothing is read, written or removed then.
+damaged manifest), or a manifest older than the store's last commit: nothing is read,
+written or removed then. The manifest and the survey live in :mod:`recovery.store.manifest`
+and :mod:`recovery.store.folder_survey`.
 
 Everything here is DuckDB reading Parquet: any DuckDB client reads the store with the SQL of
 :func:`views_sql`, locally or on object storage (``s3://...`` through DuckDB's ``httpfs``).

@@ -176,9 +176,11 @@ def removable(root: Path, manifest: Manifest, journal: Journal | None) -> list[s
 def settle_journal(root: Path, manifest: Manifest, journal: Journal | None) -> None:
     """Record, once the clean-up removed what ``journal`` named, that nothing is left to
     remove at the manifest's generation (nothing to record for a store without a journal)."""
-    settled = Journal(manifest.generation or 0, True)
-    if journal is not None and journal != settled:
-        write_journal(root, settled)
+    generation = manifest.generation or 0
+    # A committed journal of this generation with nothing to drop is settled as it is.
+    if journal is not None and (journal.generation != generation or not journal.committed
+                                or journal.drops):
+        write_journal(root, Journal(generation, True))
 
 
 def _collision(root: Path, final: str) -> InputProblem:
