@@ -202,6 +202,9 @@ def _turn_figure(graph: nx.DiGraph, title: str | None) -> Figure:
     ax.set_axis_off()
     outcome = graph.graph.get("success")
     verdict = "success" if outcome else "failure" if outcome is not None else "unknown outcome"
+    if not outcome and graph.graph.get("end_reason") == "budget":  # censored, as analyze reads it
+        cap = graph.graph.get("cap")
+        verdict = f"ran out of turns (cap {cap})" if cap is not None else "ran out of turns"
     default_title = (f"trajectory {graph.graph.get('traj_id')}: run {graph.graph.get('run')}, "
                      f"task {graph.graph.get('task_id')}, {len(nodes)} turns, {verdict}")
     figure.suptitle(plain_label(title or default_title), fontsize=10, y=0.97)

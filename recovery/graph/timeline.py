@@ -208,10 +208,25 @@ def _apply_caps(
     con: duckdb.DuckDBPyConnection, task_id: str, runs: Sequence[str] | None,
     rows: dict[str, TimelineRow], max_turns: dict[str, int] | None,
 ) -> None:
-    """Set the end reason (and cap) of the rows that ran out of turns, by the report's rule
-    over the task's environment (the caps there depend only on its episodes)."""
-    import pandas as pd
+    """End by ``budget`` the rows that ran out of turns, with their cap where the row's own
+    budget is unknown."""
+    for traj_id, cap in capped_ends(con, task_id, runs, max_turns).items():
+        row = rows.get(traj_id)
+        if row is not None:
+            row.end_reason = "budget"
+            if row.budget is None and cap is not None:
+                row.budget = cap
 
+
+def capped_ends(
+    con: duckdb.DuckDBPyConnection, task_id: str, runs: Sequence[str] | None = None,
+    max_turns: dict[str, int] | None = None,
+) -> dict[str, int | None]:
+    """The episodes of ``task_id``'s environment (in ``runs``; ``None`` = all) that end by
+    ``budget`` under the report's rule (:func:`analyses.caps.capped_frame`; the caps of a task
+    depend only on its environment's episodes): traj id -> its cap (``None`` when the data
+    wrote the budget without a cap the rule knows). ``max_turns`` entries that name none of
+    these runs or the environment are left to the views that show them."""
     from analyses.caps import capped_frame, env_of
     from analyses.caps_given import applicable
 
@@ -229,16 +244,11 @@ def _apply_caps(
         params,
     ).df().astype({"task_id": str, "run": str, "traj_id": str})
     if traj.empty:
-        return
+        return {}
     capped = capped_frame(traj, applicable(max_turns or {}, traj["run"], [env]))
-    ended = pd.Series(capped.cap, index=traj["traj_id"])[
-        capped.frame["end_reason"].to_numpy() == "budget"]
-    for traj_id, cap in ended.items():
-        row = rows.get(str(traj_id))
-        if row is not None:
-            row.end_reason = "budget"
-            if row.budget is None and cap == cap:  # the cap the rule found (NaN: none)
-                row.budget = int(cap)
+    ended = capped.frame["end_reason"].to_numpy() == "budget"
+    return {str(t): None if c != c else int(c)  # NaN: no cap found
+            for t, c in zip(traj["traj_id"][ended], capped.cap[ended], strict=True)}
 
 
 def shared_share(

@@ -32,7 +32,9 @@ def turn_graph(
     recovery turn, with ``latency`` and the spell's ``error_kind``). When a one-turn spell's
     recovery edge coincides with a ``next`` edge, the edge is kept once with ``kind =
     "recovers"`` and ``next = True``; every edge has boolean ``next`` and ``recovers``.
-    The graph's own attributes: ``traj_id, run, task_id, sample, success, n_turns``.
+    The graph's own attributes: ``traj_id, run, task_id, sample, success, n_turns``, and
+    ``end_reason`` as ``recovery analyze`` reads it (step caps applied,
+    :func:`recovery.graph.timeline.capped_ends`) with ``cap`` when it ran out of turns.
 
     Long because the docstring defines the graph's nodes, edges and attributes; the body (about
     60 lines) reads the turns and adds each kind of node and edge in turn.
@@ -42,8 +44,10 @@ def turn_graph(
     """
     import networkx as nx
 
+    from recovery.graph.timeline import capped_ends
+
     head = con.execute(
-        "SELECT traj_id, run, task_id, sample, success, n_turns FROM trajectories "
+        "SELECT traj_id, run, task_id, sample, success, n_turns, end_reason FROM trajectories "
         "WHERE traj_id = ?",
         [traj_id],
     ).fetchall()
@@ -53,7 +57,13 @@ def turn_graph(
     graph = nx.DiGraph(
         traj_id=head[0], run=head[1], task_id=head[2], sample=head[3],
         success=bool(head[4]) if head[4] is not None else None, n_turns=head[5],
+        end_reason=str(head[6] or "unknown"),
     )
+    capped = capped_ends(con, str(head[2]))
+    if traj_id in capped:
+        graph.graph["end_reason"] = "budget"
+        if capped[traj_id] is not None:
+            graph.graph["cap"] = capped[traj_id]
     turns = con.execute(
         """
         SELECT t, action, left(observation, ?) AS observation, is_error, error_kind,

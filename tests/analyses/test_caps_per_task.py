@@ -162,3 +162,21 @@ def test_budgetmix_plan_sees_the_same_caps_and_warns(store: Path) -> None:
     one_env = plan_schedule(PlanConfig(store=store, budgets=[40, 80], max_turns=["crafter=80"],
                                        runs=["a"]))
     assert one_env.params["step_caps"]["crafter"] == [80]
+
+
+def test_the_turn_graph_of_a_capped_episode_says_it_ran_out_of_turns(store: Path) -> None:
+    from recovery.graph import turn_graph
+    from recovery.graph.draw import graph_figure
+
+    con = open_store(store, read_only=True)
+    try:
+        (capped_id,), (natural_id,) = (con.execute(
+            "SELECT traj_id FROM trajectories WHERE run = 'a' AND task_id = 'babyai/goto' "
+            "AND sample = ?", [sample]).fetchone() for sample in (0, 5))
+        capped, natural = turn_graph(con, capped_id), turn_graph(con, natural_id)
+    finally:
+        con.close()
+    assert (capped.graph["end_reason"], capped.graph["cap"]) == ("budget", 64)
+    assert natural.graph["end_reason"] == "failure" and "cap" not in natural.graph
+    figure = graph_figure(capped)
+    assert figure._suptitle.get_text().endswith("ran out of turns (cap 64)")
