@@ -166,6 +166,8 @@ def _turn_figure(graph: nx.DiGraph, title: str | None) -> Figure:
     from matplotlib.lines import Line2D
     from matplotlib.patches import FancyArrowPatch, Patch
 
+    from recovery.graph.turn import turn_verdict
+
     nodes = sorted(graph.nodes)
     per_row = 6 if len(nodes) <= 36 else 8
     rows = max((len(nodes) + per_row - 1) // per_row, 1)
@@ -200,11 +202,7 @@ def _turn_figure(graph: nx.DiGraph, title: str | None) -> Figure:
     ax.set_xlim(-0.6, per_row - 0.4)
     ax.set_ylim(-(rows - 1) - 0.6, 0.75)
     ax.set_axis_off()
-    outcome = graph.graph.get("success")
-    verdict = "success" if outcome else "failure" if outcome is not None else "unknown outcome"
-    if not outcome and graph.graph.get("end_reason") == "budget":  # censored, as analyze reads it
-        cap = graph.graph.get("cap")
-        verdict = f"ran out of turns (cap {cap})" if cap is not None else "ran out of turns"
+    verdict = turn_verdict(graph)
     default_title = (f"trajectory {graph.graph.get('traj_id')}: run {graph.graph.get('run')}, "
                      f"task {graph.graph.get('task_id')}, {len(nodes)} turns, {verdict}")
     figure.suptitle(plain_label(title or default_title), fontsize=10, y=0.97)

@@ -112,3 +112,14 @@ def turn_graph(
     return graph
 
 
+
+
+def turn_verdict(graph: nx.DiGraph) -> str:
+    """How a turn graph's trajectory ended, in words: ``success``, ``failure``, ``unknown
+    outcome``, or ``ran out of turns (cap N)`` where analyze censors it (``end_reason``
+    ``budget``)."""
+    outcome = graph.graph.get("success")
+    if not outcome and graph.graph.get("end_reason") == "budget":
+        cap = graph.graph.get("cap")
+        return f"ran out of turns (cap {cap})" if cap is not None else "ran out of turns"
+    return "success" if outcome else "failure" if outcome is not None else "unknown outcome"
