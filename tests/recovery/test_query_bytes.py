@@ -37,6 +37,27 @@ def test_wide_rows_under_a_timeout_stop_on_time(store: Path) -> None:
     assert elapsed < 10, elapsed
 
 
+@pytest.mark.slow
+def test_a_reader_that_pauses_the_output_counts_against_the_timeout(store: Path) -> None:
+    """The rows are fetched long before the time is up; the reader then holds the pipe past
+    it. The next batch stops with the timeout (before, everything was written, exit 0)."""
+    import subprocess
+    import sys
+
+    query = WIDE.format(size=1_000_000, n=200)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from recovery.cli import main; main()", "sql", query,
+         "--store", str(store), "--format", "csv", "--max-rows", "0", "--timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got = len(child.stdout.read(65536))  # the output has started
+    time.sleep(3)  # past the time limit
+    got += len(child.stdout.read())
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 1, err
+    assert err.strip().splitlines()[-1] == "Error: query stopped after 2 s (--timeout)"
+    assert got < 200 * 1_000_000
+
+
 def test_rows_past_max_bytes_are_cut_with_a_note(store: Path) -> None:
     result = run("sql", WIDE.format(size=100_000, n=50), "--store", store, "--format", "jsonl",
                  "--max-bytes", "1000000")
