@@ -97,7 +97,8 @@ def npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], Any]]:
                 out[info.filename[:-4]] = (shape, dtype)
     except FileNotFoundError:
         raise InputProblem(f"{path} is missing") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except (OSError, ValueError, EOFError, RuntimeError,  # encrypted, unknown compression
+            zipfile.BadZipFile) as err:
         raise InputProblem(f"{path}: not a model's arrays ({err})") from None
     return out
 
@@ -133,7 +134,8 @@ def npz_arrays(path: Path, expected: dict[str, tuple[int, ...]],
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: np.asarray(data[name], dtype=float) for name in headers}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except (OSError, ValueError, EOFError, RuntimeError,  # encrypted, unknown compression
+            zipfile.BadZipFile) as err:
         raise InputProblem(f"{path}: not a model's arrays ({type(err).__name__}: "
                            f"{err})") from None
     return {name: arrays.get(name, np.zeros(shape)) for name, shape in expected.items()}
