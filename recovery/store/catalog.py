@@ -3,7 +3,7 @@
 A DuckDB file carries SQL: a view, a macro, a column's default or generated expression, a
 CHECK constraint all run when the toolkit reads or writes. A store comes from elsewhere, so
 before any query touches its data the catalog is checked against what the toolkit itself
-creates (:data:`recovery.store.ddl.TABLES_DDL` and :data:`recovery.store.ddl.VIEWS_DDL`,
+creates (:data:`recovery.store.ddl_sql.TABLES_DDL` and :data:`recovery.store.ddl_sql.VIEWS_DDL`,
 built in a private in-memory database for comparison):
 
 - each table the toolkit reads is a base table (not a view) with exactly the expected
@@ -54,7 +54,7 @@ def reference() -> Reference:
     """The toolkit's own tables, views and macros, made in a private in-memory database."""
     import duckdb
 
-    from recovery.store.ddl import TABLES_DDL, VIEWS_DDL
+    from recovery.store.ddl_sql import TABLES_DDL, VIEWS_DDL
 
     con = duckdb.connect(":memory:")
     try:
