@@ -137,8 +137,11 @@ class CappedFrame:
 def env_of(task_ids: Sequence[object] | np.ndarray) -> np.ndarray:
     """The environment of each task id: the id up to its first ``/`` (``""`` without one), as
     ``recovery analyze --by env`` groups them."""
-    return np.array([s.split("/", 1)[0] if "/" in s else ""
-                     for s in (str(t) for t in task_ids)], dtype=object)
+    import pandas as pd
+
+    ids = pd.Series(np.asarray(task_ids, dtype=object), dtype=object).astype(str)
+    head = ids.str.split("/", n=1).str[0]
+    return np.where(ids.str.contains("/", regex=False), head, "").astype(object)
 
 
 def detect_cap(n_turns: np.ndarray, success: np.ndarray) -> int | None:
@@ -191,13 +194,17 @@ def capped_frame(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> 
     Raises:
         UsageProblem: for a ``--max-turns`` name that is no run, environment or RUN/ENV.
     """
+    import pandas as pd
+
     runs = traj["run"].astype(str).to_numpy()
-    envs = env_of(traj["task_id"].to_numpy())
+    codes, task_names = pd.factorize(traj["task_id"].astype(str))
+    task_env = env_of(np.asarray(task_names, dtype=object))
+    envs = task_env[codes]
     success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
     n_turns = traj["n_turns"].to_numpy(dtype=np.int64)
     reason = _reasons(traj, success)
-    cap, source = _found_caps(traj["task_id"].astype(str).to_numpy(), envs, success, n_turns,
-                              reason)
+    cap_of, source_of = _found_caps(codes, task_env, success, n_turns, reason)
+    cap, source = cap_of[codes], source_of[codes]
     for mask, turns in resolve_max_turns(given or {}, runs, envs):
         cap[mask], source[mask] = turns, "--max-turns"
     moved = (reason == "failure") & ~success & (n_turns >= np.nan_to_num(cap, nan=np.inf))
@@ -220,70 +227,83 @@ def _reasons(traj: pd.DataFrame, success: np.ndarray) -> np.ndarray:
 
 
 def _found_caps(
-    tasks: np.ndarray, envs: np.ndarray, success: np.ndarray, n_turns: np.ndarray,
+    codes: np.ndarray, task_env: np.ndarray, success: np.ndarray, n_turns: np.ndarray,
     reason: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's cap and its source from the data and detection (steps 2 to 5 of the module
-    docs), over the rows that ended by success, failure or budget."""
+    """Each task's cap (NaN: none) and its source from the data and detection (steps 2 to 5
+    of the module docs), over the rows that ended by success, failure or budget.
+
+    Args:
+        codes: Each row's task, as an index into ``task_env``.
+        task_env: Each task's environment.
+        success: Whether each row succeeded.
+        n_turns: Each row's turns.
+        reason: Each row's end reason.
+    """
     import pandas as pd
 
     usable = np.isin(reason, ["success", "failure", "budget"])
-    rows = pd.DataFrame({"task": tasks, "env": envs, "ok": success, "n": n_turns,
-                         "written": reason == "budget"})[usable]
-    data_task = rows[rows["written"]].groupby("task")["n"].max().astype(int).to_dict()
-    env_of_task = dict(zip(rows["task"], rows["env"], strict=False))
-    data_env = _single_env_value(data_task, env_of_task)
-    det_env = {env: c for env, g in rows.groupby("env")
-               if (c := detect_cap(g["n"].to_numpy(), g["ok"].to_numpy())) is not None}
-    det_task = _task_detections(rows, env_of_task, det_env, data_env, data_task)
-    per_task: dict[str, tuple[int, str]] = {}
-    for task, env in env_of_task.items():
-        own, whole = det_task.get(task), data_env.get(env)
-        if task in data_task:
-            per_task[task] = (data_task[task], "data")
-        elif whole is not None and own in (None, whole):
-            per_task[task] = (whole, "data")
-        elif own is not None:
-            per_task[task] = (own, "detected")
+    c, ok, n = codes[usable], success[usable], n_turns[usable]
+    written = reason[usable] == "budget"
+    data_task = np.full(len(task_env), -1, dtype=np.int64)
+    np.maximum.at(data_task, c[written], n[written])
+    env_codes = pd.factorize(pd.Series(task_env, dtype=object))[0]
+    row_env = env_codes[c]
+    data_env, det_env = {}, {}
+    for e in range(int(env_codes.max()) + 1 if len(env_codes) else 0):
+        values = np.unique(data_task[(env_codes == e) & (data_task >= 0)])
+        if len(values) == 1:
+            data_env[e] = int(values[0])
+        mine = row_env == e
+        if (found := detect_cap(n[mine], ok[mine])) is not None:
+            det_env[e] = found
+    det_task = _task_detections(c, ok, n, env_codes, (det_env, data_env, data_task))
+    cap = np.full(len(task_env), np.nan)
+    source = np.full(len(task_env), "", dtype=object)
+    for task, env in enumerate(env_codes):
+        own, whole = int(det_task[task]), data_env.get(env)
+        if data_task[task] >= 0:
+            cap[task], source[task] = data_task[task], "data"
+        elif whole is not None and own in (-1, whole):
+            cap[task], source[task] = whole, "data"
+        elif own >= 0:
+            cap[task], source[task] = own, "detected"
         elif env in det_env:
-            per_task[task] = (det_env[env], "detected")
-    cap = np.array([per_task.get(t, (np.nan, ""))[0] for t in tasks], dtype=np.float64)
-    source = np.array([per_task.get(t, (0, ""))[1] for t in tasks], dtype=object)
+            cap[task], source[task] = det_env[env], "detected"
     return cap, source
 
 
-def _single_env_value(by_task: Mapping[str, int], env_of_task: Mapping[str, str]
-                      ) -> dict[str, int]:
-    """Environment -> the one value its tasks have in ``by_task`` (absent when they differ)."""
-    values: dict[str, set[int]] = {}
-    for task, value in by_task.items():
-        values.setdefault(env_of_task[task], set()).add(int(value))
-    return {env: next(iter(v)) for env, v in values.items() if len(v) == 1}
-
-
 def _task_detections(
-    rows: pd.DataFrame, env_of_task: Mapping[str, str], det_env: Mapping[str, int],
-    data_env: Mapping[str, int], data_task: Mapping[str, int],
-) -> dict[str, int]:
-    """Task -> its own detected cap, for tasks with enough episodes whose cap is corroborated:
-    it is their environment's cap (detected or written), a cap written for a task of the same
-    environment, or the detected cap of another task there (one task piling up at one count
-    may be a quirk of the task; a level cap recurs)."""
-    sizes = rows.groupby("task").size()
-    candidates = sizes[sizes >= MIN_TASK_EPISODES].index
-    found = {}
-    for task, g in rows[rows["task"].isin(candidates)].groupby("task"):
-        c = detect_cap(g["n"].to_numpy(), g["ok"].to_numpy())
-        if c is not None:
-            found[str(task)] = c
-    out = {}
-    for task, c in found.items():
-        env = env_of_task[task]
-        written = {v for t, v in data_task.items() if env_of_task[t] == env}
-        others = {v for t, v in found.items() if t != task and env_of_task[t] == env}
-        if c in {det_env.get(env), data_env.get(env)} | written | others:
-            out[task] = c
-    return out
+    c: np.ndarray, ok: np.ndarray, n: np.ndarray, env_codes: np.ndarray,
+    known: tuple[Mapping[int, int], Mapping[int, int], np.ndarray],
+) -> np.ndarray:
+    """Each task's own detected cap (-1: none), for tasks with enough episodes whose cap is
+    corroborated: it is their environment's cap (detected, or written for all its tasks or for
+    one), or the detected cap of another task there (one task piling up at one count may be a
+    quirk of the task; a level cap recurs). ``known``: the environments' detected and written
+    caps and the tasks' written caps."""
+    det_env, data_env, data_task = known
+    n_tasks = len(env_codes)
+    sizes = np.bincount(c, minlength=n_tasks)
+    tops = np.zeros(n_tasks, dtype=np.int64)
+    np.maximum.at(tops, c, n)
+    at_top = np.bincount(c[(n == tops[c]) & ~ok], minlength=n_tasks)
+    order = np.argsort(c, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    found = np.full(n_tasks, -1, dtype=np.int64)
+    for task in np.flatnonzero((sizes >= MIN_TASK_EPISODES) & (at_top >= MIN_CAPPED)):
+        rows = order[starts[task]:starts[task + 1]]
+        found[task] = detect_cap(n[rows], ok[rows]) or -1
+    pairs, counts = np.unique(np.stack([env_codes, found])[:, found >= 0], axis=1,
+                              return_counts=True)
+    corroborated = {(int(e), int(v)) for (e, v), k in zip(pairs.T, counts, strict=True)
+                    if k >= 2}
+    corroborated |= {(int(e), int(v)) for e, v in zip(env_codes, data_task, strict=True)
+                     if v >= 0}
+    corroborated |= {(e, v) for caps in (det_env, data_env) for e, v in caps.items()}
+    keep = np.array([(int(e), int(v)) in corroborated for e, v in zip(env_codes, found,
+                                                                       strict=True)], dtype=bool)
+    return np.where(keep, found, -1)
 
 
 def _run_caps(
