@@ -430,6 +430,9 @@ def assign(config: AssignConfig) -> AssignResult:
         raise InputProblem(str(err)) from None
     if not config.max_record_mb > 0:
         raise UsageProblem(f"--max-record-mb: must be > 0, not {config.max_record_mb}")
+    from recovery.outputs import check_output_path
+
+    check_output_path(config.out, "--out")  # before the dataset is read
     return assign_budgets(config.dataset, schedule, config.out, seed=config.seed,
                           trainer=config.trainer, overwrite=config.overwrite,
                           max_record_bytes=int(config.max_record_mb * 1024 * 1024))

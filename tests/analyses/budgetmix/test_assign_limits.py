@@ -204,3 +204,24 @@ def test_a_large_jsonl_dataset_streams_under_a_cap(tmp_path: Path) -> None:
     rows, peak_mb = _run_capped(dataset, tmp_path / "o.jsonl", 1024 * MB)
     assert rows == 100_000
     assert peak_mb < 250  # about 110 MB measured; reading it whole took 3 to 4 times that
+
+
+@pytest.mark.parametrize("case", ["folder", "under-a-file"])
+def test_the_output_path_is_checked_before_the_dataset_is_read(tmp_path: Path, case: str) -> None:
+    from analyses.budgetmix.assign import AssignConfig, assign
+
+    schedule = tmp_path / "schedule.json"
+    mixture_schedule([4], [1]).save(schedule)
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("not json at all\n")  # reading it would fail with another message
+    if case == "folder":
+        out = tmp_path / "o.jsonl"
+        out.mkdir()
+        fragment = "is a folder"
+    else:
+        (tmp_path / "plain").write_text("x")
+        out = tmp_path / "plain" / "o.jsonl"
+        fragment = "is a file, not a folder"
+    with pytest.raises(InputProblem) as err:
+        assign(AssignConfig(schedule=schedule, dataset=dataset, out=out))
+    assert "--out" in str(err.value) and fragment in str(err.value)
