@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 
 def _policies_toml(names: list[str] | tuple[str, ...], *, fatal: bool = True) -> str:
@@ -164,25 +164,30 @@ def env_inputs(files: list[Path], out: Path) -> list[Path]:
     return copies
 
 
-def report_cases(folder: Path, demo_tasks: int | None = None
-                 ) -> dict[str, tuple[list[Path], dict[str, object]]]:
-    """Simulate the inputs of every report in ``folder``: name -> (files, extra
-    :class:`analyses.report.analyze.AnalyzeConfig` fields)."""
-    demo_args = ["--config", "demo"] + (["--tasks", str(demo_tasks)] if demo_tasks else [])
-    four = _simulate_config(folder, "four-runs", FOUR_BY_ENV_TOML)
-    return {
-        "demo": (_simulate(folder / "demo-runs", *demo_args), {}),
-        "seven-runs": (_simulate_config(folder, "seven-runs", SEVEN_RUNS_TOML), {}),
-        "six-long-names": (_simulate_config(folder, "six-long-names", SIX_LONG_TOML), {}),
-        "four-runs-by-env": (env_inputs(four, folder / "four-runs-by-env"), {"by": "env"}),
-    }
+REPORTS = ("demo", "seven-runs", "six-long-names", "four-runs-by-env")
+"""The reports of the module docstring, in the order they are built."""
+
+
+def report_inputs(folder: Path, name: str, demo_tasks: int | None = None
+                  ) -> tuple[list[Path], dict[str, object]]:
+    """Simulate the inputs of report ``name`` (one of :data:`REPORTS`) in ``folder``: its
+    files, and the extra :class:`analyses.report.analyze.AnalyzeConfig` fields."""
+    if name == "demo":
+        demo_args = ["--config", "demo"] + (["--tasks", str(demo_tasks)] if demo_tasks else [])
+        return _simulate(folder / "demo-runs", *demo_args), {}
+    if name == "four-runs-by-env":
+        four = _simulate_config(folder, "four-runs", FOUR_BY_ENV_TOML)
+        return env_inputs(four, folder / name), {"by": "env"}
+    toml = {"seven-runs": SEVEN_RUNS_TOML, "six-long-names": SIX_LONG_TOML}[name]
+    return _simulate_config(folder, name, toml), {}
 
 
 def check_reports(folder: str | Path, check_html: Callable[..., Any], *, n_boot: int = 50,
                   demo_tasks: int | None = None, chromium: str | None = None,
-                  window_size: str = "1400,4000") -> dict[str, Any]:
-    """Build the reports of the module docstring in ``folder`` and check each page with
-    ``check_html`` (:func:`bench.html_check.check_html`).
+                  window_size: str = "1400,4000",
+                  only: Sequence[str] = REPORTS) -> dict[str, Any]:
+    """Build the reports of the module docstring (those named in ``only``) in ``folder``
+    and check each page with ``check_html`` (:func:`bench.html_check.check_html`).
 
     Returns:
         Report name -> its ``HtmlCheck`` (figure problems added to its problems).
@@ -193,7 +198,8 @@ def check_reports(folder: str | Path, check_html: Callable[..., Any], *, n_boot:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name, (files, extra) in report_cases(folder, demo_tasks).items():
+    for name in only:
+        files, extra = report_inputs(folder, name, demo_tasks)
         page = folder / f"{name}.html"
         report = analyze(AnalyzeConfig(files=files, html_out=page, n_boot=n_boot, **extra),
                          echo=lambda *_a, **_k: None)

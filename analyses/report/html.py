@@ -75,7 +75,7 @@ td.label, th.label { text-align: left; }
 td.clear { font-weight: 600; }
 .surfaces figure { flex: 0 1 31%; min-width: 280px; }
 .surfaces figure img { width: 100%; }
-p, li, th, td.label { overflow-wrap: anywhere; }
+p, li, th, td.label { overflow-wrap: break-word; }
 table.key { margin: 0 0 10px 0; }
 """
 
