@@ -92,7 +92,7 @@ def test_analyze_shows_escape_sequences_escaped_in_terminal_and_html(runs, tmp_p
 
     html = page.read_text(encoding="utf-8")
     assert_no_raw_control(html, "the HTML report")
-    assert f"Run {SHOWN_RUN}</h2>" in html
+    assert f'<td class="label fullname">{SHOWN_RUN}</td>' in html  # long: in the run key
     assert SHOWN_KIND in html
 
     data = json.loads(out.read_text(encoding="utf-8"))
