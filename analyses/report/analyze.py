@@ -90,6 +90,11 @@ class AnalyzeConfig(CheckedOptions):
         "id up to its first '/'; ids without one form the group '(none)'), meta.KEY (a field "
         "of the trajectory's meta), or a column of the trajectories table (e.g. budget).",
     )
+    max_groups: int = opt(
+        20,
+        "With --by: above this many groups, only the largest (by trajectories) get a full "
+        "report; every group keeps its row of the summary table. 0 = report every group.",
+    )
     runs: list[str] | None = opt(
         None, "Analyse only these runs of the inputs or the store, e.g. base,rl.",
     )
@@ -110,7 +115,7 @@ class AnalyzeConfig(CheckedOptions):
 
 
 def _max_turns(values: list[str] | None) -> dict[str, int] | None:
-    from analyses.caps import parse_max_turns
+    from recovery.caps import parse_max_turns
 
     return parse_max_turns(values) if values else None
 
@@ -291,6 +296,8 @@ def analyze(
         raise UsageProblem("give input FILES, or --store to analyse a store's runs")
     if not config.files and not Path(config.store).exists():
         raise UsageProblem(f"store {config.store} does not exist")
+    if config.max_groups < 0:
+        raise UsageProblem(f"--max-groups: give 0 (every group) or more, got {config.max_groups}")
     options = ReportOptions(
         ks=config.k or None,
         ts=parse_turn_limits(config.t),
@@ -335,7 +342,10 @@ def analyze(
         try:
             if config.by:
                 report = build_grouped_report(con, config.by, runs or None, options,
-                                              progress=progress, traj_ids=traj_ids)
+                                              progress=progress, traj_ids=traj_ids,
+                                              max_groups=config.max_groups)
+                if echo is not None and report.notes:
+                    echo(f"note: {report.notes[0]}")
             else:
                 report = build_report(con, runs or None, options, progress=progress,
                                       traj_ids=traj_ids)

@@ -19,6 +19,13 @@ from analyses.report.defaults import (
     run_budgets,
     samples_per_task,
 )
+from analyses.report.group_cap import (
+    MAX_GROUP_REPORTS,
+    cap_note,
+    cap_problem,
+    reported_values,
+    unreported,
+)
 from analyses.report.hazard_points import run_curves
 from analyses.report.records import (
     MODES,
@@ -122,9 +129,11 @@ def build_grouped_report(
     *,
     progress: ProgressFn | None = None,
     traj_ids: Sequence[str] | None = None,
+    max_groups: int = MAX_GROUP_REPORTS,
 ) -> GroupedReport:
     """One report per value of ``by`` (see :func:`analyses.frames.group_values`), and a
-    summary across the groups.
+    summary across the groups; above ``max_groups`` groups (0 = no cap), only the largest get
+    a report (:mod:`analyses.report.group_cap`).
 
     The frames are read once and split by group; every number of a group's report (its
     data quality and left-out counts too) is of that group's trajectories only. A group where
@@ -170,10 +179,18 @@ def build_grouped_report(
     cpu_timings = {"load frames": time.process_time() - cpu_started}
     values = values.assign(value=values["value"].fillna(NO_GROUP))
     order = sorted(set(values["value"]), key=_group_order)
+    sizes = values.loc[is_in(values["traj_id"], traj["traj_id"]), "value"].value_counts()
+    reported = reported_values(sizes.to_dict(), order, max_groups)
     groups, summary = [], []
     for value in order:
         ids = values.loc[values["value"] == value, "traj_id"]
         mine = traj[is_in(traj["traj_id"], ids)]
+        if value not in reported:
+            group, row = unreported(by, value, mine, cap_problem(len(reported), len(order)),
+                                    int(mine["task_id"].nunique()))
+            groups.append(group)
+            summary.append(row)
+            continue
         group_options = options
         if options.baseline is not None and options.baseline not in set(mine["run"]):
             group_options = dataclasses.replace(options, baseline=None)
@@ -192,7 +209,8 @@ def build_grouped_report(
         if group.report is not None:
             _add_times(timings, group.report.timings)
             _add_times(cpu_timings, group.report.cpu_timings)
-    return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary,
+    notes = [cap_note(by, len(reported), len(order))] if len(reported) < len(order) else []
+    return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary, notes=notes,
                          timings=timings, cpu_timings=cpu_timings)
 
 
@@ -608,10 +626,10 @@ def _comparisons(
 def _apply_step_caps(
     traj: pd.DataFrame, options: ReportOptions, quality: dict[str, RunQuality]
 ) -> pd.DataFrame:
-    """The frame with the step caps applied (:func:`analyses.caps.capped_frame`: episodes that
+    """The frame with the step caps applied (:func:`recovery.caps.capped_frame`: episodes that
     ran out of turns are censored), and the data-quality numbers told the same: each run's
     caps, where they came from, and its end reasons counted on the capped frame."""
-    from analyses.caps import CAP_SOURCES, capped_frame
+    from recovery.caps import CAP_SOURCES, capped_frame
 
     capped = capped_frame(traj, options.max_turns)
     moved_by_run = traj.loc[capped.moved, "run"].astype(str).value_counts().to_dict()

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from analyses.report.group_cap import MAX_GROUP_REPORTS, reported_values
 from analyses.report.hazard_points import MAX_POINTS, per_bin, run_curves, with_bins
 from analyses.report.records import HazardPoint
 from tests.cli_support import run_cli
@@ -167,3 +168,70 @@ def test_analyze_of_long_trajectories_writes_binned_curves(tmp_path: Path) -> No
     assert 0 < len(h) <= MAX_POINTS
     assert all(p["x"] == p["bin_start"] and p["at_risk"] == p["bin_at_risk"] for p in h)
     assert any("list one point per bin" in note for note in report["notes"])
+
+
+# ------------------------------------------------------------------------------------------
+# --by with many groups
+
+
+def test_reported_groups_are_the_largest_and_all_under_the_cap() -> None:
+    order = ["a", "b", "c", "d"]
+    sizes = {"a": 1, "b": 5, "c": 5, "d": 3}
+    assert reported_values(sizes, order, cap=2) == {"b", "c"}
+    assert reported_values(sizes, order, cap=3) == {"b", "c", "d"}
+    assert reported_values({"a": 2, "b": 2, "c": 2}, ["a", "b", "c"], cap=2) == {"a", "b"}
+    assert reported_values(sizes, order, cap=4) == set(order)
+    assert reported_values(sizes, order, cap=0) == set(order)
+    assert MAX_GROUP_REPORTS == 20
+
+
+def write_envs(path: Path, n_envs: int, seed: int) -> Path:
+    """One task per environment ``envNN/task``; environment i has i + 2 samples."""
+    rng = random.Random(seed)
+    lines = []
+    for env in range(n_envs):
+        for sample in range(env + 2):
+            turns = [{"action": f"move {t}", "observation": f"obs {t}",
+                      **({"error": "invalid_action"} if rng.random() < 0.3 else {})}
+                     for t in range(rng.randint(2, 6))]
+            lines.append(json.dumps({"task_id": f"env{env:02d}/task", "sample": sample,
+                                     "success": rng.random() < 0.5, "turns": turns}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_by_env_above_the_cap_reports_the_largest_groups_and_a_row_for_each(
+        tmp_path: Path) -> None:
+    base = write_envs(tmp_path / "base.jsonl", 6, seed=1)
+    out = tmp_path / "out.json"
+    result = run_cli("analyze", str(base), "--by", "env", "--max-groups", "3", "--n-boot", "0",
+                     "--json", str(out))
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    full = [g["value"] for g in report["groups"] if g["report"] is not None]
+    assert full == ["env03", "env04", "env05"]  # the three with the most trajectories
+    assert [r["value"] for r in report["group_summary"]] == [f"env{i:02d}" for i in range(6)]
+    rows = {r["value"]: r for r in report["group_summary"]}
+    assert rows["env00"]["n_trajectories"] == {"base": 2}
+    assert rows["env00"]["problem"].startswith("not reported in detail: only the 3 largest")
+    note = ("6 groups by env: only the 3 largest (by trajectories) get a full report, the other "
+            "3 a row of the table; --max-groups 0 reports every group")
+    assert report["notes"] == [note]
+    assert " ".join(note.split()) in " ".join(result.output.split())  # said on the terminal
+
+
+def test_by_env_under_the_cap_reports_every_group(tmp_path: Path) -> None:
+    base = write_envs(tmp_path / "base.jsonl", 3, seed=2)
+    out = tmp_path / "out.json"
+    result = run_cli("analyze", str(base), "--by", "env", "--n-boot", "0", "--json", str(out),
+                     "--quiet")
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert all(g["report"] is not None for g in report["groups"]) and report["notes"] == []
+
+
+def test_a_negative_group_cap_is_refused_in_one_line(tmp_path: Path) -> None:
+    base = write_envs(tmp_path / "base.jsonl", 2, seed=3)
+    result = run_cli("analyze", str(base), "--by", "env", "--max-groups", "-1")
+    assert result.exit_code != 0
+    assert "--max-groups: give 0 (every group) or more, got -1" in result.output
