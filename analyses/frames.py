@@ -137,30 +137,6 @@ def success_turns(traj: pd.DataFrame) -> np.ndarray:
     return np.where(success, np.where(np.isnan(given), n_turns, given), np.inf)
 
 
-def ended_by_budget(traj: pd.DataFrame) -> np.ndarray:
-    """Whether each trajectory's turn limit ended it (censored), as a bool array.
-
-    From ``end_reason`` when the frame has it; a frame without it (built by hand) gets the rule
-    of :func:`recovery.schema.end_reason` applied row by row.
-    """
-    import numpy as np
-    import pandas as pd
-
-    if "end_reason" in traj:
-        return (traj["end_reason"] == "budget").to_numpy(dtype=bool)
-    from recovery.schema import end_reason
-
-    success = traj["success"].astype("boolean").to_numpy(dtype=object, na_value=None)
-    budget = pd.to_numeric(traj["budget"]).to_numpy(dtype=np.float64, na_value=np.nan) if (
-        "budget" in traj) else np.full(len(traj), np.nan)
-    n_turns = pd.to_numeric(traj["n_turns"]).to_numpy(dtype=np.int64)
-    return np.array(
-        [end_reason(s, int(n), None if np.isnan(b) else int(b)) == "budget"
-         for s, n, b in zip(success, n_turns, budget, strict=True)],
-        dtype=bool,
-    )
-
-
 def is_in(column: pd.Series, values: pd.Series | Sequence[object]) -> np.ndarray:
     """Which rows of ``column`` hold one of ``values``: ``column.isin(values)`` as a numpy mask.
 

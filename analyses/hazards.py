@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.frames import ended_by_budget, success_turns
+from analyses.frames import success_turns
+from recovery.caps import ended_by_budget
 from recovery.marking.spells import in_spell
 
 if TYPE_CHECKING:

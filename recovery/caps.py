@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.caps_given import parse_max_turns, resolve_max_turns
+from recovery.caps_given import parse_max_turns, resolve_max_turns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -188,7 +188,7 @@ def capped_frame(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> 
 
     Args:
         traj: Trajectories (``run, task_id, success, n_turns``; ``end_reason`` when known, else
-            it is derived as :func:`analyses.frames.ended_by_budget` says).
+            it is derived as :func:`ended_by_budget` says).
         given: ``--max-turns`` entries, name -> cap (:func:`resolve_max_turns` reads them).
 
     Raises:
@@ -219,8 +219,6 @@ def _reasons(traj: pd.DataFrame, success: np.ndarray) -> np.ndarray:
     """The frame's end reasons (derived for a frame built without them)."""
     if "end_reason" in traj:
         return traj["end_reason"].astype(str).to_numpy(dtype=object)
-    from analyses.frames import ended_by_budget
-
     known = traj["success"].notna().to_numpy()
     reason = np.where(success, "success", np.where(ended_by_budget(traj), "budget", "failure"))
     return np.where(known, reason, "unknown").astype(object)
@@ -329,3 +327,27 @@ def _run_caps(
             out.append(StepCap(run, turns, src, int((reached & part).sum()),
                                int((failed & in_env).sum()), env))
     return out
+
+
+def ended_by_budget(traj: pd.DataFrame) -> np.ndarray:
+    """Whether each trajectory's turn limit ended it (censored), as a bool array.
+
+    From ``end_reason`` when the frame has it; a frame without it (built by hand) gets the rule
+    of :func:`recovery.schema.end_reason` applied row by row.
+    """
+    import numpy as np
+    import pandas as pd
+
+    if "end_reason" in traj:
+        return (traj["end_reason"] == "budget").to_numpy(dtype=bool)
+    from recovery.schema import end_reason
+
+    success = traj["success"].astype("boolean").to_numpy(dtype=object, na_value=None)
+    budget = pd.to_numeric(traj["budget"]).to_numpy(dtype=np.float64, na_value=np.nan) if (
+        "budget" in traj) else np.full(len(traj), np.nan)
+    n_turns = pd.to_numeric(traj["n_turns"]).to_numpy(dtype=np.int64)
+    return np.array(
+        [end_reason(s, int(n), None if np.isnan(b) else int(b)) == "budget"
+         for s, n, b in zip(success, n_turns, budget, strict=True)],
+        dtype=bool,
+    )

@@ -101,7 +101,7 @@ class RunQuality:
         repeated_observation_kinds: Error kind -> turns whose observation repeated the previous
             one and that are marked with it.
         step_cap: The run's step cap, where it has one (filled by a report:
-            :mod:`analyses.caps`); its unsuccessful episodes of that many turns are censored.
+            :mod:`recovery.caps`); its unsuccessful episodes of that many turns are censored.
         step_cap_source: Where the caps came from: ``--max-turns``, ``data`` or ``detected``
             (comma-separated when they came from several).
         step_cap_note: The caps in words, with their sources and how many episodes end there

@@ -16,7 +16,7 @@ from analyses.budgetmix.schedule import (
     uniform_schedule,
 )
 from analyses.budgetmix.store import open_existing_store
-from analyses.caps_given import parse_max_turns
+from recovery.caps_given import parse_max_turns
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 
@@ -125,12 +125,12 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
 def _step_cap_params(
     con: duckdb.DuckDBPyConnection, runs: list[str] | None, given: dict[str, int] | None
 ) -> dict[str, Any]:
-    """What the store's step caps say of the pooled runs (:func:`analyses.caps.capped_frame`,
+    """What the store's step caps say of the pooled runs (:func:`recovery.caps.capped_frame`,
     the rule ``recovery analyze`` applies): ``step_caps`` (environment -> its caps),
     ``n_censored`` (episodes that ran out of turns) and ``warnings`` (one line when the runs
     pool environments with different caps: a budget past one's cap is never run there)."""
-    from analyses.caps import capped_frame
     from analyses.frames import trajectories_frame
+    from recovery.caps import capped_frame
 
     capped = capped_frame(trajectories_frame(con, runs), given)
     note = capped.pooling_note(

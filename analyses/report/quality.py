@@ -40,7 +40,7 @@ def quality_from_frames(
     """
     import pandas as pd
 
-    from analyses.frames import ended_by_budget
+    from recovery.caps import ended_by_budget
     from recovery.quality import RunQuality, ordered_reasons
 
     traj = traj.assign(task_id=traj["task_id"].astype(str), run=traj["run"].astype(str))

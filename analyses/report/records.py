@@ -62,7 +62,7 @@ class ReportOptions:
         ci: Central coverage of the intervals.
         min_at_risk: Bin size of the hazards (turns at risk per bin).
         max_turns: Run -> its step cap, where the data does not say (``--max-turns RUN=N``);
-            other runs' caps come from the data or are detected (:mod:`analyses.caps`).
+            other runs' caps come from the data or are detected (:mod:`recovery.caps`).
     """
 
     ks: Sequence[int] | None = None

@@ -8,7 +8,7 @@ its error kind) or a recovery turn (the first clean turn after a spell), and the
 reason after its last turn: ``success``, ``failure``, ``budget`` (stopped by its turn cap),
 ``crash`` (no turn) or ``unknown``. The data come from the store: ``turns.is_error``,
 ``turns.error_kind``, ``turns.recovery_of`` and ``trajectories.end_reason``, with the step caps
-applied as ``recovery analyze`` applies them (:func:`analyses.caps.capped_frame`, over the
+applied as ``recovery analyze`` applies them (:func:`recovery.caps.capped_frame`, over the
 task's environment in the runs shown), so an episode that ran out of turns reads ``budget``
 here too.
 
@@ -223,12 +223,12 @@ def capped_ends(
     max_turns: dict[str, int] | None = None,
 ) -> dict[str, int | None]:
     """The episodes of ``task_id``'s environment (in ``runs``; ``None`` = all) that end by
-    ``budget`` under the report's rule (:func:`analyses.caps.capped_frame`; the caps of a task
+    ``budget`` under the report's rule (:func:`recovery.caps.capped_frame`; the caps of a task
     depend only on its environment's episodes): traj id -> its cap (``None`` when the data
     wrote the budget without a cap the rule knows). ``max_turns`` entries that name none of
     these runs or the environment are left to the views that show them."""
-    from analyses.caps import capped_frame, env_of
-    from analyses.caps_given import applicable
+    from recovery.caps import capped_frame, env_of
+    from recovery.caps_given import applicable
 
     env = str(env_of([task_id])[0])
     head = "split_part(CAST(task_id AS VARCHAR), '/', 1)"

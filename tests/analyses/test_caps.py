@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.caps import capped_frame, detect_cap, parse_max_turns
+from recovery.caps import capped_frame, detect_cap, parse_max_turns
 from recovery.errors import UsageProblem
 from tests.cli_support import run_cli
 

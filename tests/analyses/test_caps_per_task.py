@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.caps import capped_frame
+from recovery.caps import capped_frame
 from recovery.errors import UsageProblem
 from recovery.schema import Trajectory, Turn
 from recovery.store import open_store
