@@ -21,12 +21,14 @@ from recovery.store.ddl_sql import TABLES_DDL, VIEWS_DDL
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this toolkit writes (``store_info.schema_version``). 1: the tables and
 views of the first release; 2: ``trajectories.end_reason``, added and filled on upgrade; 3:
 trajectory ids hash length-prefixed parts (a run or task holding the old separator could make
 two trajectories one id), recomputed on upgrade from each trajectory's run, task, budget and
-sample in every table."""
+sample in every table; 4: ``task_outcomes`` and ``recovery_stats`` leave out crashed episodes
+and unknown outcomes, as every analysis does (the views are replaced on upgrade, no row
+changes)."""
 
 STORE_TABLES = tuple(TABLES)
 """The tables of a store (:data:`TABLES_DDL`)."""
@@ -121,8 +123,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str | Path | None = None
     runs in one transaction, so a failure leaves the store as it was. Upgrades by version:
     schema 1 had no ``trajectories.end_reason``; it is added and filled by the one rule
     (:func:`recovery.schema.end_reason`) from the stored outcome and budget; before schema 3
-    the trajectory ids were of the old scheme: they are recomputed in every table. An
-    upgrade checks that no table gains or loses a row and that the new ids are unique.
+    the trajectory ids were of the old scheme: they are recomputed in every table; every
+    upgrade replaces the views and macros with this version's. An upgrade checks that no table gains or loses a row and that the new ids are unique.
 
     Args:
         con: The store's connection (no transaction open).

@@ -9,6 +9,10 @@ from recovery.store.columns import table_ddl
 TABLES_DDL = table_ddl()
 """Every table of the store (from the column registry, :mod:`recovery.store.columns`)."""
 
+COUNTED = "success IS NOT NULL AND end_reason NOT IN ('crash', 'unknown')"
+"""The trajectories every view counts, as every analysis does (``analyses.frames``): a known
+outcome, and an end that is neither a crash of the harness nor of unknown reason."""
+
 VIEWS_DDL = """
 -- One score per scored turn and model: duplicate rows of step_scores (a turn scored twice by
 -- the same model) are averaged, a second estimate of the same probability. Marking (prm
@@ -18,6 +22,10 @@ SELECT traj_id, t, model, avg(score) AS score, count(*) AS n_scores
 FROM step_scores
 GROUP BY traj_id, t, model;
 
+-- task_outcomes and recovery_stats count what every number of the toolkit counts: episodes
+-- with a known outcome that did not crash (a crash is the harness's failure, not the agent's;
+-- analyses.frames leaves out the same ones; in recovery_stats its columns are trajectories',
+-- error_spells has none of those names).
 CREATE OR REPLACE VIEW task_outcomes AS
 SELECT run, task_id, budget,
        count(*)                          AS n_samples,
@@ -25,6 +33,7 @@ SELECT run, task_id, budget,
        avg(success::INTEGER)             AS success_rate,
        avg(n_turns)                      AS mean_turns
 FROM trajectories
+WHERE {COUNTED}
 GROUP BY run, task_id, budget;
 
 CREATE OR REPLACE VIEW recovery_stats AS
@@ -36,6 +45,7 @@ SELECT tr.run,
        avg(s.recovered::INTEGER)                               AS recovery_rate,
        avg(s.latency) FILTER (WHERE s.recovered)               AS mean_latency
 FROM trajectories tr LEFT JOIN error_spells s USING (traj_id)
+WHERE {COUNTED}
 GROUP BY tr.run;
 
 -- One task's pass@k and pass^k from its n samples of which c succeeded: the unbiased
@@ -54,7 +64,7 @@ CREATE OR REPLACE MACRO pass_hat_k(n, c, k) AS
 
 -- Pass@(K,T) and pass^(K,T) in truncation mode; the SQL face of analyses.passkt,
 -- which adds budgeted mode and bootstrap intervals. Per (run, task): n = trajectories with a
--- known outcome that did not crash, whatever their budget; c = those that succeeded by turn t (a success without
+-- known outcome that did not crash (nor end for an unknown reason), whatever their budget; c = those that succeeded by turn t (a success without
 -- success_turn succeeds at its last turn). t takes every distinct success turn of the run (the
 -- only turns where the surface can change: between two listed t it keeps the lower one's
 -- value) and NULL = no turn limit. k runs from 1 to the most samples a task of the run has;
@@ -65,7 +75,7 @@ WITH outcomes AS (
     SELECT run, task_id,
            {WON_AT} AS won_at
     FROM trajectories
-    WHERE success IS NOT NULL AND end_reason <> 'crash'
+    WHERE {COUNTED}
 ),
 limits AS (
     SELECT DISTINCT run, won_at AS t FROM outcomes WHERE won_at IS NOT NULL
@@ -110,7 +120,7 @@ CREATE OR REPLACE MACRO pass_kt_task_counts_at(t_limit) AS TABLE
 SELECT run, task_id, count(*) AS n,
        count(*) FILTER (WHERE won_at <= coalesce(t_limit, won_at)) AS c
 FROM (SELECT run, task_id, {WON_AT} AS won_at FROM trajectories
-      WHERE success IS NOT NULL AND end_reason <> 'crash')
+      WHERE {COUNTED})
 GROUP BY run, task_id;
 
 CREATE OR REPLACE MACRO pass_kt_values_at(t_limit) AS TABLE
@@ -133,5 +143,5 @@ SELECT run, k, t, pass_hat AS value, n_tasks, n_tasks_left_out
 FROM pass_kt_values_at(t_limit) ORDER BY run, k;
 """.replace(
     "{WON_AT}", success_turn_sql("success", "n_turns", "success_turn")
-)
+).replace("{COUNTED}", COUNTED)
 

@@ -187,8 +187,9 @@ def _check_header(data: Any, where: str) -> None:
             "to read this store"
         )
     # Version 2 folder stores already have this layout and these ids (the manifest and the
-    # length-prefixed ids came in the same round): they read as they are.
-    if version not in (2, SCHEMA_VERSION):
+    # length-prefixed ids came in the same round), and version 3 differs only in views a
+    # folder store builds at every open: they read as they are.
+    if version not in (2, 3, SCHEMA_VERSION):
         raise InputProblem(
             f"store {where} has schema version {version}; this toolkit reads version "
             f"{SCHEMA_VERSION}: ingest its source files into a new folder store"
