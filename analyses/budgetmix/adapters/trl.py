@@ -71,6 +71,10 @@ class BudgetedEpisode:
         scores: PRM score of each accepted turn (empty without a scorer).
         rewards: Per-turn shaped rewards (set when rewarded).
         reward: What ``get_reward`` returned: the sum of ``rewards`` (see the module).
+        calls: Each tool call in order: ``turn``, ``refused`` or ``malformed`` (arguments that
+            do not fit the tool, when the wrapper was built with ``free_malformed``).
+        ended_at: Calls (counted in ``calls``) up to the one that ended the episode (the
+            environment's ``finished`` set, or the budget used up); ``None`` while it runs.
     """
 
     max_turns: int
@@ -82,6 +86,8 @@ class BudgetedEpisode:
     scores: list[float] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     reward: float | None = None
+    calls: list[str] = field(default_factory=list)
+    ended_at: int | None = None
 
     @property
     def n_turns(self) -> int:
@@ -118,6 +124,7 @@ def budgeted_environment(
     default_max_turns: int | None = None,
     announce: bool = True,
     on_episode: Callable[[BudgetedEpisode], None] | None = None,
+    free_malformed: bool = False,
 ) -> type:
     """A subclass of ``env_cls`` for ``GRPOTrainer(environment_factory=...)`` with per-row budgets.
 
@@ -143,6 +150,8 @@ def budgeted_environment(
         announce: Append ``You have N turns.`` to what ``reset`` returns (an environment that
             states its budget itself passes ``False``).
         on_episode: Called with each rewarded episode (e.g. to log per-turn rewards).
+        free_malformed: A call whose arguments do not fit the tool's signature costs no turn
+            (it raises ``TypeError``, which TRL reports to the model); by default it is a turn.
 
     Returns:
         The wrapped class (named ``Budgeted<name>``).
@@ -190,13 +199,15 @@ def budgeted_environment(
         return total
 
     namespace: dict[str, Any] = {"reset": reset, "get_reward": get_reward,
-                                 "__doc__": env_cls.__doc__, "__module__": env_cls.__module__}
+                                 "__doc__": env_cls.__doc__, "__module__": env_cls.__module__,
+                                 "budgetmix_scorer": scorer}
     for name in tools:
-        namespace[name] = _budgeted_tool(name, getattr(env_cls, name))
+        namespace[name] = _budgeted_tool(name, getattr(env_cls, name), free_malformed)
     return type(f"Budgeted{env_cls.__name__}", (env_cls,), namespace)
 
 
-def _budgeted_tool(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+def _budgeted_tool(name: str, method: Callable[..., Any],
+                   free_malformed: bool = False) -> Callable[..., Any]:
     """``method`` with the budget check in front; async methods stay async (TRL awaits them)."""
     signature = inspect.signature(method)
 
@@ -204,21 +215,29 @@ def _budgeted_tool(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         episode: BudgetedEpisode = self.budgetmix_episode
         if episode.n_turns >= episode.max_turns:
             episode.refused += 1
+            episode.calls.append("refused")
             return REFUSAL.format(budget=episode.max_turns)
         try:
             bound = signature.bind(self, *args, **kwargs).arguments
-        except TypeError:  # wrong arguments: still a turn, and the call below reports it
+        except TypeError:  # wrong arguments: a turn unless free_malformed; the call reports it
+            if free_malformed:
+                episode.calls.append("malformed")
+                raise
             bound = dict(kwargs)
+        episode.calls.append("turn")
         episode.actions.append(call_text(name, {k: v for k, v in bound.items() if k != "self"}))
         return None
 
     def after(self: Any, result: Any) -> Any:
-        self.budgetmix_episode.observations.append(
-            result if isinstance(result, str) else str(result))
+        episode: BudgetedEpisode = self.budgetmix_episode
+        episode.observations.append(result if isinstance(result, str) else str(result))
+        if episode.ended_at is None and (episode.n_turns >= episode.max_turns
+                                         or getattr(self, "finished", None) is not None):
+            episode.ended_at = len(episode.calls)
         return result
 
     def failed(self: Any, err: Exception) -> None:
-        self.budgetmix_episode.observations.append(f"Error: {err}")
+        after(self, f"Error: {err}")
 
     if inspect.iscoroutinefunction(method):
 
