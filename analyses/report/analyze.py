@@ -104,6 +104,13 @@ class AnalyzeConfig(CheckedOptions):
         "trajectories table, e.g. \"task_id LIKE 'babaisai/%' AND budget = 100\"; every "
         "number of the report is of them.",
     )
+    series: str | None = opt(
+        None,
+        "The runs are checkpoints of one training: run (ordered by the last number in each "
+        "run's name, e.g. ckpt-100) or meta.NAME (by that number in the trajectories' meta). "
+        "Each is compared with the first: Pass@(1,T) and the single-step and recovery parts "
+        "over the steps (JSON key series).",
+    )
     max_turns: list[str] | None = opt(
         None,
         "Step cap, RUN=N, ENV=N (an environment: the task id up to '/') or RUN/ENV=N (several: "
@@ -332,6 +339,12 @@ def analyze(
                 raise UsageProblem("--where: no trajectory of the runs meets the condition")
         import duckdb
 
+        order = None
+        if config.series:
+            from analyses.report.series import plan_series
+
+            order = plan_series(con, config.series, runs, config.baseline, config.by)
+            options.baseline = order[0].run
         if config.by:
             from analyses.frames import group_expression
 
@@ -349,6 +362,10 @@ def analyze(
             else:
                 report = build_report(con, runs or None, options, progress=progress,
                                       traj_ids=traj_ids)
+                if order:
+                    from analyses.report.series import series_points
+
+                    report.series = series_points(report, order, config.series)
         except duckdb.Error as err:  # damage that only shows when the data is read
             raise InputProblem(f"store {config.store or ':memory:'} cannot be read: "
                                f"{str(err).splitlines()[0]}") from None

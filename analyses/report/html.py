@@ -339,6 +339,10 @@ def _sections(report: Report, prefix: str = "",
                      "</ul></div></section>")
     parts += _surface_section(report, prefix)
     parts += _budget_section(report, prefix, colours)
+    if report.series:  # --series: the checkpoints over training
+        from analyses.report.series_html import series_section
+
+        parts += series_section(report, prefix, _img)
     if report.comparisons:
         parts += _decomposition_section(report, prefix)
     parts += _hazard_section(report, prefix, colours)

@@ -16,6 +16,7 @@ from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
     from analyses.budget import BudgetCurve, BudgetDifference, BudgetShape
+    from analyses.report.series import SeriesPoint
     from recovery.quality import RunQuality
 
 
@@ -429,6 +430,8 @@ class Report:
         budget_curves: Each run's S(T) = Pass@(1,T) at every T from 1 to the largest turn
             count (truncation mode; empty in budgeted mode, where the budgets are the T).
         sources: Input files of this analysis (empty when the whole store was analysed).
+        series: ``--series``: the checkpoints in step order (:mod:`analyses.report.series`);
+            ``None`` otherwise.
         timings: Wall-clock seconds per step (not part of :meth:`to_dict`).
         cpu_timings: CPU seconds of the process per step, all threads (not part of
             :meth:`to_dict`); on a busy machine a truer measure of the work than ``timings``.
@@ -455,6 +458,7 @@ class Report:
     definitions: dict[str, str] = field(default_factory=dict)
     min_at_risk: int = 30
     budget_curves: list[BudgetCurve] = field(default_factory=list)
+    series: list[SeriesPoint] | None = None
     timings: dict[str, float] = field(default_factory=dict, repr=False)
     cpu_timings: dict[str, float] = field(default_factory=dict, repr=False)
 
@@ -472,6 +476,8 @@ class Report:
         out = dataclasses.asdict(self)
         out.pop("timings")
         out.pop("cpu_timings")
+        if self.series is None:  # only ``--series`` reports have one
+            out.pop("series")
         out["mode_description"] = MODE_DESCRIPTIONS.get(self.mode, self.mode)
         for run in out["runs"].values():
             run.pop("run")

@@ -64,4 +64,8 @@ def analyze(config: AnalyzeConfig) -> None:
             # plain lines and the rules keep the width the console chose
             out = Console(width=max(width, PIPED_TABLE_WIDTH))
         print_report(report, out, width=width)
+        if getattr(report, "series", None) is not None:
+            from analyses.report.series import print_series
+
+            print_series(report, out)
     sys.stdout.flush()
