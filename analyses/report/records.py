@@ -16,7 +16,6 @@ from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
     from analyses.budget import BudgetCurve, BudgetDifference, BudgetShape
-    from analyses.report.series import SeriesPoint
     from recovery.quality import RunQuality
 
 
@@ -458,7 +457,9 @@ class Report:
     definitions: dict[str, str] = field(default_factory=dict)
     min_at_risk: int = 30
     budget_curves: list[BudgetCurve] = field(default_factory=list)
-    series: list[SeriesPoint] | None = None
+    # list of analyses.report.series.SeriesPoint, not named here: that module reads these
+    # records, and a type-only import back would make an import cycle
+    series: list[Any] | None = None
     timings: dict[str, float] = field(default_factory=dict, repr=False)
     cpu_timings: dict[str, float] = field(default_factory=dict, repr=False)
 
