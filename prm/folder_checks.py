@@ -17,6 +17,20 @@ from recovery.errors import InputProblem
 if TYPE_CHECKING:
     import numpy as np
 
+FORMAT = "prm-structured"
+VERSION = 3
+"""3: ``call_failed_last`` and ``call_neutral`` (version 2 folders read as the threshold
+deciding alone; 1 also without text)."""
+TEXT_BITS = 15
+"""Each text field (:data:`prm.features.TEXT_COLUMNS`) is hashed into ``2 ** TEXT_BITS``
+columns of word unigrams and bigrams."""
+TEXT_FIELDS = 4
+"""Text fields scored: :data:`prm.features.TEXT_COLUMNS`."""
+TEXT_WIDTH = TEXT_FIELDS * 2 ** TEXT_BITS
+"""Hashed columns of the text fields side by side."""
+MAX_EMBEDDING_WIDTH = 4096
+"""The widest turn embedding a folder may declare (MiniLM's marker+mean features are 768)."""
+
 
 def three_class_params(model: Any) -> tuple[np.ndarray, np.ndarray]:
     """A fitted scikit-learn logistic regression's coefficients and intercepts as three rows,
@@ -193,7 +207,6 @@ def _structured_checks(record: dict[str, Any]) -> dict[str, Any]:
     from prm.features import SETTINGS
     from prm.labels import LABEL_SOURCES, RECOVERY_BASES
     from prm.spec import NEVER_AN_ERROR
-    from prm.structured import MAX_EMBEDDING_WIDTH, VERSION
 
     return {
         "version": lambda v: v in (1, 2, VERSION),
@@ -225,7 +238,6 @@ def check_structured_record(record: Any, path: Path) -> None:
     Raises:
         InputProblem: naming ``path`` and the field.
     """
-    from prm.structured import FORMAT
 
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise InputProblem(f"{path}: not a structured PRM (no 'format': {FORMAT!r})")
@@ -248,7 +260,6 @@ def check_structured_record(record: Any, path: Path) -> None:
 
 def structured_shapes(record: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """The shape of each array of ``structured.npz``, from a checked record."""
-    from prm.structured import TEXT_FIELDS, TEXT_WIDTH
 
     n_pc, width = record["embeddings"]
     d = len(record["feature_names"]) + n_pc

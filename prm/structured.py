@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.folder_checks import three_class_params
+from prm.folder_checks import (  # the folder's format is defined where it is checked
+    FORMAT,
+    TEXT_BITS,
+    TEXT_WIDTH,
+    VERSION,
+    three_class_params,
+)
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
@@ -52,26 +58,12 @@ if TYPE_CHECKING:
 
 STRUCTURED_FILE = "structured.json"
 ARRAYS_FILE = "structured.npz"
-FORMAT = "prm-structured"
-VERSION = 3
-"""3: ``call_failed_last`` and ``call_neutral`` (version 2 folders read as the threshold
-deciding alone; 1 also without text)."""
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 """Regularisation strengths the inner cross-validation tries."""
-TEXT_BITS = 15
-"""Each text field (:data:`prm.features.TEXT_COLUMNS`) is hashed into ``2 ** TEXT_BITS``
-columns of word unigrams and bigrams."""
-TEXT_FIELDS = 4
-"""Text fields scored: :data:`prm.features.TEXT_COLUMNS`."""
-TEXT_WIDTH = TEXT_FIELDS * 2 ** TEXT_BITS
-"""Hashed columns of the text fields side by side."""
 NB_ALPHA = 1.0
 """Additive smoothing of the Naive Bayes word counts."""
-ARRAY_NAMES = ("coef", "intercept", "means", "scales", "emb_mean", "emb_components")
 TEXT_ARRAYS = ("ratios", "text_means", "text_scales")
 """Arrays of the text scores (empty when they are not used; absent from version 1 folders)."""
-MAX_EMBEDDING_WIDTH = 4096
-"""The widest turn embedding a folder may declare (MiniLM's marker+mean features are 768)."""
 
 
 def is_structured_folder(path: str | Path) -> bool:

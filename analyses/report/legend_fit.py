@@ -8,6 +8,7 @@ the figure (up to a limit), then takes a smaller font, and at last wraps its lab
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ def _narrower(figure: Figure, handles: list, width: float, columns: int, fontsiz
         return columns, fontsize, chars
     if fontsize > MIN_FONT:
         return columns, max(MIN_FONT, fontsize - 1), chars
-    from analyses.report.plots import wrap_label
 
     if chars <= 8:
         return None
@@ -73,3 +73,15 @@ def _narrower(figure: Figure, handles: list, width: float, columns: int, fontsiz
         text = " ".join(handle.get_label().split("\n"))
         handle.set_label("\n".join(wrap_label(text, chars)) or text)
     return columns, fontsize, chars
+
+
+def wrap_label(text: str, chars: int) -> list[str]:
+    """:func:`textwrap.wrap` of a :func:`recovery.display.plain_label` text, never splitting
+    an escaped ``\\$`` (a long word is cut anywhere; a ``$`` cut from its backslash would be
+    read as mathtext again): the backslash moves to the next line with its ``$``."""
+    lines = textwrap.wrap(text, chars)
+    for i in range(len(lines) - 1):
+        trailing = len(lines[i]) - len(lines[i].rstrip("\\"))
+        if trailing % 2 and lines[i + 1].startswith("$"):
+            lines[i], lines[i + 1] = lines[i][:-1], "\\" + lines[i + 1]
+    return [line for line in lines if line]

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import io
 import math
-import textwrap
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from analyses.report.legend_fit import wrap_label
 from analyses.report.text import number, t_label
 from recovery.display import plain_label
 
@@ -88,18 +88,6 @@ def fit_titles(figure: Figure, overhang: float = 1.1) -> None:
             chars = max(12, min(chars - 1, int(chars * room / extent)))
             title.set_text("\n".join(wrap_label(text, chars)))
             extent = title.get_window_extent(renderer).width
-
-
-def wrap_label(text: str, chars: int) -> list[str]:
-    """:func:`textwrap.wrap` of a :func:`recovery.display.plain_label` text, never splitting
-    an escaped ``\\$`` (a long word is cut anywhere; a ``$`` cut from its backslash would be
-    read as mathtext again): the backslash moves to the next line with its ``$``."""
-    lines = textwrap.wrap(text, chars)
-    for i in range(len(lines) - 1):
-        trailing = len(lines[i]) - len(lines[i].rstrip("\\"))
-        if trailing % 2 and lines[i + 1].startswith("$"):
-            lines[i], lines[i + 1] = lines[i][:-1], "\\" + lines[i + 1]
-    return [line for line in lines if line]
 
 
 def integer_axis(axis: object) -> None:

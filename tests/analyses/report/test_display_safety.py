@@ -152,7 +152,7 @@ def test_a_dollar_label_renders_as_literal_text_in_every_plot(runs):
 def test_wrapping_a_title_never_unescapes_a_dollar(chars):
     from matplotlib.text import Text
 
-    from analyses.report.plots import wrap_label
+    from analyses.report.legend_fit import wrap_label
     from recovery.display import plain_label
 
     label = plain_label(f"Pass@(K,T): {EVIL_RUN} - $x$ $y$")
