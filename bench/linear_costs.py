@@ -14,14 +14,18 @@ Run: ``.venv/bin/python bench/linear_costs.py [--turns 20000,40000,80000] [--sib
    environments (8 samples each): with the default cap of full reports, and with every group
    reported (``--all-groups``; minutes).
 
-Measured on this project's 2-core machine, shared with other jobs (load average 6 to 10, so
-wall-clock seconds are about twice the CPU seconds):
+Measured on this project's 2-core machine, shared with other jobs (load average 4 to 10, so
+wall-clock seconds run 2 to 5 times the CPU seconds; CPU seconds of the process):
 
-    analyze, 2 x 80,000 turns        before: 62 s wall (56 s CPU)   after: 15 s CPU
-    binning 80,000 points             before: minutes (quadratic)    after: 0.1 s
-    sibling features, K = 3,000       before: 191 s CPU (prm score)  after: 1 s CPU
-    prm score, 3,000 chats x 8 turns  before: 982 s wall, 191 s CPU  after: 9.6 s wall
-    --by env, 200 environments        see the module's report (--json and --html)
+    analyze, 2 x 20k / 40k / 80k turns   after: 3.7 / 8.1 / 13.0 s CPU (x1, x2.2, x3.5)
+                                         before, 80k: 62 s wall, 56 s CPU, 53 MB of JSON
+                                         (after: 5.7 MB); left: the model fit, 7 s CPU
+    binning 20,000 points                0.09 s (the scan it replaced: 0.69 s, quadratic)
+    sibling features, K = 300 / 3,000    0.02 / 0.25 s (the loops: 1.4 s at K = 300)
+    prm score, 3,000 chats x 8 turns     before: 982 s wall, 191 s CPU; after: 9.6 s wall
+    --by env, 200 environments           the 20 largest: 5.8 s CPU (--json); with --html
+                                         70 s CPU, 9.9 MB of HTML. Every group (before):
+                                         40 environments alone took 161 s CPU, 19.8 MB
 """
 
 from __future__ import annotations

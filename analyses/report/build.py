@@ -12,19 +12,13 @@ import numpy as np
 
 from analyses.budget import MIN_SHARED_TASKS
 from analyses.decompose import COMPONENTS
+from analyses.report import group_cap
 from analyses.report.defaults import (
     choose_ks,
     choose_ts,
     resolve_mode,
     run_budgets,
     samples_per_task,
-)
-from analyses.report.group_cap import (
-    MAX_GROUP_REPORTS,
-    cap_note,
-    cap_problem,
-    reported_values,
-    unreported,
 )
 from analyses.report.hazard_points import run_curves
 from analyses.report.records import (
@@ -129,7 +123,7 @@ def build_grouped_report(
     *,
     progress: ProgressFn | None = None,
     traj_ids: Sequence[str] | None = None,
-    max_groups: int = MAX_GROUP_REPORTS,
+    max_groups: int = group_cap.MAX_GROUP_REPORTS,
 ) -> GroupedReport:
     """One report per value of ``by`` (see :func:`analyses.frames.group_values`), and a
     summary across the groups; above ``max_groups`` groups (0 = no cap), only the largest get
@@ -153,8 +147,6 @@ def build_grouped_report(
         UsageProblem: for an unknown field, nothing to analyse, or a baseline that is none of
             the runs.
     """
-    import dataclasses
-
     from analyses.frames import (
         group_values,
         is_in,
@@ -180,38 +172,53 @@ def build_grouped_report(
     values = values.assign(value=values["value"].fillna(NO_GROUP))
     order = sorted(set(values["value"]), key=_group_order)
     sizes = values.loc[is_in(values["traj_id"], traj["traj_id"]), "value"].value_counts()
-    reported = reported_values(sizes.to_dict(), order, max_groups)
+    reported = group_cap.reported_values(sizes.to_dict(), order, max_groups)
     groups, summary = [], []
     for value in order:
         ids = values.loc[values["value"] == value, "traj_id"]
         mine = traj[is_in(traj["traj_id"], ids)]
         if value not in reported:
-            group, row = unreported(by, value, mine, cap_problem(len(reported), len(order)),
-                                    int(mine["task_id"].nunique()))
+            group, row = group_cap.unreported(
+                by, value, mine, group_cap.cap_problem(len(reported), len(order)),
+                int(mine["task_id"].nunique()))
             groups.append(group)
             summary.append(row)
             continue
-        group_options = options
-        if options.baseline is not None and options.baseline not in set(mine["run"]):
-            group_options = dataclasses.replace(options, baseline=None)
-
-        def named(step: str, value: str = value) -> None:
-            if progress is not None:
-                progress(f"{by} = {value}: {step}")
-
-        group = _group_report(con, by, value, runs, list(ids), mine, flags, spells,
-                              group_options, named)
-        if group.report is not None and group_options is not options:
-            group.report.notes.insert(0, f"the baseline {options.baseline} has no trajectory "
-                                         f"here; {group.report.baseline} is the baseline")
+        group = _baseline_group(con, by, value, runs, list(ids), mine, flags, spells,
+                                options, progress)
         groups.append(group)
         summary.append(_summary_row(group, mine))
         if group.report is not None:
             _add_times(timings, group.report.timings)
             _add_times(cpu_timings, group.report.cpu_timings)
-    notes = [cap_note(by, len(reported), len(order))] if len(reported) < len(order) else []
+    notes = ([group_cap.cap_note(by, len(reported), len(order))]
+             if len(reported) < len(order) else [])
     return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary, notes=notes,
                          timings=timings, cpu_timings=cpu_timings)
+
+
+def _baseline_group(
+    con: duckdb.DuckDBPyConnection, by: str, value: str, runs: Sequence[str] | None,
+    ids: list[str], mine: pd.DataFrame, flags: pd.DataFrame, spells: pd.DataFrame,
+    options: ReportOptions, progress: ProgressFn | None,
+) -> Group:
+    """:func:`_group_report` of one group, compared with its first run (and a note saying
+    so) where the baseline has no trajectory in it."""
+    import dataclasses
+
+    group_options = options
+    if options.baseline is not None and options.baseline not in set(mine["run"]):
+        group_options = dataclasses.replace(options, baseline=None)
+
+    def named(step: str) -> None:
+        if progress is not None:
+            progress(f"{by} = {value}: {step}")
+
+    group = _group_report(con, by, value, runs, ids, mine, flags, spells, group_options, named)
+    if group.report is not None and group_options is not options:
+        group.report.notes.insert(0, f"the baseline {options.baseline} has no trajectory "
+                                     f"here; {group.report.baseline} is the baseline")
+    return group
 
 
 def _add_times(total: dict[str, float], more: dict[str, float]) -> None:
