@@ -13,7 +13,7 @@ from typing import Any
 from prm.data import DEFAULT_FRACTIONS
 from prm.device import DEVICES
 from prm.features import SETTINGS
-from prm.labels import LABEL_SOURCES, RECOVERY_BASES
+from prm.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from prm.model import POOLS
 from prm.spec import TinyConfig
 from recovery.config import CheckedOptions, opt
@@ -26,9 +26,9 @@ HEADS = ("auto", "binary", "ternary")
 class TrainConfig(CheckedOptions):
     """Options of ``prm train`` (and of :func:`train`)."""
 
-    store: Path | None = opt(None, "DuckDB store to train on.", required=True)
+    store: Path | None = opt(None, "Store to train on (DuckDB file or Parquet folder).", required=True)
     out: Path | None = opt(None, "Output directory (model, checkpoints, metrics).", required=True)
-    labels: str = opt("recovery", "Label source of the targets.", choices=LABEL_SOURCES)
+    labels: str = opt(DEFAULT_LABELS, "Label source of the targets.", choices=LABEL_SOURCES)
     label_base: str = opt(
         "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.config import TrainConfig
-from prm.labels import LABEL_SOURCES, outcome_targets_note
+from prm.labels import no_target_message, outcome_targets_note
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 
@@ -50,7 +50,6 @@ class CVConfig(TrainConfig):
     out: Path | None = opt(
         None, "Keep the folds' models in this folder (default: a temporary one, removed)."
     )
-    labels: str = opt("data", "Label source of the targets.", choices=LABEL_SOURCES)
     backbone: str = opt(
         "structured", "structured (the default: features and a logistic regression, seconds "
         "on CPU), tiny, minilm, smollm2, sklearn or a local model folder (as for prm train)."
@@ -344,8 +343,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
             examples = [e for e in examples if e.run in set(config.runs)]
         examples = [e for e in examples if any(x == x for x in e.targets)]
         if not examples:
-            raise InputProblem(f"no turn of {config.store} has a target from labels "
-                               f"{config.labels!r}")
+            raise InputProblem(no_target_message(config.store, config.labels, con))
         fold = fold_of_tasks(examples, config.folds, config.seed)
         rows = _turn_table(examples, fold)
         echo(f"prm cv: {config.backbone}, {config.setting} setting, {len(examples)} "

@@ -50,6 +50,47 @@ if TYPE_CHECKING:
 LABEL_SOURCES = ("data", "error", "outcome", "mc", "advantage", "recovery")
 """The names :func:`step_targets` accepts."""
 
+DEFAULT_LABELS = "recovery"
+"""The label source ``prm train``, ``prm cv`` and ``prm export-trl`` use when none is given:
+it needs no step labels in the data (error marking and the outcomes), so it works on any store
+with known outcomes."""
+
+_NO_TARGET_WHY = {
+    "data": "the store's turns carry no process labels in turns.label",
+    "advantage": "it needs Monte Carlo value labels in turns.label, e.g. from "
+                 "`recovery simulate --mc-rollouts N`",
+    "error": "the store holds no turn",
+}
+
+
+def sources_with_targets(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The label sources that give some turn of the store a target, in :data:`LABEL_SOURCES`
+    order, from what each needs (a cheap check, not the targets): ``data`` and ``advantage``
+    a stored label, ``error`` a turn, ``outcome`` and ``mc`` a turn of a known outcome,
+    ``recovery`` that or an error turn."""
+    label, turn, outcome, error = con.execute(
+        "SELECT count(u.label) > 0, count(*) > 0, count(tr.success) > 0, "
+        "count(*) FILTER (WHERE u.is_error) > 0 "
+        "FROM turns u JOIN trajectories tr USING (traj_id)").fetchone()
+    has = {"data": label, "advantage": label, "error": turn, "outcome": outcome,
+           "mc": outcome, "recovery": outcome or error}
+    return [name for name in LABEL_SOURCES if has[name]]
+
+
+def no_target_message(store: object, labels: str,
+                      con: duckdb.DuckDBPyConnection | None = None) -> str:
+    """The one line for a label source that gives no turn a target: why, and (given the
+    store's connection) the sources that would work on it."""
+    why = _NO_TARGET_WHY.get(labels)
+    line = f"no turn of {store} has a target from labels {labels!r}" + (
+        f" ({why})" if why else "")
+    if con is None:
+        return line
+    found = sources_with_targets(con)
+    if not found:
+        return line + "; no label source has a target on this store (no turn, or no outcome)"
+    return line + f"; labels with targets on this store: {', '.join(found)} (--labels)"
+
 def outcome_targets_note(labels: str, setting: str) -> str | None:
     """What to tell a user who fits a model that reads the outcome (the hindsight setting) on
     targets that are the outcome (``labels = "outcome"``): its scores restate the outcome.

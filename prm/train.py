@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from prm.config import TrainConfig, TrainResult
 from prm.data import StepExample, TaskSplit, load_step_examples
+from prm.labels import no_target_message
 from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
-from recovery.errors import UsageProblem
+from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
     from prm.frozen import FeatureCache
@@ -85,6 +86,8 @@ def train(config: TrainConfig, *, echo: Callable[[str], Any] = print) -> TrainRe
     con = open_store(config.store)
     try:
         examples = load_step_examples(con, config.labels, base=config.label_base)
+        if examples and not any(x == x for e in examples for x in e.targets):
+            raise InputProblem(no_target_message(config.store, config.labels, con))
     finally:
         con.close()
     return train_examples(config, examples, echo=echo)
@@ -109,7 +112,6 @@ def train_examples(
         cache: Frozen-backbone features to reuse (``prm cv`` shares one across its folds).
     """
     from prm.checkpoints import resume_checkpoint
-    from recovery.errors import InputProblem
 
     if config.out is None:
         raise UsageProblem("out is required")
@@ -119,14 +121,7 @@ def train_examples(
     if not examples:
         raise InputProblem(f"no trajectories to train on in {config.store}")
     if not any(target == target for e in examples for target in e.targets):
-        hint = {
-            "data": " (the store's turns carry no process labels)",
-            "advantage": " (it needs Monte Carlo value labels in turns.label, e.g. from "
-            "`recovery simulate --mc-rollouts N`)",
-        }.get(config.labels, "")
-        raise InputProblem(
-            f"no turn of {config.store} has a target from labels {config.labels!r}{hint}"
-        )
+        raise InputProblem(no_target_message(config.store, config.labels))
     out = Path(config.out)
     resume_from = resume_checkpoint(out, echo) if config.resume else None
     if split is None:

@@ -14,7 +14,8 @@ from recovery.errors import UsageProblem
 from tests.test_layers import library_modules
 
 CLI_MODULES = ("recovery.cli.sql", "recovery.cli.graph", "recovery.cli.mark",
-               "recovery.cli.ingest", "recovery.cli.export", "recovery.cli.simulate")
+               "recovery.cli.ingest", "recovery.cli.export", "recovery.cli.simulate",
+               "prm.cli.evaluate", "prm.cli.score", "prm.cli.export_trl")
 
 
 def configs_with_choices() -> list[type]:

@@ -12,15 +12,15 @@ from prm.device import DEVICES
 from prm.features import SETTINGS
 from prm.labels import LABEL_SOURCES
 from recovery.cli.options import command_options
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 from recovery.jsonsafe import json_safe
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(CheckedOptions):
     """Options of ``prm eval``."""
 
-    store: Path | None = opt(None, "DuckDB store (must exist).", required=True)
+    store: Path | None = opt(None, "Store (DuckDB file or Parquet folder; must exist).", required=True)
     model: Path | None = opt(None, "Model folder written by prm train.", required=True)
     split: str = opt(
         "test", "Split of tasks to evaluate (tasks new since training count as test).",

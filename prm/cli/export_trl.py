@@ -7,18 +7,18 @@ from pathlib import Path
 
 import click
 
-from prm.labels import LABEL_SOURCES, RECOVERY_BASES
+from prm.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from recovery.cli.options import command_options
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 
 
 @dataclass
-class ExportTrlConfig:
+class ExportTrlConfig(CheckedOptions):
     """Options of ``prm export-trl``."""
 
-    store: Path | None = opt(None, "DuckDB store (must exist).", required=True)
+    store: Path | None = opt(None, "Store (DuckDB file or Parquet folder; must exist).", required=True)
     out: Path | None = opt(None, "Output JSONL file.", required=True)
-    labels: str = opt("recovery", "Label source.", choices=LABEL_SOURCES)
+    labels: str = opt(DEFAULT_LABELS, "Label source.", choices=LABEL_SOURCES)
     label_base: str = opt(
         "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )

@@ -10,14 +10,14 @@ import click
 from prm.device import DEVICES
 from prm.features import SETTINGS
 from recovery.cli.options import command_options
-from recovery.config import opt
+from recovery.config import CheckedOptions, opt
 
 
 @dataclass
-class ScoreConfig:
+class ScoreConfig(CheckedOptions):
     """Options of ``prm score``."""
 
-    store: Path | None = opt(None, "DuckDB store whose turns are scored (must exist).",
+    store: Path | None = opt(None, "Store whose turns are scored (DuckDB file or Parquet folder; must exist).",
                              required=True)
     model: Path | None = opt(None, "Model folder written by prm train.", required=True)
     name: str | None = opt(

@@ -78,7 +78,8 @@ def test_cv_json_has_the_floor_keys(ternary_store, tmp_path):
 
     out = tmp_path / "cv.json"
     lines: list[str] = []
-    cross_validate(CVConfig(store=ternary_store, folds=3, n_boot=50, setting="hindsight",
+    cross_validate(CVConfig(store=ternary_store, labels="data",
+                            folds=3, n_boot=50, setting="hindsight",
                             json_out=out), echo=lines.append)
     report = json.loads(out.read_text())
     for key in ("setting", "step_acc", "first_error_acc", "step_auroc",
@@ -98,7 +99,8 @@ def test_sklearn_cv_prints_progress(ternary_store):
     from prm.cv import CVConfig, cross_validate
 
     lines: list[str] = []
-    cross_validate(CVConfig(store=ternary_store, folds=3, n_boot=20, backbone="sklearn"),
+    cross_validate(CVConfig(store=ternary_store, labels="data",
+                            folds=3, n_boot=20, backbone="sklearn"),
                    echo=lines.append)
     assert sum(line.startswith("fold ") for line in lines) == 3
 

@@ -92,7 +92,8 @@ def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, 
     assert scores["score"].between(0, 1).all() and (scores["p_neutral"] <= scores["score"]).all()
     report_path = tmp_path / "cv.json"
     result = CliRunner().invoke(main, [
-        "cv", "--store", str(ternary_store), "--backbone", "minilm", "--folds", "3",
+        "cv", "--store", str(ternary_store), "--labels", "data",
+        "--backbone", "minilm", "--folds", "3",
         "--threads", "1", "--no-progress", "--max-length", "256", "--n-boot", "200",
         "--json", str(report_path),
     ])

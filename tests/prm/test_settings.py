@@ -132,7 +132,8 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
                                            success=not failed, sample=sample))
     con.ingest_trajectories(trajectories)
     con.close()
-    reports = {s: cross_validate(CVConfig(store=store, folds=3, setting=s, n_boot=50),
+    reports = {s: cross_validate(CVConfig(store=store, labels="data",
+                                          folds=3, setting=s, n_boot=50),
                                  echo=lambda *_: None) for s in ("blind", "hindsight")}
     # Blind, a last turn of a failure looks like that of a success: at best +1 everywhere.
     assert reports["hindsight"].step_acc > 0.95
@@ -186,7 +187,8 @@ def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Pa
         trajectories.append(Trajectory(run="p", task_id=f"t{task}", turns=turns, success=False))
     con.ingest_trajectories(trajectories)
     con.close()
-    report = cross_validate(CVConfig(store=store, folds=3, setting="hindsight", n_boot=50),
+    report = cross_validate(CVConfig(store=store, labels="data",
+                                     folds=3, setting="hindsight", n_boot=50),
                             echo=lambda *_: None)
     assert report.head == "binary"
     assert report.floor_all_correct_step_acc == 0.0

@@ -130,7 +130,8 @@ def test_scores_thousands_of_steps_per_second(ternary_store):
 def test_cv_with_structured_is_the_default_and_beats_a_floor(ternary_store):
     from prm.cv import CVConfig, cross_validate
 
-    report = cross_validate(CVConfig(store=ternary_store, folds=3, n_boot=50, progress=False),
+    report = cross_validate(CVConfig(store=ternary_store, labels="data",
+                                     folds=3, n_boot=50, progress=False),
                             echo=lambda *_: None)
     assert report.backbone == "structured" and report.mode == "structured"
     assert report.step_acc > report.floor_all_correct_step_acc
@@ -243,7 +244,8 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
     from prm.cv import CVConfig, cross_validate
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")
-    report = cross_validate(CVConfig(store=store, setting="hindsight", folds=3, n_boot=50,
+    report = cross_validate(CVConfig(store=store, labels="data",
+                                     setting="hindsight", folds=3, n_boot=50,
                                      progress=False), echo=lambda *_: None)
     # Without the rule's call among the decisions this data put the model below the rule
     # (a few false calls, a few neutral calls); with it, never below.
