@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class PlanConfig(CheckedOptions):
     """Options of ``recovery budgetmix plan`` (and of :func:`plan_schedule`)."""
 
-    store: Path | None = opt(None, "DuckDB store (needed by --strategy adaptive).")
+    store: Path | None = opt(None, "Store (DuckDB file or Parquet folder; needed by --strategy adaptive).")
     strategy: str | None = opt(
         None, "uniform, mixture or adaptive [default: adaptive with --store, else uniform].",
         choices=STRATEGIES,

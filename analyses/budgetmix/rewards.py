@@ -48,7 +48,7 @@ _LIST_COLUMNS = ("score", "potential_before", "potential_after", "outcome", "sha
 class RewardsConfig(CheckedOptions):
     """Options of ``recovery budgetmix rewards`` (and of :func:`export_rewards`)."""
 
-    store: Path | None = opt(None, "DuckDB store with step_scores (prm score).", required=True)
+    store: Path | None = opt(None, "Store (DuckDB file or Parquet folder) with step_scores (prm score).", required=True)
     model: str | None = opt(None, "PRM name in step_scores.", required=True)
     out: Path | None = opt(None, "Output file: .jsonl or .parquet.", required=True, short="-o")
     lam: float = opt(1.0, "Shaping weight lambda.", flag="--lambda")

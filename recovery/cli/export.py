@@ -15,7 +15,7 @@ class ExportParquetConfig:
     """Options of ``recovery export parquet``."""
 
     out_dir: Path = opt(argument=True, required=True, help="Directory to write into.")
-    store: Path | None = opt(None, "DuckDB store to read (opened read-only).", required=True)
+    store: Path | None = opt(None, "Store to read (DuckDB file or Parquet folder; opened read-only).", required=True)
 
 
 @click.group()

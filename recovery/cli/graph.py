@@ -34,7 +34,7 @@ class GraphConfig(CheckedOptions):
     """Options of ``recovery graph``."""
 
     traj_id: str | None = opt(argument=True, help="Trajectory whose turn graph to write.")
-    store: Path | None = opt(None, "DuckDB store to read (opened read-only).", required=True)
+    store: Path | None = opt(None, "Store to read (DuckDB file or Parquet folder; opened read-only).", required=True)
     out: Path | None = opt(
         None, "Output file: .graphml, .json (node-link), or .png, .svg, .pdf (drawing).",
         short="-o",

@@ -20,7 +20,7 @@ class MarkConfig:
     """Options of ``recovery mark``."""
 
     store: Path | None = opt(
-        None, "Store to re-mark (changed in place): a DuckDB file or a folder store.",
+        None, "Store to re-mark (DuckDB file or Parquet folder; changed in place).",
         required=True,
     )
     rules: Path | None = opt(None, "TOML file of extra error rules (see docs/errors.md).")

@@ -38,7 +38,7 @@ class SqlConfig(CheckedOptions):
     """Options of ``recovery sql``."""
 
     query: str = opt(argument=True, required=True, help="One SELECT statement.")
-    store: Path | None = opt(None, "Store to query (opened read-only).", required=True)
+    store: Path | None = opt(None, "Store to query (DuckDB file or Parquet folder; opened read-only).", required=True)
     format: str = opt(
         "table", "Output format: a table (never cut when piped), CSV, a JSON list of row "
         "objects, or JSON lines (one object per line).",
