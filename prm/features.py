@@ -69,7 +69,6 @@ _ERROR_RE = re.compile(r"^\s*error\b|\b(?:error|exception|traceback|failed|failu
 _TOOL_RE = re.compile(r"^\s*[A-Za-z_][\w.]*\s*\(")
 _CODE_RE = re.compile(r"^\s*(?:```|~~~)", re.MULTILINE)
 _SPACE_RE = re.compile(r"\s+")
-_WORD_RE = re.compile(r"[0-9a-z]+")
 
 FRAME_COLUMNS = ("traj_id", "run", "task_id", "t", "n_turns", "success", "success_turn",
                  "action", "observation", "is_tool", "is_error", "error_kind", "speaker")
@@ -100,12 +99,6 @@ optional hashed TF-IDF block: the turn's own action and observation and the prev
 def normalise(text: str | None) -> str:
     """Text compared for "the same": lower case, runs of white space as one space, stripped."""
     return _SPACE_RE.sub(" ", (text or "").lower()).strip()
-
-
-def normalise_answer(text: str | None) -> str:
-    """An answer compared for agreement: its lower-case letters and digits, one space apart
-    (punctuation, quotes and markup dropped)."""
-    return " ".join(_WORD_RE.findall((text or "").lower()))
 
 
 def load_turn_frame(con: duckdb.DuckDBPyConnection,
@@ -410,7 +403,7 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     """Self-consistency among the samples of the same run and task (siblings).
 
     Blind (a turn's own future is never read; siblings' outcomes never):
-    ``sib_agree_final`` (share of siblings whose final answer, :func:`normalise_answer` of
+    ``sib_agree_final`` (share of siblings whose final answer, :func:`prm.siblings.normalise_answer` of
     their last action, equals this turn's action), ``sib_similarity_final`` (mean word-set
     Jaccard similarity of this turn's action with the siblings' final answers),
     ``sib_same_turn`` (share of the siblings that have a turn ``t`` whose action there equals

@@ -11,6 +11,7 @@ trajectories of the task with the smallest ids (a digest, so a fixed pseudo-rand
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,14 @@ class _Units:
     n_rows: np.ndarray
     rank: np.ndarray
     order: np.ndarray
+
+_WORD_RE = re.compile(r"[0-9a-z]+")
+
+
+def normalise_answer(text: str | None) -> str:
+    """An answer compared for agreement: its lower-case letters and digits, one space apart
+    (punctuation, quotes and markup dropped)."""
+    return " ".join(_WORD_RE.findall((text or "").lower()))
 
 
 def _units(frame: pd.DataFrame, turn: np.ndarray) -> _Units:
@@ -251,7 +260,6 @@ def _answers(actions: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
     import pandas as pd
 
-    from prm.features import normalise_answer
 
     codes, distinct = pd.factorize(actions, use_na_sentinel=False)
     normalised = pd.Series([normalise_answer(None if pd.isna(a) else a) for a in distinct],

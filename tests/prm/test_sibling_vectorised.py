@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from prm import features as F
-from prm.siblings import MAX_SIMILARITY_SIBLINGS
+from prm.siblings import MAX_SIMILARITY_SIBLINGS, normalise_answer
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -28,7 +28,7 @@ def reference_sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, n
         names += ["own_final_agree", "sib_success_rate"]
     out = {name: np.full(n, np.nan) for name in names}
     out["log_siblings"] = np.zeros(n)
-    answers = np.array([F.normalise_answer(a) for a in frame["action"]], dtype=object)
+    answers = np.array([normalise_answer(a) for a in frame["action"]], dtype=object)
     words = [frozenset(a.split()) for a in answers]
     traj = frame["traj_id"].to_numpy()
     turn = frame["t"].to_numpy(np.int64)
