@@ -5,9 +5,11 @@ rollouts of each round and scores the next round's turns with it; it takes any o
 ``fit``, ``score``, ``save`` and ``n_fits`` (:class:`analyses.budgetmix.scorer.StepScorer`), so
 that analyses never imports prm. :class:`TfidfStepScorer` is that object, built from
 :class:`prm.baseline.TfidfStepBaseline`; :class:`StructuredStepScorer` is the same interface
-(``fit`` / ``score``) over :class:`prm.structured.StructuredStepModel`, in the hindsight
-setting by default (the episode's end and outcome among the features: a scorer that reads
-finished episodes, as BudgetMix's credit does).
+(``fit`` / ``score``) over :class:`prm.structured.StructuredStepModel`, in the blind setting
+by default: the score of turn ``t`` reads turns ``1..t`` only, never a later turn, the
+episode's length or its outcome, so it can serve as a baseline ``phi(s_t)`` for per-turn
+credit. The hindsight setting stays available explicitly for analysis (error attribution);
+it is not a valid baseline for policy gradients, and BudgetMix's TRL credit refuses it.
 
 Both fit on :class:`recovery.schema.Trajectory` objects through an in-memory store (marked by
 the built-in rules). A fit whose targets are all one class has nothing to learn: it keeps the
@@ -117,19 +119,22 @@ class StructuredStepScorer:
     :meth:`fit` ingests the trajectories into an in-memory store, reads ``labels`` targets,
     computes the turn features of ``setting`` (:func:`prm.features.step_features`) and fits the
     model (its ``C``, text block and threshold chosen by its inner grouped folds). The sibling
-    (self-consistency) features are left out: BudgetMix scores each finished episode alone,
-    where they would be neutral, so the model is not fitted on what it would not see. For the
-    same reason, unless ``outcome_at_scoring``, the features are computed with the outcome
-    withheld (the targets still come from it): the TRL adapter hands the scorer finished
-    episodes without their outcome, where the outcome features are neutral.
+    (self-consistency) features are left out: BudgetMix scores each finished episode alone
+    (the TRL adapter scores an episode when it ends, before its siblings may have), where they
+    would be neutral, so the model is not fitted on what it would not see, and no score reads
+    another episode. For the same reason, unless ``outcome_at_scoring``, the features are
+    computed with the outcome withheld (the targets still come from it): the TRL adapter
+    hands the scorer finished episodes without their outcome.
 
     Args:
         labels: Label source of the targets (see ``prm.labels``).
-        setting: ``hindsight`` (default: the episode's end, and the outcome when given, are
-            features) or ``blind``.
+        setting: ``blind`` (default: a turn's score reads that turn and earlier ones only) or
+            ``hindsight`` (the episode's length and end, and the outcome when given, are
+            features: for analysing finished episodes; NOT a valid baseline for policy
+            gradients, as it depends on later actions).
         seed: Seed of the model's inner folds.
         outcome_at_scoring: The trajectories to score carry their outcome (``success``), so
-            the fit reads it as a feature too.
+            the fit reads it as a feature too (hindsight only: blind features never read it).
 
     Attributes:
         n_fits: Fits that learnt a model.
@@ -137,8 +142,13 @@ class StructuredStepScorer:
         model: The fitted :class:`prm.structured.StructuredStepModel` (``None`` before).
     """
 
-    def __init__(self, labels: str = "outcome", setting: str = "hindsight", seed: int = 0,
+    def __init__(self, labels: str = "outcome", setting: str = "blind", seed: int = 0,
                  outcome_at_scoring: bool = False):
+        from prm.features import SETTINGS
+        from recovery.errors import UsageProblem
+
+        if setting not in SETTINGS:
+            raise UsageProblem(f"unknown PRM setting {setting!r}; use blind or hindsight")
         self.labels = labels
         self.setting = setting
         self.seed = seed

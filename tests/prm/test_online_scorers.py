@@ -61,10 +61,11 @@ def test_structured_fit_withholds_the_outcome_unless_scoring_sees_it():
 
     trajectories = _trajectories()
     hidden = [dataclasses.replace(t, success=None) for t in trajectories]
-    blind_to_it = StructuredStepScorer("outcome").fit(trajectories)
+    blind_to_it = StructuredStepScorer("outcome", setting="hindsight").fit(trajectories)
     # scored as the TRL adapter hands episodes over (no outcome): the same as with it
     np.testing.assert_allclose(blind_to_it.score(hidden), blind_to_it.score(trajectories))
-    reads_it = StructuredStepScorer("outcome", outcome_at_scoring=True).fit(trajectories)
+    reads_it = StructuredStepScorer("outcome", setting="hindsight",
+                                    outcome_at_scoring=True).fit(trajectories)
     assert reads_it.n_fits == 1
     assert not np.allclose(reads_it.score(hidden), reads_it.score(trajectories))
 

@@ -31,9 +31,14 @@ allows several; then later turns shift onto earlier generations).
 
 The outcome ``R`` is the wrapped environment's ``get_reward`` (the episode's ``outcome``), and
 the scores are the ones :func:`~analyses.budgetmix.adapters.trl.budgeted_environment` computed
-with its ``scorer``: build the environment with a scorer. A PRM that judges a turn having seen
-the rest of the episode (the hindsight setting) is what makes this credit meaningful after an
-episode; a blind PRM (scores from the history so far) is the one search and early stopping need.
+with its ``scorer``: build the environment with a scorer. That scorer must be blind (the score
+of turn ``t`` reads turns ``1..t`` only): ``phi(s_t)`` is a baseline, and a baseline that
+depends on later actions, the episode's length or its outcome (the hindsight setting) biases
+the policy gradient, so the trainer refuses such a scorer (:func:`check_blind_scorer`).
+
+Two other modes (:class:`TurnCreditConfig`): ``step-groups``, GiGPO's step-level groups
+(:mod:`analyses.budgetmix.step_groups`: turns of a group's rollouts in the same state share a
+baseline; no PRM), and ``none``, GRPO's episode advantage on every turn.
 
 Example:
     >>> from analyses.budgetmix.adapters.trl_credit import TurnCreditConfig, TurnCreditGRPOTrainer
@@ -59,10 +64,14 @@ from analyses.budgetmix.shaping import (
     discounted_returns,
     shape_rewards,
 )
+from analyses.budgetmix.step_groups import STATE_KEYS, STEP_NORMS, gigpo_advantages, state_keys
 from recovery.errors import UsageProblem
 
 CLASS_NAME = "TurnCreditGRPOTrainer"
 """The trainer's name in this module."""
+
+MODES = ("prm", "step-groups", "none")
+"""Per-turn credit modes (:class:`TurnCreditConfig`)."""
 
 NORMALISE = ("group", "batch", "none")
 """How turn advantages are normalised."""
@@ -73,16 +82,29 @@ EPSILON = 1e-4
 
 @dataclass
 class TurnCreditConfig:
-    """How per-turn advantages are built from the outcome and the PRM's scores.
+    """How per-turn advantages are built (:data:`MODES`).
+
+    ``prm``: GAE with the PRM as the value (module docstring), normalised by ``normalise``;
+    the environment's scorer must be blind (:func:`check_blind_scorer`). ``step-groups``:
+    GiGPO's ``A^E + w A^S`` (:mod:`analyses.budgetmix.step_groups`; ``step_weight``,
+    ``step_norm``, ``state_key`` and ``gamma``; ``normalise`` is not applied, GiGPO
+    normalises itself). ``none``: no per-turn credit, GRPO's episode advantage on every turn
+    (the outcome normalised over each group's episodes by ``normalise``).
 
     Attributes:
+        mode: ``prm``, ``step-groups`` or ``none``.
         gamma: Discount between turns.
         gae_lambda: GAE's lambda: 1 = outcome minus the PRM's value before the turn, 0 = the
             one-step change of the PRM's value.
         initial_potential: ``phi(s_1)``, the value before the first turn.
         normalise: ``group`` (over each GRPO group's turns), ``batch`` or ``none``.
+        step_weight: GiGPO's ``w``.
+        step_norm: GiGPO's ``F_norm``: ``mean`` (1) or ``std``.
+        state_key: What makes two turns the same state: ``history`` or ``observation``.
     """
 
+    mode: str = field(default="prm", metadata={
+        "help": "Per-turn credit: prm (blind PRM as value), step-groups (GiGPO) or none."})
     gamma: float = field(default=1.0, metadata={"help": "Discount between turns."})
     gae_lambda: float = field(default=1.0, metadata={
         "help": "GAE lambda: 1 = R - phi(s_t); 0 = phi(s_t+1) - phi(s_t)."})
@@ -90,19 +112,58 @@ class TurnCreditConfig:
         "help": "The PRM value before the first turn."})
     normalise: str = field(default="group", metadata={
         "help": "Normalise turn advantages over each group, the batch, or not (none)."})
+    step_weight: float = field(default=1.0, metadata={
+        "help": "step-groups: weight w of the step advantage (A = A_episode + w A_step)."})
+    step_norm: str = field(default="mean", metadata={
+        "help": "step-groups: F_norm, mean (divide by 1) or std."})
+    state_key: str = field(default="history", metadata={
+        "help": "step-groups: a turn's state, history (everything before it) or observation."})
 
     def __post_init__(self) -> None:
         """Check the options.
 
         Raises:
-            UsageProblem: for an unknown ``normalise``, or ``gamma`` or ``gae_lambda`` outside
-                [0, 1].
+            UsageProblem: for an unknown ``mode``, ``normalise``, ``step_norm`` or
+                ``state_key``, or ``gamma`` or ``gae_lambda`` outside [0, 1].
         """
-        if self.normalise not in NORMALISE:
-            raise UsageProblem(f"normalise must be one of {', '.join(NORMALISE)}, "
-                               f"not {self.normalise!r}")
+        for name, allowed in (("mode", MODES), ("normalise", NORMALISE),
+                              ("step_norm", STEP_NORMS), ("state_key", STATE_KEYS)):
+            if getattr(self, name) not in allowed:
+                raise UsageProblem(f"{name} must be one of {', '.join(allowed)}, "
+                                   f"not {getattr(self, name)!r}")
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
             raise UsageProblem("gamma and gae_lambda must lie in [0, 1]")
+
+
+def future_reads(scorer: Any) -> str | None:
+    """What a scorer reads beyond the turns so far (``None`` when nothing: it is blind).
+
+    A scorer says so by ``setting == "hindsight"`` (:class:`prm.online.StructuredStepScorer`:
+    the episode's length and end, and its outcome with ``outcome_at_scoring``); blind
+    features never read the outcome, whatever ``outcome_at_scoring`` says.
+    """
+    if getattr(scorer, "setting", None) != "hindsight":
+        return None
+    outcome = " and its outcome" if getattr(scorer, "outcome_at_scoring", False) else ""
+    return f"the hindsight setting (the episode's length and end{outcome})"
+
+
+def check_blind_scorer(scorer: Any) -> None:
+    """Refuse a PRM for per-turn credit that reads anything after the turn it scores.
+
+    Refused rather than warned about: a value ``phi(s_t)`` that depends on later actions is
+    not a baseline, it biases the policy gradient (in a tied group the advantage becomes
+    ``-phi(s_t)`` rescaled: noise scaled like a signal), and a warning in a training log does
+    not stop a run whose result is then wrong. Hindsight scores stay available for analysis.
+
+    Raises:
+        UsageProblem: the scorer reads the future (:func:`future_reads`).
+    """
+    reads = future_reads(scorer)
+    if reads is not None:
+        raise UsageProblem(f"per-turn credit needs a blind PRM, but this scorer reads {reads}: "
+                           "a baseline that depends on later turns biases the policy "
+                           "gradient; use StructuredStepScorer(setting='blind')")
 
 
 def turn_advantages(scores: Sequence[float] | np.ndarray, outcome: float,
@@ -181,20 +242,50 @@ def token_advantages(model_mask: np.ndarray, advantages: Sequence[np.ndarray]) -
 
 def episode_advantages(episodes: Sequence[BudgetedEpisode], config: TurnCreditConfig,
                        group_size: int) -> list[np.ndarray]:
-    """Per-turn, normalised advantages of a batch's episodes (in the trainer's order).
+    """Per-turn advantages of a batch's episodes (in the trainer's order), by ``config.mode``
+    (:class:`TurnCreditConfig`); a group is ``group_size`` consecutive episodes.
 
     Raises:
-        ValueError: An episode was not rewarded, or has no PRM score per turn.
+        ValueError: An episode was not rewarded, has no PRM score per turn (``prm``), or the
+            episodes do not split into groups.
     """
-    raw = []
     for episode in episodes:
         if episode.outcome is None:
             raise ValueError("an episode was not rewarded: the environment's get_reward must run")
+    if config.mode == "none":
+        return _episode_level(episodes, config, group_size)
+    if config.mode == "step-groups":
+        return _step_group_level(episodes, config, group_size)
+    raw = []
+    for episode in episodes:
         if len(episode.scores) != episode.n_turns:
             raise ValueError("per-turn credit needs a PRM score per turn: build the environment "
                              "with budgeted_environment(..., scorer=...)")
         raw.append(turn_advantages(episode.scores, episode.outcome, config))
     return normalise_advantages(raw, group_size, config.normalise)
+
+
+def _episode_level(episodes: Sequence[BudgetedEpisode], config: TurnCreditConfig,
+                   group_size: int) -> list[np.ndarray]:
+    """GRPO's advantage (the outcome normalised over the group's episodes) on every turn."""
+    outcomes = [np.array([float(e.outcome)]) for e in episodes]  # type: ignore[arg-type]
+    normalised = normalise_advantages(outcomes, group_size, config.normalise)
+    return [np.full(max(e.n_turns, 1), a[0]) for e, a in zip(episodes, normalised, strict=True)]
+
+
+def _step_group_level(episodes: Sequence[BudgetedEpisode], config: TurnCreditConfig,
+                      group_size: int) -> list[np.ndarray]:
+    """GiGPO's ``A^E + w A^S`` over each group of ``group_size`` consecutive episodes."""
+    if group_size < 1 or len(episodes) % group_size:
+        raise ValueError(f"{len(episodes)} episodes do not split into groups of {group_size}")
+    out: list[np.ndarray] = []
+    for start in range(0, len(episodes), group_size):
+        group = episodes[start:start + group_size]
+        keys = [state_keys(e.prompt, e.actions, e.observations, config.state_key) for e in group]
+        out += gigpo_advantages([float(e.outcome) for e in group],  # type: ignore[arg-type]
+                                keys, weight=config.step_weight, gamma=config.gamma,
+                                norm=config.step_norm)
+    return out
 
 
 def turn_credit_trainer(base: type) -> type:
@@ -216,8 +307,12 @@ def turn_credit_trainer(base: type) -> type:
 
         def __init__(self, *args: Any, turn_credit: TurnCreditConfig | None = None,
                      **kwargs: Any) -> None:
+            credit = turn_credit or TurnCreditConfig()
+            if credit.mode == "prm":  # before the model loads: a hindsight PRM is refused
+                check_blind_scorer(getattr(kwargs.get("environment_factory"),
+                                           "budgetmix_scorer", None))
             super().__init__(*args, **kwargs)
-            self.turn_credit = turn_credit or TurnCreditConfig()
+            self.turn_credit = credit
             if getattr(self.args, "use_liger_kernel", False):
                 raise UsageProblem("per-turn credit does not work with use_liger_kernel "
                                    "(its loss takes one advantage per sequence)")

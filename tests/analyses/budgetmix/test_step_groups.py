@@ -1,0 +1,107 @@
+"""GiGPO-style step groups: state keys read only the past, and the advantages on a tiny group of
+three rollouts sharing their first state, computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyses.budgetmix.adapters.trl import BudgetedEpisode
+from analyses.budgetmix.adapters.trl_credit import TurnCreditConfig, episode_advantages
+from analyses.budgetmix.step_groups import (
+    gigpo_advantages,
+    state_keys,
+    step_advantages,
+    step_returns,
+)
+from recovery.errors import UsageProblem
+
+PROMPT = "Task: apply units 1-3. You have 4 turns."
+# A and B act alike on turn 1 and see the same; C acts otherwise from the start.
+ROLLOUTS = {
+    "A": (["apply(1)", "apply(2)"], ["ok 1", "ok 2"], 1.0),
+    "B": (["apply(1)", "batch(2-3)"], ["ok 1", "Error: conflict"], 0.0),
+    "C": (["batch(1-3)"], ["done"], 1.0),
+}
+
+
+def _keys(how="history"):
+    return [state_keys(PROMPT, a, o, how) for a, o, _ in ROLLOUTS.values()]
+
+
+def test_state_keys_read_only_what_came_before_the_turn():
+    a, b, c = _keys()
+    assert a[0] == b[0] == c[0]  # the same prompt: the same first state
+    assert a[1] == b[1]  # same action and observation on turn 1
+    # a later turn, or the turn's own action, never changes an earlier key
+    longer = state_keys(PROMPT, ["apply(1)", "x", "y"], ["ok 1", "z", "w"])
+    assert longer[:2] == a
+    other_first_action = state_keys(PROMPT, ["other"], ["ok 1"])
+    assert other_first_action[0] == a[0]
+    # history vs GiGPO's anchor observation: same observation after different actions
+    d = state_keys(PROMPT, ["retry(1)", "apply(2)"], ["ok 1", "ok 2"])
+    assert d[1] != a[1]
+    assert state_keys(PROMPT, ["retry(1)", "apply(2)"], ["ok 1", "ok 2"], "observation")[1] == \
+        state_keys(PROMPT, *ROLLOUTS["A"][:2], "observation")[1]
+    with pytest.raises(UsageProblem, match="state key"):
+        state_keys(PROMPT, [], [], "task")
+
+
+def test_gigpo_advantages_by_hand_undiscounted():
+    # A^E: R = (1, 0, 1), mean 2/3 -> (1/3, -2/3, 1/3).
+    # Turn 1 (all three share the prompt): returns (1, 0, 1) -> A^S = (1/3, -2/3, 1/3).
+    # Turn 2 (A and B share prompt, apply(1), ok 1): returns (1, 0) -> A^S = (1/2, -1/2).
+    got = gigpo_advantages([r for *_, r in ROLLOUTS.values()], _keys(), weight=1.0)
+    assert got[0] == pytest.approx([1 / 3 + 1 / 3, 1 / 3 + 1 / 2])
+    assert got[1] == pytest.approx([-2 / 3 - 2 / 3, -2 / 3 - 1 / 2])
+    assert got[2] == pytest.approx([1 / 3 + 1 / 3])
+    half = gigpo_advantages([1.0, 0.0, 1.0], _keys(), weight=0.5)
+    assert half[1] == pytest.approx([-2 / 3 - 1 / 3, -2 / 3 - 1 / 4])
+
+
+def test_gigpo_advantages_by_hand_discounted_and_std():
+    # gamma 0.5: R_t = 0.5^(n-t) R: A (0.5, 1), B (0, 0), C (1).
+    # turn 1 group (0.5, 0, 1): mean 0.5 -> (0, -0.5, 0.5); turn 2 group (1, 0) -> (0.5, -0.5)
+    got = gigpo_advantages([1.0, 0.0, 1.0], _keys(), gamma=0.5)
+    assert got[0] == pytest.approx([1 / 3, 1 / 3 + 0.5])
+    assert got[1] == pytest.approx([-2 / 3 - 0.5, -2 / 3 - 0.5])
+    assert got[2] == pytest.approx([1 / 3 + 0.5])
+    # std: both levels over their standard deviation (ddof 1): episode std 0.57735,
+    # turn-1 std 0.5, turn-2 std 0.70711
+    std = gigpo_advantages([1.0, 0.0, 1.0], _keys(), gamma=0.5, norm="std")
+    e = np.array([1 / 3, -2 / 3, 1 / 3]) / (np.sqrt(1 / 3) + 1e-6)
+    assert std[0] == pytest.approx([e[0], e[0] + 0.5 / (np.sqrt(0.5) + 1e-6)])
+    assert std[2] == pytest.approx([e[2] + 0.5 / (0.5 + 1e-6)])
+
+
+def test_a_lone_state_gets_no_step_advantage_and_an_empty_rollout_one_value():
+    returns = [step_returns(2, 1.0), step_returns(1, 0.0)]
+    keys = [["s", "lone"], ["s"]]
+    assert [a.tolist() for a in step_advantages(returns, keys)] == [[0.5, 0.0], [-0.5]]
+    got = gigpo_advantages([1.0, 0.0], [["s"], []])
+    assert got[1] == pytest.approx([-0.5]) and got[0] == pytest.approx([0.5 + 0.0])
+    with pytest.raises(UsageProblem, match="step norm"):
+        gigpo_advantages([1.0], [["s"]], norm="max")
+
+
+def test_the_trainer_mode_step_groups_gives_gigpo_per_group():
+    episodes = [BudgetedEpisode(max_turns=4, prompt=PROMPT, actions=a, observations=o,
+                                outcome=r) for a, o, r in ROLLOUTS.values()]
+    # two groups of three: the second is the first with outcomes flipped
+    flipped = [BudgetedEpisode(max_turns=4, prompt=PROMPT, actions=e.actions,
+                               observations=e.observations, outcome=1.0 - e.outcome)
+               for e in episodes]
+    config = TurnCreditConfig(mode="step-groups")
+    got = episode_advantages(episodes + flipped, config, group_size=3)
+    expected = gigpo_advantages([1.0, 0.0, 1.0], _keys())
+    for g, e in zip(got[:3], expected, strict=True):
+        assert g == pytest.approx(e)
+    for g, e in zip(got[3:], expected, strict=True):
+        assert g == pytest.approx(-e)
+    # no PRM scores needed; "none" is GRPO's episode advantage on every turn
+    none = episode_advantages(episodes, TurnCreditConfig(mode="none", normalise="none"), 3)
+    assert [a.tolist() for a in none] == [[1.0, 1.0], [0.0, 0.0], [1.0]]
+    grpo = episode_advantages(episodes, TurnCreditConfig(mode="none"), 3)
+    assert grpo[1] == pytest.approx([(0 - 2 / 3) / (np.sqrt(1 / 3) + 1e-4)] * 2)
+    with pytest.raises(UsageProblem, match="mode"):
+        TurnCreditConfig(mode="gigpo")
