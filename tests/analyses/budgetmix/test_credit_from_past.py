@@ -220,3 +220,51 @@ def test_the_trainer_refuses_an_environment_scored_in_hindsight(scorers):
     # step groups read no PRM: the environment's scorer is not what their baseline is
     step = TurnCreditConfig(mode="step-groups")
     assert trainer_cls(environment_factory=hindsight_env, turn_credit=step).turn_credit is step
+
+
+def _group_features(episodes, setting):
+    """Features of one GRPO group (the episodes as samples of one task, outcomes known),
+    sibling features included, indexed by (sample, t); and the feature names."""
+    from prm.features import load_turn_frame, step_features
+    from recovery.store import open_store
+    from recovery.store.digest import make_traj_id
+
+    trajectories = [dataclasses.replace(e.trajectory(run="r"), task_id="t0", sample=i,
+                                        success=bool(e.outcome))
+                    for i, e in enumerate(episodes)]
+    sample = {make_traj_id(t.run, t.task_id, t.budget, t.sample): t.sample
+              for t in trajectories}
+    with open_store(None) as store:
+        store.ingest_trajectories(trajectories, source="train-sim")
+        frame = load_turn_frame(store.con)
+    features = step_features(frame, setting)
+    table = features.table.assign(sample=features.table["traj_id"].map(sample))
+    return table.set_index(["sample", "t"]).sort_index(), features.names
+
+
+def _largest_change(a, b, rows, names):
+    return float(np.nanmax(np.abs(a.loc[rows, names].to_numpy() - b.loc[rows, names].to_numpy())))
+
+
+def test_blind_sibling_features_read_siblings_finished_turns_never_own_later_ones():
+    """A group sampled then scored (as GRPO has): a turn's blind features may read its
+    siblings' finished episodes, never its own later turns, length or outcome."""
+    group = [_episode(calls, win) for calls, win in BASES]
+    base, names = _group_features(group, "blind")
+    base_h, names_h = _group_features(group, "hindsight")
+    sibling_moved, hindsight_moved = 0.0, 0.0
+    for k in (1, 2):
+        own = (1, slice(1, k))  # sample 1's turns 1..k
+        for calls, win in _variants(*BASES[1], k).values():
+            changed = [group[0], _episode(calls, win), *group[2:]]
+            other, _ = _group_features(changed, "blind")
+            assert _largest_change(other, base, own, names) <= TOL
+            assert other.loc[own, ["action", "observation"]].equals(
+                base.loc[own, ["action", "observation"]])
+            sibling_moved = max(sibling_moved, _largest_change(other, base, 0, names))
+            other_h, _ = _group_features(changed, "hindsight")
+            hindsight_moved = max(hindsight_moved,
+                                  _largest_change(other_h, base_h, own, names_h))
+    assert any(n.startswith("sib_") for n in names)
+    assert sibling_moved > 0  # a sibling's features do read this episode's finished turns
+    assert hindsight_moved > 0  # the control: hindsight features of earlier turns move
