@@ -38,3 +38,37 @@ def traj_scope(
         yield f"{column} IN (SELECT traj_id FROM {name})"
     finally:
         con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def null_columns_note(
+    con: duckdb.DuckDBPyConnection, condition: str, runs: Sequence[str] | None
+) -> str:
+    """Why a condition on ``trajectories`` may match nothing: the columns it names (outside
+    string literals) that are NULL on every trajectory of ``runs`` (``None``: all).
+
+    Returns:
+        ``"; budget is unknown (NULL) for every trajectory"`` (to append to a message), or
+        ``""`` when every column it names holds a value somewhere.
+    """
+    import re
+
+    # a name inside a string literal ('budget') is text, not a column
+    text = re.sub(r"'(?:[^']|'')*'", "''", condition)
+    columns = [row[0] for row in con.execute("DESCRIBE trajectories").fetchall()]
+    named = [c for c in columns if re.search(rf"(?<![\w.]){re.escape(c)}(?!\w)", text, re.I)]
+    if not named:
+        return ""
+    params = list(runs or [])
+    where = f"run IN ({', '.join('?' for _ in params)})" if params else "TRUE"
+    counts = con.execute(
+        f"SELECT {', '.join(f'count({_quoted(c)})' for c in named)} FROM trajectories "
+        f"WHERE {where}", params).fetchone()
+    empty = [c for c, n in zip(named, counts, strict=True) if n == 0]
+    if not empty:
+        return ""
+    names = empty[0] if len(empty) == 1 else f"{', '.join(empty[:-1])} and {empty[-1]}"
+    return f"; {names} {'is' if len(empty) == 1 else 'are'} unknown (NULL) for every trajectory"
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -336,7 +336,10 @@ def analyze(
         if config.where is not None:
             traj_ids = select_where(con, config.where, runs or None)
             if not traj_ids:
-                raise UsageProblem("--where: no trajectory of the runs meets the condition")
+                from recovery.scope import null_columns_note
+
+                raise UsageProblem("--where: no trajectory of the runs meets the condition"
+                                   + null_columns_note(con, config.where, runs or None))
         import duckdb
 
         order = None
