@@ -293,17 +293,20 @@ def turn_credit_trainer(base: type) -> type:
 
     The subclass takes one more keyword, ``turn_credit`` (a :class:`TurnCreditConfig`), and
     needs ``environment_factory`` built by
-    :func:`~analyses.budgetmix.adapters.trl.budgeted_environment` with a scorer.
+    :func:`~analyses.budgetmix.adapters.trl.budgeted_environment` (with a blind scorer in
+    ``prm`` mode; ``step-groups`` and ``none`` read no PRM).
 
     Its constructor raises :class:`~recovery.errors.UsageProblem` for training arguments per-turn
     credit cannot work with (``use_liger_kernel``; ``normalise="group"`` over several
-    processes). A batch whose environments were not built by ``budgeted_environment``, or
+    processes) and, in ``prm`` mode, for an environment whose scorer reads the future (the
+    hindsight setting, :func:`check_blind_scorer`). A batch whose environments were not built by ``budgeted_environment``, or
     whose episodes lack a reward or a score per turn, is a ``ValueError``: the trainer was
     wired wrongly in code.
     """
 
     class TurnCreditGRPOTrainer(base):  # type: ignore[misc, valid-type]
-        """TRL's GRPOTrainer with the PRM's per-turn credit on each turn's tokens."""
+        """TRL's GRPOTrainer with per-turn credit (blind PRM, step groups or none) on each
+        turn's tokens."""
 
         def __init__(self, *args: Any, turn_credit: TurnCreditConfig | None = None,
                      **kwargs: Any) -> None:
@@ -320,6 +323,9 @@ def turn_credit_trainer(base: type) -> type:
             if processes > 1 and self.turn_credit.normalise == "group":
                 raise UsageProblem("normalise='group' needs one process (a group may span "
                                    "processes); use normalise='batch'")
+            if processes > 1 and self.turn_credit.mode == "step-groups":
+                raise UsageProblem("mode='step-groups' needs one process (a group's rollouts "
+                                   "may span processes)")
 
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             import torch

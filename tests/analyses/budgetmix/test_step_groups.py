@@ -105,3 +105,20 @@ def test_the_trainer_mode_step_groups_gives_gigpo_per_group():
     assert grpo[1] == pytest.approx([(0 - 2 / 3) / (np.sqrt(1 / 3) + 1e-4)] * 2)
     with pytest.raises(UsageProblem, match="mode"):
         TurnCreditConfig(mode="gigpo")
+
+
+class _TwoProcessTrainer:
+    """Stands in for GRPOTrainer's constructor on two processes."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = type("A", (), {"use_liger_kernel": False})()
+        self.accelerator = type("Acc", (), {"num_processes": 2})()
+
+
+def test_step_groups_need_one_process():
+    from analyses.budgetmix.adapters.trl_credit import turn_credit_trainer
+
+    trainer_cls = turn_credit_trainer(_TwoProcessTrainer)
+    with pytest.raises(UsageProblem, match="step-groups"):
+        trainer_cls(turn_credit=TurnCreditConfig(mode="step-groups", normalise="batch"))
+    assert trainer_cls(turn_credit=TurnCreditConfig(normalise="batch")).turn_credit.mode == "prm"
