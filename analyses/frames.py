@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from recovery.errors import UsageProblem
+from recovery.population import LEFT_OUT_END_REASONS, counted_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -23,9 +24,11 @@ TRAJECTORY_FRAME_COLUMNS = (
     "end_reason",
 )
 
-LEFT_OUT_END_REASONS = ("crash", "unknown")
-"""Trajectories that ended so are left out of every analysis and counted apart: a crash of the
-harness is not the agent's failure, and an unknown outcome is no outcome."""
+__all__ = [
+    "LEFT_OUT_END_REASONS", "TRAJECTORY_FRAME_COLUMNS", "data_quality", "group_expression",
+    "group_values", "is_in", "left_out_counts", "spells_frame", "success_turns",
+    "trajectories_frame", "turn_flags_frame", "unknown_outcomes",
+]
 
 
 def _run_filter(runs: Sequence[str] | None) -> tuple[str, list[object]]:
@@ -52,11 +55,10 @@ def trajectories_frame(
     from recovery.scope import traj_scope
 
     where, params = _run_filter(runs)
-    reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
     with traj_scope(con, traj_ids) as scope:
         frame = con.execute(
             f"SELECT {', '.join(TRAJECTORY_FRAME_COLUMNS)} FROM trajectories "
-            f"WHERE success IS NOT NULL AND end_reason NOT IN ({reasons}) AND {where} "
+            f"WHERE {counted_sql()} AND {where} "
             f"AND {scope} ORDER BY run, task_id, budget, sample",
             params,
         ).df()
@@ -185,11 +187,10 @@ def spells_frame(
     from recovery.scope import traj_scope
 
     where, params = _run_filter(runs)
-    reasons = ", ".join(f"'{r}'" for r in LEFT_OUT_END_REASONS)
     with traj_scope(con, traj_ids, "tr.traj_id") as scope:
         frame = con.execute(
             "SELECT tr.run, s.* FROM error_spells s JOIN trajectories tr USING (traj_id) "
-            f"WHERE tr.success IS NOT NULL AND tr.end_reason NOT IN ({reasons}) "
+            f"WHERE {counted_sql('tr')} "
             f"AND {where.replace('run', 'tr.run')} AND {scope} ORDER BY s.traj_id, s.start_t",
             params,
         ).df()

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from recovery.population import counted_sql, left_out_sql
 from recovery.schema import END_REASONS
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ def _run_quality(
                count(*) FILTER (WHERE success IS NULL),
                count(*) FILTER (WHERE end_reason = 'unknown'),
                count(*) FILTER (WHERE success IS NULL OR end_reason = 'unknown'),
-               count(*) FILTER (WHERE success IS NULL OR end_reason IN ('crash', 'unknown')),
+               count(*) FILTER (WHERE {left_out_sql()}),
                list(DISTINCT budget ORDER BY budget) FILTER (WHERE budget IS NOT NULL)
         FROM trajectories WHERE {where} GROUP BY run ORDER BY run
         """,
@@ -217,7 +218,7 @@ def _run_quality(
         f"""
         SELECT run, n, count(*) FROM (
             SELECT run, task_id, count(*) AS n FROM trajectories
-            WHERE success IS NOT NULL AND end_reason NOT IN ('crash', 'unknown') AND {where}
+            WHERE {counted_sql()} AND {where}
             GROUP BY run, task_id)
         GROUP BY run, n ORDER BY run, n
         """,

@@ -41,6 +41,7 @@ def quality_from_frames(
     import pandas as pd
 
     from recovery.caps import ended_by_budget
+    from recovery.population import counted_mask
     from recovery.quality import RunQuality, ordered_reasons
 
     traj = traj.assign(task_id=traj["task_id"].astype(str), run=traj["run"].astype(str))
@@ -61,7 +62,7 @@ def quality_from_frames(
     out: dict[str, RunQuality] = {}
     for run in runs:
         mine = traj[traj["run"] == run]
-        used = mine[mine["success"].notna() & ~mine["_reason"].isin(["crash", "unknown"])]
+        used = mine[counted_mask(mine.assign(end_reason=mine["_reason"]))]
         per_task = used.groupby("task_id").size()
         histogram = {int(k): int(v) for k, v in per_task.value_counts().sort_index().items()}
         reasons = ordered_reasons(mine["_reason"].value_counts().to_dict())

@@ -229,6 +229,7 @@ def capped_ends(
     these runs or the environment are left to the views that show them."""
     from recovery.caps import capped_frame, env_of
     from recovery.caps_given import applicable
+    from recovery.population import counted_sql
 
     env = str(env_of([task_id])[0])
     head = "split_part(CAST(task_id AS VARCHAR), '/', 1)"
@@ -240,7 +241,7 @@ def capped_ends(
         params += list(runs)
     traj = con.execute(
         "SELECT traj_id, run, task_id, success, n_turns, end_reason FROM trajectories "
-        f"WHERE success IS NOT NULL AND end_reason NOT IN ('crash', 'unknown') AND {where}",
+        f"WHERE {counted_sql()} AND {where}",
         params,
     ).df().astype({"task_id": str, "run": str, "traj_id": str})
     if traj.empty:

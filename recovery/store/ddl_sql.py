@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+from recovery.population import counted_sql
 from recovery.schema import success_turn_sql
 from recovery.store.columns import table_ddl
 
 TABLES_DDL = table_ddl()
 """Every table of the store (from the column registry, :mod:`recovery.store.columns`)."""
 
-COUNTED = "success IS NOT NULL AND end_reason NOT IN ('crash', 'unknown')"
-"""The trajectories every view counts, as every analysis does (``analyses.frames``): a known
-outcome, and an end that is neither a crash of the harness nor of unknown reason."""
+COUNTED = counted_sql()
+"""The trajectories every view counts, by the one rule (:mod:`recovery.population`) that every
+analysis applies too (``analyses.frames``): a known outcome, and an end that is neither a
+crash of the harness nor of unknown reason."""
 
 VIEWS_DDL = """
 -- One score per scored turn and model: duplicate rows of step_scores (a turn scored twice by
