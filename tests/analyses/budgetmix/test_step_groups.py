@@ -122,3 +122,52 @@ def test_step_groups_need_one_process():
     with pytest.raises(UsageProblem, match="step-groups"):
         trainer_cls(turn_credit=TurnCreditConfig(mode="step-groups", normalise="batch"))
     assert trainer_cls(turn_credit=TurnCreditConfig(normalise="batch")).turn_credit.mode == "prm"
+
+
+@pytest.mark.slow
+def test_one_grpo_step_trains_on_step_group_advantages(tmp_path):
+    """mode='step-groups' inside a real GRPO step (trl 1.13, CPU, the tiny Qwen2), no PRM:
+    every group's first turns share the prompt, so with gamma = w = 1 (mean norm) the first
+    turn's advantage is 2 (R - mean R) of its group."""
+    torch = pytest.importorskip("torch")
+    datasets = pytest.importorskip("datasets")
+    from transformers.utils import get_json_schema
+    from trl import GRPOConfig
+
+    from analyses.budgetmix.adapters.trl import budgeted_environment
+    from analyses.budgetmix.adapters.trl_credit import TurnCreditGRPOTrainer
+    from analyses.budgetmix.reference.textenv import UnitsTaskEnv
+    from tests.analyses.budgetmix.adapters import tiny_chat
+    from tests.analyses.budgetmix.adapters.test_trl import _rows
+
+    torch.set_num_threads(1)
+    env_cls = budgeted_environment(UnitsTaskEnv, announce=False)
+    probe = UnitsTaskEnv()
+    tools = [get_json_schema(getattr(probe, n)) for n in ("apply_batch", "apply_unit",
+                                                        "diagnose_and_fix")]
+    conversations = tiny_chat.scripted_conversations(UnitsTaskEnv, _rows(4), n_turns=3)
+    tokenizer = tiny_chat.chat_tokenizer(conversations, tools)
+    model = tiny_chat.build_model(tokenizer)
+    tiny_chat.supervised_warm_start(model, tokenizer, conversations, tools, steps=100)
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
+                      max_steps=1, max_completion_length=600, max_tool_calling_iterations=4,
+                      temperature=0.7, learning_rate=1e-5, report_to="none", use_cpu=True,
+                      save_strategy="no", seed=0, bf16=False, dataloader_num_workers=0)
+    trainer = TurnCreditGRPOTrainer(
+        model=model, args=args, processing_class=tokenizer,
+        train_dataset=datasets.Dataset.from_list([dict(r, max_turns=3) for r in _rows(4)]),
+        environment_factory=env_cls, turn_credit=TurnCreditConfig(mode="step-groups"))
+    seen = []
+    compute_loss = trainer._compute_loss
+    trainer._compute_loss = lambda m, inputs: (seen.append(inputs), compute_loss(m, inputs))[1]
+    trainer.train()
+    assert seen and seen[0]["advantages"].dim() == 2  # per token, not per sequence
+    episodes = [env.budgetmix_episode for env in trainer.environments]
+    per_turn = trainer.budgetmix_turn_advantages
+    assert [len(a) for a in per_turn] == [max(e.n_turns, 1) for e in episodes]
+    for start in range(0, len(episodes), 2):
+        outcomes = np.array([e.outcome for e in episodes[start:start + 2]])
+        for e, a, r in zip(episodes[start:start + 2], per_turn[start:start + 2], outcomes,
+                           strict=True):
+            factor = 2.0 if e.n_turns else 1.0
+            assert a[0] == pytest.approx(factor * (r - outcomes.mean()))
