@@ -7,7 +7,7 @@ data checks, through :func:`analyses.frames.data_quality`) and :mod:`analyses.re
 (the difference surface, paired by task). :mod:`analyses.report.build`
 only chooses sensible defaults, calls them, and puts the results into the dataclasses of
 :mod:`analyses.report.records` that the terminal report (:mod:`analyses.report.terminal`), the
-JSON file (:meth:`Report.to_dict`) and the HTML page (:mod:`analyses.report.html`) all read.
+JSON file (:meth:`Report.to_dict`) and the HTML page (:mod:`analyses.report.page`) all read.
 :func:`analyses.report.analyze.analyze` is ``recovery analyze`` as a library call.
 
 Example:
@@ -28,7 +28,7 @@ from analyses.report.build import (
     report_from_frames,
 )
 from analyses.report.defaults import choose_ks, choose_ts, samples_per_task
-from analyses.report.html import render_html, write_html
+from analyses.report.page import render_html, write_html
 from analyses.report.records import (
     MODE_DESCRIPTIONS,
     Comparison,

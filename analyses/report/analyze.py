@@ -384,7 +384,7 @@ def analyze(
         if echo is not None:
             echo(f"wrote {config.json_out}")
     if config.html_out is not None:
-        from analyses.report.html import write_html
+        from analyses.report.page import write_html
 
         began = time.perf_counter()
         if progress is not None:

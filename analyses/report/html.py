@@ -16,9 +16,8 @@ Every text that comes from the input (run labels, error kinds, notes that quote 
 through :func:`_esc`: control characters written as escapes (:func:`recovery.display.printable`),
 then HTML-escaped, so the page holds no raw control character and no markup of the input.
 
-Example:
-    >>> from analyses.report.html import write_html
-    >>> write_html(report, "report.html")
+The page itself (one report, or a grouped one) is put together by
+:mod:`analyses.report.page`.
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ from __future__ import annotations
 import base64
 import html
 import re
-import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analyses.report.text import MISSING, interval, number, percent, t_label
@@ -41,7 +38,6 @@ if TYPE_CHECKING:
     from analyses.report.records import (
         Comparison,
         DifferenceCell,
-        GroupedReport,
         PassCell,
         Report,
         RunReport,
@@ -283,23 +279,6 @@ def _quality_html(report: Report) -> str:
     return "".join(tables)
 
 
-def render_html(report: Report | GroupedReport,
-                title: str = "recovery analyze report") -> str:
-    """The whole report as one self-contained HTML document.
-
-    Args:
-        report: The report.
-        title: Page title.
-
-    Returns:
-        The HTML text (images embedded as base64 PNG). Drawing never writes a warning to the
-        terminal: what a plot cannot show is said on the page.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return _render(report, title)
-
-
 def _page_head(title: str) -> list[str]:
     return [
         "<!DOCTYPE html>",
@@ -308,23 +287,6 @@ def _page_head(title: str) -> list[str]:
         f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{_esc(title)}</h1>",
     ]
-
-
-def _render(report: Report | GroupedReport, title: str) -> str:
-    """The page; run names longer than a label allows are shown by their labels everywhere,
-    with the key of full names under the title (:mod:`analyses.report.names`)."""
-    from analyses.report.names import key_table_html, relabel_grouped, relabel_report, run_labels
-    from analyses.report.records import GroupedReport
-
-    grouped = isinstance(report, GroupedReport)
-    labels = run_labels(report.runs if grouped else list(report.runs))
-    key = key_table_html(labels)
-    if grouped:
-        from analyses.report.html_groups import render_grouped
-
-        return render_grouped(relabel_grouped(report, labels), title, key)
-    return "\n".join([*_page_head(title), key, *_sections(relabel_report(report, labels)),
-                      "</body></html>"])
 
 
 def _sections(report: Report, prefix: str = "",
@@ -516,12 +478,3 @@ def _run_section(report: Report, prefix: str, name: str, run: RunReport) -> list
         _fit_html(run),
         _defs(report, "e", "c", "r") + "</section>",
     ]
-
-
-def write_html(report: Report | GroupedReport, path: str | Path,
-               title: str = "recovery analyze report") -> Path:
-    """Write :func:`render_html` to ``path`` (UTF-8) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(report, title), encoding="utf-8")
-    return path

@@ -112,7 +112,7 @@ def six_long():
 @pytest.mark.slow
 def test_six_long_names_are_listed_once_and_labelled_everywhere_else(six_long):
     """Slow: draws the 30 figures of the page."""
-    from analyses.report.html import render_html
+    from analyses.report.page import render_html
 
     page = render_html(six_long, title=runs_title(list(six_long.runs)))
     assert "<h1>recovery analyze: 6 runs</h1>" in page
@@ -129,7 +129,7 @@ def test_six_long_names_are_listed_once_and_labelled_everywhere_else(six_long):
 
 
 def test_the_group_summary_holds_numbers_and_each_headline_is_a_block_of_its_own():
-    from analyses.report.html import render_html
+    from analyses.report.page import render_html
     from analyses.report.records import Group, GroupedReport, GroupSummaryRow
 
     runs = list(LONG[:4])

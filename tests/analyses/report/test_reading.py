@@ -42,11 +42,11 @@ def clear():
 def clear_page(clear) -> str:
     """The HTML page of ``clear`` with every figure drawn but not encoded (the page's words
     and structure are tested here; tests/analyses/report/test_report.py decodes the images)."""
-    from analyses.report import html
+    from analyses.report import html, page
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(html, "figure_data_uri", lambda figure: "data:image/png;base64,")
-        return html.render_html(clear)
+        return page.render_html(clear)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +219,7 @@ def test_data_quality_from_frames_says_what_it_could_not_measure(clear):
 
 
 def test_extreme_shares_warn_in_terminal_json_and_html(monkeypatch):
-    from analyses.report import html
+    from analyses.report import html, page
     from recovery.quality import RunQuality
 
     traj, flags = make_frames(SPECS)
@@ -240,8 +240,8 @@ def test_extreme_shares_warn_in_terminal_json_and_html(monkeypatch):
     assert warning in " ".join(_text(report, 200).split())
     assert warning in report.to_dict()["data_warnings"][0]
     monkeypatch.setattr(html, "_img", lambda figure, alt: "")   # the plots are not the point
-    page = html.render_html(report)
-    section = page[page.index('<section id="data-quality">'):]
+    text = page.render_html(report)
+    section = text[text.index('<section id="data-quality">'):]
     assert warning in section[:section.index("</section>")]
 
 

@@ -345,7 +345,7 @@ def test_heatmap_annotates_every_cell(report):
 def test_html_is_self_contained_and_its_images_decode(report):
     from PIL import Image
 
-    from analyses.report.html import render_html
+    from analyses.report.page import render_html
 
     page = render_html(report)
     images = re.findall(r'<img alt="[^"]*" src="([^"]+)"', page)
@@ -367,7 +367,7 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
     (slow: two browser processes)."""
     if not any(shutil.which(name) for name in CHROMIUM_NAMES):
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    from analyses.report.html import write_html
+    from analyses.report.page import write_html
 
     page = write_html(report, tmp_path / "report.html")
     shot = tmp_path / "report.png"
