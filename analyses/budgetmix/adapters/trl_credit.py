@@ -101,6 +101,10 @@ class TurnCreditConfig:
         step_weight: GiGPO's ``w``.
         step_norm: GiGPO's ``F_norm``: ``mean`` (1) or ``std``.
         state_key: What makes two turns the same state: ``history`` or ``observation``.
+        zero_tied: ``prm``: a group whose outcomes are all equal gets 0 on every turn. With
+            ``gae_lambda = 1`` such a group's advantage is ``-phi(s_t)`` alone: zero in
+            expectation (a blind ``phi`` is a baseline) but, normalised, noise at the scale
+            of a signal; GRPO gives a tied group no gradient.
     """
 
     mode: str = field(default="prm", metadata={
@@ -118,6 +122,8 @@ class TurnCreditConfig:
         "help": "step-groups: F_norm, mean (divide by 1) or std."})
     state_key: str = field(default="history", metadata={
         "help": "step-groups: a turn's state, history (everything before it) or observation."})
+    zero_tied: bool = field(default=False, metadata={
+        "help": "prm: a group whose outcomes are all equal gets advantage 0 (as in GRPO)."})
 
     def __post_init__(self) -> None:
         """Check the options.
@@ -262,7 +268,20 @@ def episode_advantages(episodes: Sequence[BudgetedEpisode], config: TurnCreditCo
             raise ValueError("per-turn credit needs a PRM score per turn: build the environment "
                              "with budgeted_environment(..., scorer=...)")
         raw.append(turn_advantages(episode.scores, episode.outcome, config))
-    return normalise_advantages(raw, group_size, config.normalise)
+    out = normalise_advantages(raw, group_size, config.normalise)
+    return _zero_tied_groups(out, episodes, group_size) if config.zero_tied else out
+
+
+def _zero_tied_groups(advantages: list[np.ndarray], episodes: Sequence[BudgetedEpisode],
+                      group_size: int) -> list[np.ndarray]:
+    """``advantages`` with every group of equal outcomes set to 0."""
+    out = list(advantages)
+    for start in range(0, len(episodes), group_size):
+        outcomes = {e.outcome for e in episodes[start:start + group_size]}
+        if len(outcomes) == 1:
+            out[start:start + group_size] = [np.zeros_like(a)
+                                              for a in out[start:start + group_size]]
+    return out
 
 
 def _episode_level(episodes: Sequence[BudgetedEpisode], config: TurnCreditConfig,

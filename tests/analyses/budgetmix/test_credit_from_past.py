@@ -268,3 +268,24 @@ def test_blind_sibling_features_read_siblings_finished_turns_never_own_later_one
     assert any(n.startswith("sib_") for n in names)
     assert sibling_moved > 0  # a sibling's features do read this episode's finished turns
     assert hindsight_moved > 0  # the control: hindsight features of earlier turns move
+
+
+def test_zero_tied_silences_a_group_whose_credit_is_the_baseline_alone():
+    """A tied group's advantage R - phi(s_t) is the baseline alone; normalised, it looks like a
+    signal. zero_tied gives such a group 0 (as GRPO does) and leaves the others as they were."""
+    from analyses.budgetmix.adapters.trl import BudgetedEpisode
+    from analyses.budgetmix.adapters.trl_credit import episode_advantages
+
+    def episode(scores, outcome):
+        n = len(scores)
+        return BudgetedEpisode(max_turns=4, actions=["a"] * n, observations=["o"] * n,
+                               outcome=outcome, scores=list(scores))
+
+    tied = [episode([0.9, 0.8], 1.0), episode([0.1, 0.2], 1.0)]
+    varied = [episode([0.9, 0.8], 1.0), episode([0.1, 0.2], 0.0)]
+    plain = episode_advantages(tied + varied, TurnCreditConfig(), 2)
+    assert np.abs(np.concatenate(plain[:2])).max() > 0.5  # noise at the scale of a signal
+    zeroed = episode_advantages(tied + varied, TurnCreditConfig(zero_tied=True), 2)
+    assert all((a == 0).all() for a in zeroed[:2])
+    for a, b in zip(zeroed[2:], plain[2:], strict=True):
+        np.testing.assert_array_equal(a, b)
