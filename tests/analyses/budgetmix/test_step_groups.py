@@ -55,6 +55,8 @@ def test_gigpo_advantages_by_hand_undiscounted():
     assert got[0] == pytest.approx([1 / 3 + 1 / 3, 1 / 3 + 1 / 2])
     assert got[1] == pytest.approx([-2 / 3 - 2 / 3, -2 / 3 - 1 / 2])
     assert got[2] == pytest.approx([1 / 3 + 1 / 3])
+    # a tied group (gamma = 1) carries no signal: every advantage is 0
+    assert all((a == 0).all() for a in gigpo_advantages([1.0, 1.0, 1.0], _keys()))
     half = gigpo_advantages([1.0, 0.0, 1.0], _keys(), weight=0.5)
     assert half[1] == pytest.approx([-2 / 3 - 1 / 3, -2 / 3 - 1 / 4])
 
