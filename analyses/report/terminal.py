@@ -198,7 +198,7 @@ def _print_one(report: Report, console: Console, width: int) -> None:
     if report.data_quality:
         console.print()
         out.heading("data quality")
-        console.print(_quality_table(out.table, report))
+        _print_quality(out, report)
         out.say("Shares are over all turns of a run; samples per task count the trajectories "
                 "the analyses use (known outcome and end reason, no crash).")
         for warning in report.data_warnings:
@@ -327,16 +327,14 @@ def _quality_rows(q: RunQuality, report: Report) -> dict[str, str]:
     return rows
 
 
-def _quality_table(table_cls: Any, report: Report) -> Any:
-    table = table_cls("data quality per run")
-    table.add_column("")
-    columns = {name: _quality_rows(q, report) for name, q in report.data_quality.items()}
-    for name in columns:
-        table.add_column(shown(name), justify="right")
-    labels = next(iter(columns.values())).keys() if columns else []
-    for label in labels:
-        table.add_row(shown(label), *(shown(columns[name].get(label, "")) for name in columns))
-    return table
+def _print_quality(out: _Printer, report: Report) -> None:
+    """The data-quality table within the plain lines' width (:mod:`terminal_quality`)."""
+    from analyses.report.terminal_quality import print_quality
+
+    columns = {shown(name): {shown(label): shown(cell) for label, cell in
+                             _quality_rows(q, report).items()}
+               for name, q in report.data_quality.items()}
+    print_quality(out.console, out.width, out.table, columns)
 
 
 def _grid_table(table_cls: Any, cells: list[PassCell], report: Report, title: str) -> Any:
