@@ -191,10 +191,20 @@ def build_grouped_report(
         if group.report is not None:
             _add_times(timings, group.report.timings)
             _add_times(cpu_timings, group.report.cpu_timings)
-    notes = ([group_cap.cap_note(by, len(reported), len(order))]
-             if len(reported) < len(order) else [])
+    notes = _baseline_note(options.baseline, run_names) + (
+        [group_cap.cap_note(by, len(reported), len(order))] if len(reported) < len(order) else [])
     return GroupedReport(by=by, runs=run_names, groups=groups, summary=summary, notes=notes,
                          timings=timings, cpu_timings=cpu_timings)
+
+
+def _baseline_note(baseline: str | None, run_names: list[str]) -> list[str]:
+    """Which run the others are compared with, and why (none for a single run)."""
+    if len(run_names) < 2:
+        return []
+    if baseline is not None:
+        return [f"{baseline} is the baseline (--baseline)"]
+    return [f"{run_names[0]} is the baseline: the first run alphabetically (--baseline picks "
+            "another)"]
 
 
 def _baseline_group(
