@@ -267,7 +267,8 @@ def decompose(
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """The gain of ``candidate`` over ``baseline`` per turn budget, split into single-step
-    quality and recovery.
+    quality and recovery, over the tasks both runs have (in budgeted mode, at that budget):
+    paired, so ``delta`` at T is the budget curve's and the difference surface's K = 1 value.
 
     Long because the docstring documents fourteen arguments and the output's columns; the body
     is 28 lines.
@@ -302,7 +303,7 @@ def decompose(
             never decreases. ``None`` (default): no calls.
 
     Returns:
-        One row per T: ``t, n_tasks, empirical_baseline, empirical_candidate, model_baseline,
+        One row per T (``n_tasks``: the shared tasks): ``t, n_tasks, empirical_baseline, empirical_candidate, model_baseline,
         model_candidate, delta, model_delta, single_step, recovery, residual`` and
         ``<component>_lo``/``<component>_hi`` for each of :data:`COMPONENTS`. ``delta`` is the
         empirical change, ``residual = delta - model_delta``, and
@@ -320,7 +321,8 @@ def decompose(
         if run not in known:
             raise ValueError(f"run {run!r} not found (runs: {', '.join(sorted(map(str, known)))})")
     runs = [baseline, candidate]
-    groups = mode_groups(traj, ts, mode)
+    groups = [(group_ts, shared_tasks_only(group_traj, baseline, candidate))
+              for group_ts, group_traj in mode_groups(traj, ts, mode)]
     n_boot = max(int(n_boot), 0)
     total = len(groups) * n_boot
     frames = []
@@ -336,6 +338,16 @@ def decompose(
     out = pd.concat(frames, ignore_index=True)
     out["t"] = pd.array(out["t"].tolist(), dtype="Int64")
     return out
+
+
+def shared_tasks_only(traj: pd.DataFrame, baseline: str, candidate: str) -> pd.DataFrame:
+    """The two runs' trajectories of the tasks both have: the one population of a
+    comparison (the budget curve and the difference surface pair the same tasks)."""
+    task = traj["task_id"].astype(str)
+    in_a = (traj["run"] == baseline).to_numpy(dtype=bool)
+    in_b = (traj["run"] == candidate).to_numpy(dtype=bool)
+    shared = sorted(set(task[in_a]) & set(task[in_b]))
+    return traj[(in_a | in_b) & is_in(task, shared)]
 
 
 def _group_progress(

@@ -21,6 +21,7 @@ from analyses.report.defaults import (
     samples_per_task,
 )
 from analyses.report.hazard_points import run_curves
+from analyses.report.headline import comparison_headline, run_headline, too_few, too_few_text
 from analyses.report.records import (
     MODES,
     NO_GROUP,
@@ -602,36 +603,34 @@ def _comparisons(
     from analyses.budget import budget_shape
     from analyses.report.surface import pass_difference
 
-    baseline, n_boot = plan.baseline, plan.n_boot
+    baseline = plan.baseline
     comparisons, notes = [], []
     for candidate in plan.compared():
         name = f"decompose {candidate} vs {baseline}"
-        pair_strata, strata_notes = _strata(
-            f"{candidate} vs {baseline}",
-            int(traj.loc[traj["run"].isin([baseline, candidate]), "task_id"].nunique()),
-            options.strata)
-        notes += strata_notes
         n_shared = plan.shared[candidate]
-        if n_shared < MIN_SHARED_TASKS:
-            notes.append(f"{candidate} vs {baseline}: only {n_shared} shared "
-                         f"task{'s' * (n_shared != 1)} (fewer than {MIN_SHARED_TASKS}):"
-                         " every interval of this comparison says little")
+        pair_strata, strata_notes = _strata(f"{candidate} vs {baseline}", n_shared,
+                                            options.strata)
+        notes += strata_notes
+        n_boot = 0 if too_few(n_shared) else plan.n_boot
+        if too_few(n_shared):
+            notes.append(f"{candidate} vs {baseline}: {too_few_text(n_shared)}: "
+                         "its changes are point values only")
         frame = steps(
             f"{name} ({n_boot} bootstrap resamples)",
-            lambda candidate=candidate, name=name, k=pair_strata: dec.decompose(
+            lambda candidate=candidate, name=name, k=pair_strata, n_boot=n_boot: dec.decompose(
                 traj, flags, baseline, candidate, plan.ts, k, n_boot, options.seed,
                 mode=plan.mode, min_at_risk=options.min_at_risk, ci=options.ci,
                 strata_by=options.strata_by, progress=steps.counted(name),
             ),
         )
-        comparison = _comparison(baseline, candidate, frame, n_boot)
+        comparison = _comparison(baseline, candidate, frame, plan.n_boot)
         if candidate in budget_diffs:
             comparison.budget = budget_diffs[candidate]
             comparison.budget_shape = budget_shape(comparison.budget)
         surface = f"difference surface {candidate} vs {baseline}"
         comparison.pass_at_difference = steps(
             surface,
-            lambda candidate=candidate, surface=surface: pass_difference(
+            lambda candidate=candidate, surface=surface, n_boot=n_boot: pass_difference(
                 traj, baseline, candidate, plan.ks, plan.ts, mode=plan.mode, n_boot=n_boot,
                 ci=options.ci, seed=options.seed, progress=steps.counted(surface),
             ),
@@ -689,10 +688,12 @@ def _budget_dependence(
     curves = step("S(T) at every T", lambda: bud.success_curves(traj, t_max))
     diffs = {}
     for candidate in candidates:
+        # no band over too few shared tasks (as every interval of the comparison)
+        boot = 0 if too_few(_shared_tasks(traj, baseline, candidate)) else n_boot
         diffs[candidate] = step(
-            f"budget curve {candidate} vs {baseline} ({n_boot} bootstrap resamples)",
-            lambda candidate=candidate: bud.budget_difference(
-                traj, baseline, candidate, t_max=t_max, n_boot=n_boot, ci=options.ci,
+            f"budget curve {candidate} vs {baseline} ({boot} bootstrap resamples)",
+            lambda candidate=candidate, boot=boot: bud.budget_difference(
+                traj, baseline, candidate, t_max=t_max, n_boot=boot, ci=options.ci,
                 seed=options.seed))
     return curves, diffs
 
@@ -740,129 +741,6 @@ def reach_turn(
     reached = np.cumsum(weight[ok][order])
     first = int(np.searchsorted(reached, fraction * total - 1e-9 * total, side="left"))
     return int(won_at[ok][order][min(first, len(order) - 1)])
-
-
-def _short_t(report: Report, comparison: Comparison) -> int | None:
-    """The short budget of a headline: the grid's T nearest a quarter of its largest finite T
-    (the smaller on a tie), not the reference T; ``None`` when the grid has no other T."""
-    finite = [r.t for r in comparison.by_t if r.t is not None and r.t != report.reference_t]
-    if not finite:
-        return None
-    top = max(t for t in report.ts if t is not None)
-    return min(finite, key=lambda t: (abs(t - top / 4), t))
-
-
-def _interval_excludes_zero(row: ComparisonRow, name: str) -> bool:
-    lo, hi = row.lo.get(name, math.nan), row.hi.get(name, math.nan)
-    return math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or hi < 0)
-
-
-def _change_text(row: ComparisonRow) -> str:
-    """The measured change first, then what the model makes of it, as signed components.
-
-    ``"+0.125 [+0.080, +0.170] (model +0.113: single step +0.157 [+0.110, +0.200], recovery
-    -0.044 [-0.080, -0.010])"``; when the residual's interval excludes 0 it is named too
-    (``"; residual +0.133 [+0.090, +0.180]: the model does not account for it"``). A share
-    is never written here: ``-39% recovery`` reads as "recovery fell 39%".
-    """
-    band = signed_interval(row.lo["delta"], row.hi["delta"])
-    text = " ".join(x for x in (number(row.delta, signed=True), band) if x)
-    parts = []
-    for name, label in (("single_step", "single step"), ("recovery", "recovery")):
-        part_band = signed_interval(row.lo[name], row.hi[name])
-        parts.append(" ".join(x for x in (label, number(getattr(row, name), signed=True),
-                                          part_band) if x))
-    text += f" (model {number(row.model_delta, signed=True)}: {', '.join(parts)})"
-    if _interval_excludes_zero(row, "residual"):
-        residual_band = signed_interval(row.lo["residual"], row.hi["residual"])
-        verdict = ("the model does not account for it"
-                   if abs(row.residual) >= abs(row.model_delta) else "the model misses part of it")
-        text += f"; residual {number(row.residual, signed=True)} {residual_band}: {verdict}"
-    return text
-
-
-def _headline_budgets(report: Report, comparison: Comparison) -> list[int | None]:
-    """Where a headline reads the decomposition: the budget curve's picks (no limit in place
-    of a pick at the largest turn count, which is the same), then no limit."""
-    from analyses.budget import budgets_to_decompose
-
-    rows = {r.t for r in comparison.by_t}
-    picks: list[int | None] = []
-    if comparison.budget_shape is not None:
-        top = comparison.budget_shape.t_max
-        picks = [None if t >= top else t for t in budgets_to_decompose(comparison.budget_shape)]
-    else:
-        short = _short_t(report, comparison)
-        picks = [] if short is None else [short]
-    finite = sorted(t for t in rows if t is not None)
-    # a grid asked for with --t may lack a pick: read it at the grid's nearest budget
-    near = [min(finite, key=lambda f, t=t: (abs(f - t), f)) for t in picks
-            if t is not None and finite]
-    ordered = [*near, report.reference_t]
-    return [t for i, t in enumerate(ordered) if t in rows and t not in ordered[:i]]
-
-
-def comparison_headline(comparison: Comparison, report: Report) -> str:
-    """The comparison's shape over T, then the decomposition where it matters.
-
-    ``"rl vs base: better at T >= 7 (+0.230 at T = 40), no T where it is worse; at T = 12:
-    +0.080 [...] (model ...); at no limit: +0.227 [...] (model ...)"``, the first part over
-    every T from 1 to the largest turn count with a band simultaneous over T.
-    """
-    from analyses.budget import MIN_SHARED_TASKS, shape_text
-
-    label = f"{comparison.candidate} vs {comparison.baseline}: "
-    rows = {r.t: r for r in comparison.by_t}
-    if report.reference_t not in rows:
-        return label + "no comparison"
-    parts = []
-    shape = comparison.budget_shape
-    if shape is not None:
-        label += f"S(T) at every T ({shape.ci:.0%} band simultaneous over T): "
-        parts.append(shape_text(shape))
-        if shape.n_tasks < MIN_SHARED_TASKS:
-            parts[-1] += (f" (only {shape.n_tasks} shared task{'s' * (shape.n_tasks != 1)}: "
-                          "the band says little)")
-    for t in _headline_budgets(report, comparison):
-        where = "at no limit" if t is None else f"at T = {t}"
-        parts.append(f"{where}: {_change_text(rows[t])}")
-    crashes = _crash_difference(report, comparison.baseline, comparison.candidate)
-    if crashes:
-        parts.append(crashes)
-    return label + "; ".join(parts)
-
-
-def _crash_difference(report: Report, baseline: str, candidate: str) -> str:
-    """``"crash rates differ: base 34 of 100, rl 5 of 100 (left out of every number)"`` when
-    the two runs' shares of crashed episodes differ beyond chance (two-proportion z > 1.96);
-    else empty. A change in success between such runs may be only a change in crashes."""
-    counts = []
-    for run in (baseline, candidate):
-        q = report.data_quality.get(run)
-        if q is None or not q.n_trajectories:
-            return ""
-        counts.append((run, int(q.end_reasons.get("crash", 0)), int(q.n_trajectories)))
-    (_, c_a, n_a), (_, c_b, n_b) = counts
-    pooled = (c_a + c_b) / (n_a + n_b)
-    spread = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
-    if spread == 0 or abs(c_a / n_a - c_b / n_b) / spread <= 1.96:
-        return ""
-    shown = ", ".join(f"{run} {c} of {n}" for run, c, n in counts)
-    return f"crash rates differ: {shown} (left out of every number)"
-
-
-def run_headline(run: RunReport, report: Report) -> str:
-    """``"base: Pass@(1, no limit) 0.481 [0.44, 0.52]; 90% of it by T = 31"``."""
-    ref = next((c for c in run.pass_at_kt if c.k == 1 and c.t == report.reference_t), None)
-    where = "no limit" if report.reference_t is None else f"T = {report.reference_t}"
-    if ref is None:
-        return f"{run.run}: no Pass@(1,T)"
-    band = signed_interval(ref.lo, ref.hi).replace("+", "")
-    text = f"{run.run}: Pass@(1, {where}) {number(ref.value)}" + (f" {band}" if band else "")
-    if run.t_90 is None:
-        return f"{text}; it never succeeds"
-    unit = "budget" if report.mode == "budgeted" else "T"
-    return f"{text}; reaches {REACH_FRACTION:.0%} of it at {unit} = {run.t_90}"
 
 
 def _descriptive(

@@ -178,7 +178,7 @@ def test_difference_surface_is_the_paired_difference_of_the_grids(clear):
 def test_difference_of_a_run_with_itself_has_a_zero_width_interval():
     """Paired by task: the same draw for both runs, so identical runs differ by exactly 0 in
     every resample (an unpaired bootstrap would give a wide interval)."""
-    traj, flags = make_frames(SPECS)
+    traj, flags = two_runs(BASE, BETTER_RECOVERY, n_tasks=12, n_samples=3, budget=10, seed=4)
     twin = traj[traj["run"] == "A"].assign(run="A2", traj_id=lambda d: d["traj_id"] + "'")
     flags2 = flags.merge(traj[["traj_id", "run"]]).query("run == 'A'").drop(columns="run")
     flags2 = flags2.assign(traj_id=flags2["traj_id"] + "'")
@@ -409,7 +409,7 @@ def test_terminal_headers_and_titles_are_never_cut(width):
 
 
 def test_progress_counts_the_bootstrap_resamples():
-    traj, flags = make_frames(SPECS)
+    traj, flags = two_runs(BASE, BETTER_RECOVERY, n_tasks=12, n_samples=3, budget=10, seed=4)
     seen: list[str] = []
     report_from_frames(traj, flags, ReportOptions(n_boot=30, strata=1), progress=seen.append)
     counts = [s for s in seen if re.search(r": \d+/30 bootstrap resamples$", s)]
@@ -432,8 +432,10 @@ def test_few_shared_tasks_get_fewer_strata_and_a_warning():
     flags = flags[flags["traj_id"].isin(traj["traj_id"])]
     report = report_from_frames(traj, flags, ReportOptions(n_boot=20, strata=5))
     notes = "\n".join(report.notes)
-    assert "B vs A: only 3 shared tasks (fewer than 10)" in notes
-    assert "B vs A: 30 tasks support 3 difficulty strata of at least 10 tasks, not the 5" in notes
+    assert "B vs A: too few shared tasks (3) for an interval" in notes
+    # the comparison is over the shared tasks only: 3 support one stratum
+    assert "B vs A: 3 tasks support 1 difficulty stratum" in notes
     assert "model fit of B: 3 tasks support 1 difficulty stratum" in notes
     assert "model fit of A: 30 tasks support 3 difficulty strata" in notes
-    assert "(only 3 shared tasks: the band says little)" in report.comparisons[0].headline
+    assert "too few shared tasks (3) for an interval" in report.comparisons[0].headline
+    assert "band" not in report.comparisons[0].headline

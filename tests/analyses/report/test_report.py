@@ -211,12 +211,12 @@ def test_model_fit_and_comparison_come_from_the_library(frames, report):
             expected["empirical"].tolist())
     (comp,) = report.comparisons
     assert (comp.baseline, comp.candidate) == ("A", "B")
-    expected = decompose(traj, flags, "A", "B", report.ts, 1, 50, 3)
+    # 3 shared tasks are too few for an interval: the report bootstraps none
+    expected = decompose(traj, flags, "A", "B", report.ts, 1, 0, 3)
     for row, (_, want) in zip(comp.by_t, expected.iterrows(), strict=True):
         for name in COMPONENTS:
             assert getattr(row, name) == pytest.approx(want[name])
-            assert row.lo[name] == pytest.approx(want[f"{name}_lo"])
-            assert row.hi[name] == pytest.approx(want[f"{name}_hi"])
+            assert math.isnan(row.lo[name]) and math.isnan(row.hi[name])
         assert row.single_step + row.recovery == pytest.approx(row.model_delta, abs=1e-12)
         assert row.delta == pytest.approx(row.empirical_candidate - row.empirical_baseline)
     stats = spell_stats(traj, spells_of_frames(traj, flags)).set_index("run")
