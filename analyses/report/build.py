@@ -635,6 +635,9 @@ def _comparisons(
                 ci=options.ci, seed=options.seed, progress=steps.counted(surface),
             ),
         )
+        for cell in comparison.pass_at_difference:
+            if too_few(cell.n_tasks):  # e.g. a K that few shared tasks have samples for
+                cell.lo = cell.hi = math.nan
         comparisons.append(comparison)
     return comparisons, notes
 
@@ -934,6 +937,9 @@ def _comparison(baseline: str, candidate: str, frame: pd.DataFrame,
             )
         )
     for row in rows:
+        if too_few(row.n_tasks):  # budgeted mode: a budget few shared tasks ran at
+            row.lo = dict.fromkeys(row.lo, math.nan)
+            row.hi = dict.fromkeys(row.hi, math.nan)
         row.recovery_share_note = _share_note(row, n_boot)
         if row.recovery_share_note is None:
             row.recovery_share = row.recovery / row.model_delta

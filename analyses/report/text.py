@@ -111,7 +111,8 @@ def definitions(strata: int = 5, strata_by: str = "clean_success") -> dict[str, 
         "r": "r: the chance of success by T for a trajectory with an error within T; "
         "S(T) = (1 - e) c + e r describes a run and attributes nothing",
         "strata": strata_text,
-        "delta": "delta: the empirical change of S(T), candidate minus baseline",
+        "delta": "delta: the empirical change of S(T), candidate minus baseline, over the "
+        "tasks both ran",
         "model delta": "model delta: the model's change of S(T), single step + recovery",
         "single step": "single step: the part of the model's change due to the single-step "
         "process (fewer errors, faster progress), averaged over both orders of swapping",
@@ -131,5 +132,6 @@ def definitions(strata: int = 5, strata_by: str = "clean_success") -> dict[str, 
         "ends it",
         "t_90": "T for 90%: the smallest T at which Pass@(1,T) reaches 90% of its value with "
         "no turn limit",
-        "intervals": "intervals: percentile bootstrap over tasks",
+        "intervals": "intervals: percentile bootstrap over tasks; none for a change over "
+        "fewer than 10 shared tasks",
     }

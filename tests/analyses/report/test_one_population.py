@@ -5,6 +5,7 @@ all over the shared tasks, and says so; with too few shared tasks no interval is
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -107,3 +108,19 @@ def test_same_tasks_say_nothing_of_a_population(frames) -> None:
     (comparison,) = report["comparisons"]
     assert "shared task" not in comparison["headline"]
     assert not any("over its own" in line for line in report["headline"])
+
+
+def test_a_cell_over_few_tasks_gets_no_interval(frames) -> None:
+    """Enough shared tasks for the comparison, but only 5 with a third sample in rl: the K = 3
+    cells are over 5 tasks and get no interval; the K = 1 cells keep theirs."""
+    traj, flags = frames
+    traj = _partly_shared(traj, 60, 0, 0)
+    tasks = sorted(traj["task_id"].unique())
+    thin = (traj["run"] == "rl") & (traj["sample"] == 2) & ~traj["task_id"].isin(tasks[:5])
+    report = report_from_frames(traj[~thin.to_numpy()].reset_index(drop=True), flags,
+                                ReportOptions(baseline="base", ks=[1, 3], ts=[9, None],
+                                              n_boot=40, strata=2))
+    cells = report.comparisons[0].pass_at_difference
+    assert {c.n_tasks for c in cells if c.k == 3} == {5}
+    assert all(math.isnan(c.lo) and math.isnan(c.hi) for c in cells if c.k == 3)
+    assert all(math.isfinite(c.lo) and math.isfinite(c.hi) for c in cells if c.k == 1)
