@@ -20,9 +20,9 @@ from tests.conftest import simulated_store
 def frames():
     config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]},
                        n_tasks=101, n_samples=3, budgets=[20], seed=11)
-    con = simulated_store(config)
-    traj, flags = trajectories_frame(con), turn_flags_frame(con)
-    con.close()
+    store = simulated_store(config)
+    traj, flags = trajectories_frame(store.con), turn_flags_frame(store.con)
+    store.close()
     return traj, flags
 
 
