@@ -72,7 +72,7 @@ def _extra_run(path: Path, run: str = "extra") -> Path:
 
 
 def _rows(store: Any) -> list[tuple]:
-    return store.execute("SELECT * FROM trajectories ORDER BY ALL").fetchall()
+    return store.con.execute("SELECT * FROM trajectories ORDER BY ALL").fetchall()
 
 
 @pytest.fixture(scope="module")
@@ -382,7 +382,8 @@ def _write(path: Path, extra: Path, rows: list[tuple]) -> bool:
     _note("write: committed")
     with open_store(path, read_only=True) as store:
         got = _rows(store)
-        runs = store.execute("SELECT count(*) FROM trajectories WHERE run = 'extra'").fetchone()
+        runs = store.con.execute(
+            "SELECT count(*) FROM trajectories WHERE run = 'extra'").fetchone()
     assert set(rows) <= set(got) and runs == (3,), got
     assert SECRET not in repr(got)
     return True
