@@ -330,13 +330,14 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
 
     from prm.data import load_step_examples
     from prm.metrics import decision_metrics, floor_report
-    from prm.stores import open_store
     from prm.train import model_spec
+    from recovery.store import open_store
 
     if config.store is None:
         raise UsageProblem("store is required")
     started = time.perf_counter()
-    con = open_store(config.store)
+    store = open_store(config.store, read_only=True, must_exist=True)
+    con = store.con
     try:
         examples = load_step_examples(con, config.labels, base=config.label_base)
         if config.runs:
@@ -353,7 +354,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
             mode = "structured"
             pooled, head, notes = _structured_predictions(config, rows, con, echo)
     finally:
-        con.close()
+        store.close()
     if config.backbone == "sklearn":
         mode, head = "sklearn", "binary"
         pooled = _baseline_predictions(config, examples, fold, rows, echo)

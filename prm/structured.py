@@ -621,19 +621,20 @@ def train_structured(config: TrainConfig, examples: list[StepExample], split: Ta
     from prm.frozen import turn_rows
     from prm.labels import outcome_targets_note
     from prm.spec import SPLIT_FILE, SUMMARY_FILE
-    from prm.stores import open_store
+    from recovery.store import open_store
 
     started = time.perf_counter()
     out = Path(config.out)
     fit_examples = [e for e in examples if split.split_of(e.task_id) != "test"]
-    con = open_store(config.store)
+    store = open_store(config.store, read_only=True, must_exist=True)
+    con = store.con
     try:
         table, names, notes = feature_rows(con, config.setting,
                                            [e.traj_id for e in fit_examples])
         if config.embeddings:
             table = with_embeddings(table, con, echo=echo, progress=config.progress)
     finally:
-        con.close()
+        store.close()
     leak = outcome_targets_note(config.labels, config.setting)
     for note in [*notes, *([] if leak is None else [leak])]:
         echo(note)

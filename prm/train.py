@@ -79,17 +79,18 @@ def train(config: TrainConfig, *, echo: Callable[[str], Any] = print) -> TrainRe
         InputProblem: the store is missing or not a store; there is nothing to train on.
         UsageProblem: options that do not go together.
     """
-    from prm.stores import open_store
+    from recovery.store import open_store
 
     if config.store is None or config.out is None:
         raise UsageProblem("store and out are required")
-    con = open_store(config.store)
+    store = open_store(config.store, read_only=True, must_exist=True)
+    con = store.con
     try:
         examples = load_step_examples(con, config.labels, base=config.label_base)
         if examples and not any(x == x for e in examples for x in e.targets):
             raise InputProblem(no_target_message(config.store, config.labels, con))
     finally:
-        con.close()
+        store.close()
     return train_examples(config, examples, echo=echo)
 
 

@@ -15,7 +15,6 @@ from analyses.budgetmix.schedule import (
     parse_budget_range,
     uniform_schedule,
 )
-from analyses.budgetmix.store import open_existing_store
 from recovery.caps_given import parse_max_turns
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
@@ -108,7 +107,10 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
     if not 0.0 <= config.floor <= 1.0:
         raise UsageProblem(f"--floor must lie in [0, 1], got {config.floor}")
     given = parse_max_turns(config.max_turns) if config.max_turns else None
-    con = open_existing_store(config.store)
+    from recovery.store import open_store
+
+    store = open_store(config.store, read_only=True)
+    con = store.con
     try:
         schedule = adaptive_schedule(
             con, budgets, evidence=config.evidence, runs=config.runs, mode=config.mode,
@@ -119,7 +121,7 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
     except InputProblem as err:  # what the store cannot give, named by the store
         raise InputProblem(f"store {config.store}: {err}") from None
     finally:
-        con.close()
+        store.close()
 
 
 def _step_cap_params(

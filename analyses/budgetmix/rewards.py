@@ -21,7 +21,6 @@ import numpy as np
 
 from analyses.budgetmix.alignment import render_offsets
 from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
-from analyses.budgetmix.store import open_existing_store
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 from recovery.outputs import atomic_output, check_output_path
@@ -385,12 +384,16 @@ def export_rewards(config: RewardsConfig) -> RewardsExport:
         if not np.isfinite(value):
             raise UsageProblem(f"{flag} must be a finite number, got {value}")
     check_output_path(config.out, "--out")
-    con = open_existing_store(config.store)
+    if config.store is None:
+        raise UsageProblem("--store is required")
+    from recovery.store import open_store
+
+    store = open_store(config.store, read_only=True)
     try:
         return export_shaped_rewards(
-            con, str(config.model), Path(config.out), lam=config.lam, gamma=config.gamma,
+            store.con, str(config.model), Path(config.out), lam=config.lam, gamma=config.gamma,
             initial_potential=initial, runs=config.runs, skip_unscored=config.skip_unscored,
             layout=config.layout,
         )
     finally:
-        con.close()
+        store.close()

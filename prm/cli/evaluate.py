@@ -56,12 +56,13 @@ def evaluate(config: EvalConfig) -> None:
     """Evaluate a PRM on a split of the store's tasks (default: the test tasks)."""
     from prm.evaluate import evaluate_model
     from prm.score import load_predictor
-    from prm.stores import open_store
+    from recovery.store import open_store
 
     # The model is loaded (and refused, if it must be) before the store is read.
     predictor = load_predictor(config.model, device=config.device, setting=config.setting,
                                trust_remote_code=config.trust_remote_code)
-    con = open_store(config.store)
+    store = open_store(config.store, read_only=True, must_exist=True)
+    con = store.con
     try:
         report = evaluate_model(
             con, predictor, split=config.split, labels=config.labels, ks=config.ks,
@@ -70,7 +71,7 @@ def evaluate(config: EvalConfig) -> None:
             n_boot=config.n_boot, seed=config.seed,
         )
     finally:
-        con.close()
+        store.close()
     for line in report.lines():
         click.echo(line)
     if config.json_out is not None:

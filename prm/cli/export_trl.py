@@ -34,17 +34,18 @@ def export_trl(config: ExportTrlConfig) -> None:
     whose label is unknown are left out and counted.
     """
     from prm.data import export_trl as run_export
-    from prm.stores import open_store
     from recovery.outputs import atomic_output, check_output_path
+    from recovery.store import open_store
 
     check_output_path(config.out, "--out")
-    con = open_store(config.store)
+    store = open_store(config.store, read_only=True, must_exist=True)
+    con = store.con
     try:
         with atomic_output(config.out) as temp:
             written, left_out = run_export(
                 con, temp, config.labels, soft=config.soft, base=config.label_base
             )
     finally:
-        con.close()
+        store.close()
     click.echo(f"{config.out}: {written} trajectories" + (
         f" ({left_out} left out: a step with an unknown label)" if left_out else ""))

@@ -92,12 +92,12 @@ def _rewrite_npz(path: Path, **changes: np.ndarray) -> None:
 
 def test_ternary_labels_with_the_neutral_steps_in_one_task_fit_score_and_cross_validate(
         neutral_store, tmp_path):
-    from prm.stores import open_store
     from prm.structured import load_structured, score_structured
+    from recovery.store import open_store
 
     model, record = load_structured(_train_structured(neutral_store, tmp_path / "model"))
     assert record["head"] == "ternary"
-    con = open_store(neutral_store)
+    con = open_store(neutral_store, read_only=True, must_exist=True)
     try:
         scores = score_structured(con, model)
     finally:

@@ -181,8 +181,8 @@ def _hostile_structured(source: Path, target: Path, data: st.DataObject) -> None
 
 
 def _fuzz_structured(source: Path, store: Path, work: Path, data: st.DataObject) -> None:
-    from recovery.store import open_store
     from prm.structured import StructuredStepModel, score_structured
+    from recovery.store import open_store
 
     folder = work / "model"
     _hostile_structured(source, folder, data)
@@ -291,9 +291,9 @@ SLOW = settings(max_examples=400, deadline=None, phases=PHASES, suppress_health_
 def test_the_valid_folders_load_and_score(structured_model: Path, tokenizer_folder: Path,
                                           ternary: Path) -> None:
     """Unchanged, both pass (so a refusal in the fuzz is the change's)."""
-    from recovery.store import open_store
     from prm.structured import StructuredStepModel, score_structured
     from prm.tokenize import load_tokenizer, tokenise
+    from recovery.store import open_store
 
     model, _ = StructuredStepModel.load(structured_model)
     with open_store(ternary, read_only=True, must_exist=True) as con:

@@ -95,9 +95,9 @@ def test_a_folder_scores_only_in_its_own_setting(ternary_store, tmp_path):
             assert "Traceback" not in refused.output
         scored = _invoke("score", "--store", str(store), "--model", str(out), "--no-progress")
         assert scored.exit_code == 0 and f"({setting} setting)" in scored.output
-    from prm.stores import open_store
+    from recovery.store import open_store
 
-    con = open_store(store)
+    con = open_store(store, read_only=True, must_exist=True)
     try:
         models = {m for (m,) in con.execute("SELECT DISTINCT model FROM step_scores").fetchall()}
     finally:

@@ -16,10 +16,10 @@ from recovery.errors import InputProblem, UsageProblem
 def _fitted(ternary_store: Path, setting: str = "blind"):
     from prm.data import load_step_examples
     from prm.frozen import turn_rows
-    from prm.stores import open_store
     from prm.structured import StructuredStepModel, feature_rows
+    from recovery.store import open_store
 
-    con = open_store(ternary_store)
+    con = open_store(ternary_store, read_only=True, must_exist=True)
     try:
         table, names, _ = feature_rows(con, setting)
         rows = turn_rows(load_step_examples(con, "data"))
@@ -111,10 +111,10 @@ def test_scores_thousands_of_steps_per_second(ternary_store):
     import pandas as pd
 
     from prm.features import load_turn_frame, step_features
-    from prm.stores import open_store
+    from recovery.store import open_store
 
     model, _ = _fitted(ternary_store)
-    con = open_store(ternary_store)
+    con = open_store(ternary_store, read_only=True, must_exist=True)
     try:
         frame = load_turn_frame(con)
     finally:
@@ -258,11 +258,11 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
 def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, ternary_store):
     from prm.data import load_step_examples
     from prm.frozen import turn_rows
-    from prm.stores import open_store
     from prm.structured import StructuredStepModel, feature_rows
+    from recovery.store import open_store
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")
-    con = open_store(store)
+    con = open_store(store, read_only=True, must_exist=True)
     try:
         table, names, _ = feature_rows(con, "hindsight")
         rows = turn_rows(load_step_examples(con, "data"))

@@ -60,11 +60,11 @@ def _scores(con, model: str) -> pd.DataFrame:
 
 def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(folders, store):
     from prm.score import score_store
-    from prm.stores import open_store
     from prm.structured import load_structured, score_structured
+    from recovery.store import open_store
 
     model, _ = load_structured(folders["hindsight"])
-    con = open_store(store, writable=True)
+    con = open_store(store, must_exist=True)
     try:
         result = score_store(con, folders["hindsight"], progress=False)
         written = _scores(con, "hindsight")
@@ -88,9 +88,9 @@ def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(f
 def test_a_hindsight_folder_is_refused_in_blind_through_the_library(folders, store):
     from prm.evaluate import evaluate_model
     from prm.score import ModelScorer, load_predictor, score_store
-    from prm.stores import open_store
+    from recovery.store import open_store
 
-    con = open_store(store, writable=True)
+    con = open_store(store, must_exist=True)
     try:
         for call in (lambda: score_store(con, folders["hindsight"], setting="blind"),
                      lambda: score_store(con, load_predictor(folders["hindsight"]),
@@ -124,10 +124,10 @@ def test_a_hindsight_folder_is_refused_in_blind_through_the_cli(folders, store):
 @pytest.mark.parametrize("name", ["hindsight", "blind", "tfidf"])
 def test_evaluate_model_reports_the_floors_and_a_verdict(folders, name):
     from prm.evaluate import evaluate_model
-    from prm.stores import open_store
+    from recovery.store import open_store
 
     setting = "hindsight" if name == "tfidf" else name
-    con = open_store(folders["store"])
+    con = open_store(folders["store"], read_only=True, must_exist=True)
     try:
         report = evaluate_model(con, folders[name], split="all", ks=[1], n_boot=50,
                                 setting=None if name != "tfidf" else setting)
@@ -185,10 +185,10 @@ def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
 
 def test_marking_prm_errors_with_a_structured_folder(folders, store):
     from prm.score import score_store
-    from prm.stores import open_store
     from recovery.cli.mark import MarkConfig, run_mark
+    from recovery.store import open_store
 
-    con = open_store(store, writable=True)
+    con = open_store(store, must_exist=True)
     try:
         score_store(con, folders["hindsight"], name="st", setting="hindsight")
         scores = _scores(con, "st")
@@ -197,7 +197,7 @@ def test_marking_prm_errors_with_a_structured_folder(folders, store):
     threshold = float(np.quantile(scores["score"], 0.3))
     counts = run_mark(MarkConfig(store=store, prm_model="st", prm_threshold=threshold),
                       echo=lambda *_: None)
-    con = open_store(store)
+    con = open_store(store, read_only=True, must_exist=True)
     try:
         marked = con.execute("SELECT traj_id, t FROM turns WHERE error_kind = 'prm'").df()
     finally:

@@ -91,11 +91,9 @@ def refused_everywhere(store: Path, tmp_path: Path, named: str) -> None:
                                         "--out", str(tmp_path / "trl.jsonl")])
     assert prm.exit_code == 1 and named in one_line(prm.stderr), prm.output
     assert SECRET not in prm.output
-    from prm.stores import open_store as prm_open
-
-    for writable in (False, True):  # what prm score and prm evaluate open
+    for read_only in (True, False):  # what prm evaluate and prm score open
         with pytest.raises(InputProblem, match=named):
-            prm_open(store, writable=writable)
+            open_store(store, read_only=read_only, must_exist=True)
     assert table_rows(store, ("turns", "ingests", "store_info")) == before
     assert not list(tmp_path.glob("pq/*")) and not (tmp_path / "g.json").exists()
 
