@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyses.passkt import task_counts
+from analyses.tgrid import ts_up_to
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,15 +147,15 @@ def success_curves(traj: pd.DataFrame, t_max: int | None = None) -> list[BudgetC
 
     Args:
         traj: Trajectories frame (:func:`analyses.frames.trajectories_frame`).
-        t_max: The largest budget; default the largest turn count of any trajectory.
+        t_max: The largest budget (a T by :mod:`analyses.tgrid`); default the largest turn
+            count of any trajectory.
 
     Returns:
         One curve per run, runs in sorted order.
     """
     import pandas as pd
 
-    t_max = _t_max(traj) if t_max is None else int(t_max)
-    ts = list(range(1, t_max + 1))
+    ts = ts_up_to(_t_max(traj) if t_max is None else t_max)
     curves = []
     for run in sorted(pd.unique(traj["run"]), key=str):
         counts = task_counts(traj[traj["run"] == run], ts)
@@ -181,7 +182,8 @@ def budget_difference(
         traj: Trajectories frame with both runs (others are ignored).
         baseline: Run A.
         candidate: Run B.
-        t_max: The largest budget; default the largest turn count of the two runs.
+        t_max: The largest budget (a T by :mod:`analyses.tgrid`); default the largest turn
+            count of the two runs.
         n_boot: Bootstrap replicates of the shared tasks (0 = no band).
         ci: Coverage of the band over the whole curve.
         seed: Seed; the draws depend only on it and the two run names.
@@ -193,8 +195,7 @@ def budget_difference(
     if not 0.0 < ci < 1.0:
         raise ValueError(f"ci must lie in (0, 1), got {ci}")
     pair = traj[traj["run"].isin([baseline, candidate])]
-    t_max = _t_max(pair) if t_max is None else int(t_max)
-    ts = list(range(1, t_max + 1))
+    ts = ts_up_to(_t_max(pair) if t_max is None else t_max)
     a = task_counts(pair[pair["run"] == baseline], ts)
     b = task_counts(pair[pair["run"] == candidate], ts)
     shared = np.intersect1d(a.tasks, b.tasks)

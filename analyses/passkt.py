@@ -26,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import warnings
 import zlib
 from collections.abc import Iterable, Sequence
@@ -37,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.frames import success_turns
+from analyses.tgrid import normalise_ts, split_ts
 from recovery.errors import UsageProblem
 
 Mode = Literal["truncation", "budgeted"]
@@ -175,8 +175,9 @@ def pass_at_kt(
             A success without ``success_turn`` succeeds at its last turn; rows with unknown
             ``success`` are ignored.
         ks: Sampling widths; ``None`` = :func:`default_ks` of the most samples of a task.
-        ts: Turn limits, ``None`` entries meaning no limit; ``None`` = :func:`default_ts` of
-            the turn counts (truncation) or the budgets present in every run (budgeted).
+        ts: Turn limits, ``None`` entries meaning no limit (the rule of
+            :func:`analyses.tgrid.normalise_ts`); ``None`` = :func:`default_ts` of the turn
+            counts (truncation) or the budgets present in every run (budgeted).
         mode: ``"truncation"`` or ``"budgeted"`` (see the module docstring).
         n_boot: Bootstrap replicates (tasks resampled with replacement); 0 = no intervals.
         ci: Coverage of the intervals.
@@ -247,7 +248,8 @@ def task_counts(
     Args:
         trajectories: Trajectories frame (``task_id, success, n_turns, success_turn`` and,
             in budgeted mode, ``budget``); rows with an unknown outcome are left out.
-        ts: Turn limits (``None`` = no limit; truncation only) or, budgeted, budgets.
+        ts: Turn limits (``None`` = no limit; truncation only) or, budgeted, budgets; the
+            rule of :func:`analyses.tgrid.normalise_ts`.
         mode: ``"truncation"`` or ``"budgeted"``.
 
     Returns:
@@ -255,7 +257,7 @@ def task_counts(
     """
     if mode not in ("truncation", "budgeted"):
         raise ValueError(f"mode must be 'truncation' or 'budgeted', got {mode!r}")
-    finite_ts, with_none = _normalise_ts(ts, mode)
+    finite_ts, with_none = split_ts(normalise_ts(ts, mode))
     known = trajectories["success"].notna().to_numpy()
     frame = trajectories.loc[known] if not known.all() else trajectories
     tasks, task = np.unique(frame["task_id"].astype(str).to_numpy(dtype=object),
@@ -397,21 +399,6 @@ def _value_table(n_values: np.ndarray, ks: np.ndarray, metric: Metric) -> np.nda
     return np.concatenate(blocks, axis=0)
 
 
-def _normalise_ts(ts: Sequence[int | None], mode: str) -> tuple[list[int], bool]:
-    finite: list[int] = []
-    with_none = False
-    for t in ts:
-        if t is None or t is pd.NA or (isinstance(t, float) and math.isnan(t)):
-            with_none = True
-        else:
-            finite.append(int(t))
-    if with_none and mode == "budgeted":
-        raise ValueError(
-            "budgeted mode takes budgets as T; None (no turn limit) has no meaning there"
-        )
-    return sorted(set(finite)), with_none
-
-
 def _run_budgets(data: _Outcomes) -> list[set[int]]:
     """The distinct known budgets of each run, by run code."""
     has = ~np.isnan(data.budget)
@@ -447,7 +434,7 @@ def _grid(
     if ts is None:
         ts = default_ts(trajectories["n_turns"]) if mode == "truncation" else (
             common_budgets(trajectories))
-    finite_ts, with_none = _normalise_ts(ts, mode)
+    finite_ts, with_none = split_ts(normalise_ts(ts, mode))
     if mode == "budgeted":
         if not finite_ts and data.run_names:
             raise UsageProblem(

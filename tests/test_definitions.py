@@ -386,3 +386,99 @@ def test_success_has_one_rule_and_its_sql_twin_agrees() -> None:
                     derive_success(success, reward, threshold)
     source = (Path(__file__).resolve().parents[1] / "recovery" / "store" / "fast_canonical.py").read_text()
     assert "derive_success_sql(" in source
+
+
+# --------------------------------------------------------------------------------------------
+# The T grid: one rule (analyses.tgrid.normalise_ts) for every consumer
+
+
+@pytest.mark.parametrize("ts, grid", [
+    ([10, 5, 5, None, None], [5, 10, None]),           # duplicates once, no limit last
+    ([3.0, np.int64(2), float("nan")], [2, 3, None]),  # whole floats and numpy ints; NaN = None
+    ([None], [None]),
+    ([], []),
+    ([1_000], [1_000]),                                # beyond every episode: kept
+])
+def test_t_grid_rule(ts: list, grid: list) -> None:
+    from analyses.tgrid import normalise_ts
+
+    assert normalise_ts(ts) == grid
+
+
+def _t_grid_consumers(traj: pd.DataFrame, bad: object) -> dict:
+    from analyses.budget import budget_difference, success_curves
+    from analyses.passkt import task_counts
+    from analyses.report.defaults import choose_ts
+    from analyses.tgrid import normalise_ts
+
+    return {
+        "normalise_ts": lambda: normalise_ts([5, bad]),
+        "pass_at_kt": lambda: pass_at_kt(traj, ks=[1], ts=[5, bad], n_boot=0),
+        "task_counts": lambda: task_counts(traj, [5, bad]),
+        "choose_ts": lambda: choose_ts(traj, ts=[5, bad]),
+        "success_curves": lambda: success_curves(traj, t_max=bad),
+        "budget_difference": lambda: budget_difference(traj, "A", "B", t_max=bad, n_boot=0),
+    }
+
+
+@pytest.mark.parametrize("bad", [0, -3, 3.5, True, "3", float("inf")])
+def test_t_grid_every_consumer_refuses_a_t_that_is_not_a_whole_number_of_turns(
+        bad: object) -> None:
+    from recovery.errors import UsageProblem
+
+    traj, _ = unequal()
+    for name, call in _t_grid_consumers(traj, bad).items():
+        with pytest.raises(UsageProblem, match="turn limit T must be"):
+            call()
+            pytest.fail(f"{name} took T = {bad!r}")
+
+
+def test_t_grid_no_limit_is_refused_in_budgeted_mode_by_every_consumer() -> None:
+    from analyses.passkt import task_counts
+    from analyses.report.defaults import choose_ts
+    from analyses.tgrid import normalise_ts
+    from recovery.errors import UsageProblem
+
+    traj, _ = unequal()
+    traj["budget"] = 5
+    for call in (lambda: normalise_ts([5, None], "budgeted"),
+                 lambda: pass_at_kt(traj, ks=[1], ts=[5, None], mode="budgeted", n_boot=0),
+                 lambda: task_counts(traj, [5, None], "budgeted"),
+                 lambda: choose_ts(traj, "budgeted", [5, None])):
+        with pytest.raises(UsageProblem, match="no limit"):
+            call()
+
+
+def test_t_grid_consumers_agree_and_a_t_beyond_the_longest_episode_means_no_limit() -> None:
+    from analyses.budget import success_curves
+    from analyses.passkt import task_counts
+    from analyses.report.defaults import choose_ts
+
+    traj, _ = unequal()
+    longest = int(traj["n_turns"].max())
+    asked = [longest, 2, 2, 3.0, None, longest + 10]
+    grid = [2, 3, longest, longest + 10, None]
+    assert choose_ts(traj, ts=asked) == grid
+    for run in ("A", "B"):
+        one = traj[traj["run"] == run]
+        counts = task_counts(one, asked)
+        assert counts.ts == grid
+        assert counts.c[:, -2].tolist() == counts.c[:, -1].tolist()   # beyond = no limit
+        p1 = pass_at_kt(one, ks=[1], ts=asked, n_boot=0)
+        assert [None if pd.isna(t) else int(t) for t in p1["t"]] == grid
+        assert p1["value"].iloc[-2] == pytest.approx(p1["value"].iloc[-1])
+        curve = next(c for c in success_curves(traj, t_max=longest + 10) if c.run == run)
+        assert curve.ts[-1] == longest + 10
+        assert curve.value[-1] == pytest.approx(p1["value"].iloc[-1])
+
+
+@pytest.mark.xfail(strict=True, reason="decompose keeps its own T rule (accepts T = 0, keeps "
+                   "the order) until it calls analyses.tgrid.normalise_ts")
+def test_t_grid_decompose_follows_the_rule() -> None:
+    from recovery.errors import UsageProblem
+
+    traj, flags = unequal()
+    out = decompose(traj, flags, "A", "B", [3, None, 2, 2], strata=1, n_boot=0)
+    assert [None if pd.isna(t) else int(t) for t in out["t"]] == [2, 3, None]
+    with pytest.raises(UsageProblem, match="turn limit T must be"):
+        decompose(traj, flags, "A", "B", [0, 2], strata=1, n_boot=0)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 # The mode and the budgets of runs are facts of Pass@(K,T) itself: their one home is passkt.
 from analyses.passkt import resolve_mode, run_budgets
+from analyses.tgrid import normalise_ts, split_ts
 from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
@@ -32,34 +33,29 @@ def choose_ts(
 ) -> list[int | None]:
     """The T grid: ``ts`` (or the defaults), sorted, no limit last in truncation mode.
 
-    Defaults: quantiles of the observed turn counts (:func:`analyses.passkt.default_ts`) in
-    truncation mode; the budgets present in every run (:func:`analyses.passkt.common_budgets`)
-    in budgeted mode.
+    ``ts`` follows :func:`analyses.tgrid.normalise_ts`; in truncation mode the report always
+    shows the no-limit column. Defaults: quantiles of the observed turn counts
+    (:func:`analyses.passkt.default_ts`) in truncation mode; the budgets present in every run
+    (:func:`analyses.passkt.common_budgets`) in budgeted mode.
 
     Raises:
-        UsageProblem: in budgeted mode, for a ``None`` T or when no budget is shared by every
-            run; for a T below 1.
+        UsageProblem: for a T that breaks the rule, or in budgeted mode when no budget is
+            shared by every run.
     """
     from analyses.passkt import common_budgets, default_ts
 
-    if mode == "budgeted":
-        if ts is None:
-            common = common_budgets(traj)
-            if not common:
-                raise UsageProblem(
-                    "budgeted mode: no budget is present in every run (the 'budget' field); "
-                    "use --mode truncation or give --t"
-                )
-            return common
-        if any(t is None for t in ts):
-            raise UsageProblem("budgeted mode takes budgets as T; 'no limit' has no meaning there")
-        return sorted({int(t) for t in ts})  # type: ignore[arg-type]
-    if ts is None:
+    if ts is not None:
+        finite, _ = split_ts(normalise_ts(ts, mode))
+        return finite if mode == "budgeted" else [*finite, None]
+    if mode != "budgeted":
         return list(default_ts(traj["n_turns"]))
-    finite = sorted({int(t) for t in ts if t is not None})
-    if finite and finite[0] < 1:
-        raise UsageProblem(f"turn limits must be at least 1, got {finite[0]}")
-    return [*finite, None]
+    common = common_budgets(traj)
+    if not common:
+        raise UsageProblem(
+            "budgeted mode: no budget is present in every run (the 'budget' field); "
+            "use --mode truncation or give --t"
+        )
+    return common
 
 
 __all__ = ["choose_ks", "choose_ts", "resolve_mode", "run_budgets", "samples_per_task"]

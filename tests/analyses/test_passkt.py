@@ -93,7 +93,7 @@ task_sets = st.dictionaries(
     max_size=6,
 )
 
-TS = [*range(0, 10), None]
+TS = [*range(1, 10), None]  # T >= 1 (analyses.tgrid); a success at turn 0 counts from T = 1
 
 
 # ----------------------------------------------------------------- the one-task metric
@@ -300,7 +300,7 @@ def test_budgeted_says_which_budgets_are_missing() -> None:
     with pytest.raises(UsageProblem, match=r"'other' lacks 5, 20 \(has 10\)") as info:
         pass_at_kt(frame, ks=[1], ts=[5, 10, 20], mode="budgeted")
     assert "'r' lacks 20 (has 5, 10)" in str(info.value)
-    with pytest.raises(ValueError, match="None"):
+    with pytest.raises(UsageProblem, match="None"):
         pass_at_kt(frame, ks=[1], ts=[10, None], mode="budgeted")
     with pytest.raises(ValueError, match="mode"):
         pass_at_kt(frame, mode="truncated")
@@ -417,11 +417,11 @@ def test_default_grid_when_ks_and_ts_are_not_given() -> None:
 # ----------------------------------------------------------------- real data and the SQL view
 
 
-def test_tau_bench_airline_pass_at_k_and_pass_hat_k(tau_airline, con) -> None:
+def test_tau_bench_airline_pass_at_k_and_pass_hat_k(tau_airline, con, memory_store) -> None:
     from analyses.frames import trajectories_frame
     from recovery.store import IngestOptions
 
-    con.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
+    memory_store.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
     frame = trajectories_frame(con)
     ks = [1, 2, 3, 4]
     at = pass_at_kt(frame, ks=ks, ts=[None], n_boot=200)
@@ -471,11 +471,11 @@ def python_vs_view(con, frame: pd.DataFrame) -> int:
     return compared
 
 
-def test_sql_view_agrees_with_python_on_real_data(tau_airline, con) -> None:
+def test_sql_view_agrees_with_python_on_real_data(tau_airline, con, memory_store) -> None:
     from analyses.frames import trajectories_frame
     from recovery.store import IngestOptions
 
-    con.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
+    memory_store.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
     assert python_vs_view(con, trajectories_frame(con)) > 0
     no_limit = con.execute(
         "SELECT round(value, 4) FROM pass_at_kt WHERE t IS NULL ORDER BY k"
