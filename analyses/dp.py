@@ -21,15 +21,19 @@ spell of ``d`` error turns (``h K(d)``)::
     P(success at turn t) = sum_{n + e = t} s(n) A_n(e)
 
 so each clean turn is one convolution in ``e`` with the shared kernel. Only ``n + e <= T``
-matters, so layer ``n`` convolves at most ``T - n + 1`` values; done by FFT that is at most
-``O(T^2 log T)`` per row, with memory ``O(T)`` per row.
+matters, so layer ``n`` convolves at most ``T - n + 1`` values: at most ``O(T^2 log T)`` per
+row, with memory ``O(T)`` per row. A kernel of a few taps (spells of a few error turns) is
+applied tap by tap, a longer one by FFT. In practice a layer is as wide as the spread of the
+error count, about ``sqrt(n)``: the model of two trajectories of 80,000 turns (every seventh an
+error) has layers of about 1,200 values and its curve takes about a second of CPU (six when
+every layer went by FFT).
 
 **Exactness.** Every sequence involved is a (sub-)probability distribution, so the FFT's
 rounding stays near ``1e-16`` per value (the tests hold the result to ``1e-12`` against the
-direct programme; measured differences are below ``1e-15``). Free states and kernel taps whose
-mass adds up to less than ``2^-64`` per row are cut, which keeps the arrays as wide as the mass
-really spreads: that lowers ``S(t)`` by at most ``2 t_max 2^-64`` (``4e-17`` at ``t_max = 400``),
-below the rounding of ``S`` itself.
+direct programme; measured differences are below ``1e-15``). Kernel taps, and every few clean
+turns the free states, whose mass adds up to less than ``2^-64`` per row are cut, which keeps
+the arrays as wide as the mass really spreads: that lowers ``S(t)`` by at most
+``2 t_max 2^-64`` (``4e-17`` at ``t_max = 400``), below the rounding of ``S`` itself.
 """
 
 from __future__ import annotations
@@ -49,25 +53,45 @@ _BLOCK_VALUES = 1 << 21
 _SIZE_SLACK = 1.3
 _KEEP_TRANSFORMS = 3
 
-# Probability mass a row may drop per clean turn (see the module docstring): small enough to
-# be invisible in S, large enough that geometric tails get cut at a few hundred values.
+# A kernel of at most this many taps (d = 0 included) is applied tap by tap: one multiply-add
+# over the free states per tap costs less than the FFT's two transforms. Spells of one error
+# turn, the common case, give two taps.
+_DIRECT_TAPS = 8
+
+# The free states are trimmed every few clean turns: a trim costs several passes over them,
+# and between trims they widen by at most a few values a turn.
+_TRIM_EVERY = 8
+
+# Probability mass a row may drop per trim (see the module docstring): small enough to be
+# invisible in S, large enough that geometric tails get cut at a few hundred values.
 _DROP = 2.0**-64
+
+
+def _smooth_sizes(limit: int) -> tuple[int, ...]:
+    """Every ``2^a 3^b 5^c <= limit``, sorted."""
+    sizes = []
+    p5 = 1
+    while p5 <= limit:
+        p35 = p5
+        while p35 <= limit:
+            q = p35
+            while q <= limit:
+                sizes.append(q)
+                q *= 2
+            p35 *= 3
+        p5 *= 5
+    return tuple(sorted(sizes))
+
+
+_SMOOTH = _smooth_sizes(1 << 40)   # a constant table (about 3,000 sizes), not a cache
 
 
 def _fast_len(n: int) -> int:
     """Smallest ``2^a 3^b 5^c >= n`` (sizes that pocketfft transforms fastest)."""
-    best = 1 << max(n - 1, 0).bit_length()
-    p5 = 1
-    while p5 < best:
-        p35 = p5
-        while p35 < best:
-            q = p35
-            while q < n:
-                q *= 2
-            best = min(best, q)
-            p35 *= 3
-        p5 *= 5
-    return best
+    from bisect import bisect_left
+
+    at = bisect_left(_SMOOTH, n)
+    return _SMOOTH[at] if at < len(_SMOOTH) else 1 << max(n - 1, 0).bit_length()
 
 
 def spell_kernel(rho: np.ndarray, phi: np.ndarray, length: int) -> np.ndarray:
@@ -100,10 +124,48 @@ def _trim(values: np.ndarray, tol: float) -> tuple[int, int]:
     The bound is on the column maxima, so it holds for each row without a per-row pass.
     Returns ``lo >= hi`` when the whole array is negligible.
     """
-    top = values.max(axis=0, initial=0.0)
+    top = values[0] if values.shape[0] == 1 else values.max(axis=0, initial=0.0)
     lo = int(np.searchsorted(np.cumsum(top), tol / 2, side="right"))
     hi = len(top) - int(np.searchsorted(np.cumsum(top[::-1]), tol / 2, side="right"))
     return lo, hi
+
+
+class _SpellConvolution:
+    """``(K * G)(e)`` for the first ``out`` values of ``e``, for one block of rows.
+
+    A short kernel goes tap by tap; a long one by FFT, keeping the kernel's transforms of the
+    last few sizes (widths mostly shrink, so old larger transforms rarely serve again).
+    """
+
+    def __init__(self, kernel: np.ndarray, taps: int) -> None:
+        self.kernel = kernel[:, :taps]
+        self.taps = taps
+        self.transforms: list[tuple[int, int, np.ndarray]] = []   # (size, taps, rfft of K)
+
+    def __call__(self, free: np.ndarray, out: int) -> np.ndarray:
+        used = min(self.taps, out)            # taps past `out` only reach values past `out`
+        if used <= _DIRECT_TAPS:
+            return self._direct(free, out, used)
+        width = free.shape[1]
+        need = _fast_len(width + used - 1)    # linear (not circular) over the values kept
+        size, kernel_hat = next(
+            ((size, hat) for size, have, hat in self.transforms
+             if have >= used and width + have - 1 <= size <= need * _SIZE_SLACK),
+            (need, None))
+        if kernel_hat is None:
+            kernel_hat = np.fft.rfft(self.kernel[:, :used], n=size, axis=1)
+            self.transforms = [(size, used, kernel_hat), *self.transforms[:_KEEP_TRANSFORMS - 1]]
+        spectrum = np.fft.rfft(free, n=size, axis=1)
+        spectrum *= kernel_hat
+        return np.fft.irfft(spectrum, n=size, axis=1)[:, :out]
+
+    def _direct(self, free: np.ndarray, out: int, used: int) -> np.ndarray:
+        arrive = np.zeros((free.shape[0], out))
+        width = free.shape[1]
+        for d in range(1, used):              # K[:, 0] = 0
+            span = min(width, out - d)
+            arrive[:, d : d + span] += self.kernel[:, d : d + 1] * free[:, :span]
+        return arrive
 
 
 def _success_increments(
@@ -115,44 +177,28 @@ def _success_increments(
     stay = 1.0 - h
     inc = np.zeros((n_rows, t_max + 1))
     _, taps = _trim(kernel, _DROP)            # kernel[:, taps:] is negligible
-    taps = max(taps, 1)
+    convolve = _SpellConvolution(kernel, max(taps, 1))
     free = np.ones((n_rows, 1))               # G_{n-1}(e) for e = lo .. lo + width - 1
     lo = 0
-    transforms: list[tuple[int, int, np.ndarray]] = []   # (size, taps, rfft of the kernel)
     for n in range(1, t_max + 1):
         top = t_max - n + 1 - lo              # keep n + e <= t_max
         if top <= 0:
             break
         free = free[:, :top]
         width = free.shape[1]
-        out = min(width + taps - 1, top)
-        used = min(taps, out)                 # taps past `out` only reach values past `out`
-        need = _fast_len(width + used - 1)    # linear (not circular) over the values kept
-        kernel_hat = None
-        for size, have, hat in transforms:
-            if have >= used and size >= width + have - 1 and size <= need * _SIZE_SLACK:
-                kernel_hat = hat
-                break
-        if kernel_hat is None:
-            size = need
-            kernel_hat = np.fft.rfft(kernel[:, :used], n=size, axis=1)
-            # Widths mostly shrink, so old (larger) transforms rarely serve again: a few are
-            # kept, for the layers where the spread of the mass grows back.
-            transforms = [(size, used, kernel_hat), *transforms[:_KEEP_TRANSFORMS - 1]]
-        spectrum = np.fft.rfft(free, n=size, axis=1)
-        spectrum *= kernel_hat
-        arrive = np.fft.irfft(spectrum, n=size, axis=1)[:, :out]
+        arrive = convolve(free, min(width + convolve.taps - 1, top))
         arrive *= h[:, n - 1 : n]
         free *= stay[:, n - 1 : n]            # G_{n-1} is not needed after this turn
         arrive[:, :width] += free
-        inc[:, n + lo : n + lo + out] += s[:, n : n + 1] * arrive
+        inc[:, n + lo : n + lo + arrive.shape[1]] += s[:, n : n + 1] * arrive
         free = arrive
         free *= go_on[:, n : n + 1]
-        keep_lo, keep_hi = _trim(free, _DROP)
-        if keep_lo >= keep_hi:
-            break
-        free = free[:, keep_lo:keep_hi]
-        lo += keep_lo
+        if n % _TRIM_EVERY == 0 or width < _TRIM_EVERY:
+            keep_lo, keep_hi = _trim(free, _DROP)
+            if keep_lo >= keep_hi:
+                break
+            free = free[:, keep_lo:keep_hi]
+            lo += keep_lo
     return inc
 
 
@@ -166,8 +212,8 @@ def success_curve(
 ) -> np.ndarray:
     """Exact ``P(success by turn t)`` for t = 0..t_max, batched over leading rows.
 
-    The renewal recursion of the module docstring: one FFT convolution with the spell kernel
-    per clean turn, at most ``O(T^2 log T)`` per row, exact to rounding. Rows go through in
+    The renewal recursion of the module docstring: one convolution with the spell kernel per
+    clean turn, at most ``O(T^2 log T)`` per row, exact to rounding. Rows go through in
     blocks of a few thousand, so memory is ``O(T)`` per row of a block whatever ``B``; the rows
     of a block share their array widths (the widest row's), so passing rows with similar
     hazards next to each other keeps the work down. Hazard arrays have shape ``(B, L)`` (or

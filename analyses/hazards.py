@@ -243,6 +243,45 @@ def event_counts(
 # Binning
 
 
+# Up to this many rows, the greedy bins are gathered row by row in plain Python (a few tens of
+# nanoseconds per value); more rows go column by column in numpy (microseconds per column).
+_ROWS_BY_ROW = 32
+
+
+def _greedy_bins(at_risk: np.ndarray, start: int, threshold: float) -> np.ndarray:
+    """Bin index per value of each row ``(B, L)``: from ``start`` on, a bin closes at the value
+    where its turns at risk reach ``threshold`` (before ``start``: bin 0).
+
+    Both ways add the same float64 values in the same order, so they give the same bins."""
+    n_rows, length = at_risk.shape
+    if n_rows <= _ROWS_BY_ROW:
+        return np.array([_greedy_row(row, start, threshold) for row in at_risk.tolist()],
+                        dtype=np.int64).reshape(n_rows, length)
+    bin_id = np.zeros((n_rows, length), dtype=np.int64)
+    current = np.zeros(n_rows, dtype=np.int64)
+    acc = np.zeros(n_rows)
+    for i in range(start, length):
+        bin_id[:, i] = current
+        acc += at_risk[:, i]
+        closed = acc >= threshold
+        current += closed
+        acc[closed] = 0.0
+    return bin_id
+
+
+def _greedy_row(at_risk: list[float], start: int, threshold: float) -> list[int]:
+    """:func:`_greedy_bins` of one row, as a plain loop."""
+    ids = [0] * len(at_risk)
+    current, acc = 0, 0.0
+    for i in range(start, len(at_risk)):
+        ids[i] = current
+        acc += at_risk[i]
+        if acc >= threshold:
+            current += 1
+            acc = 0.0
+    return ids
+
+
 def bin_rates(
     events: np.ndarray, at_risk: np.ndarray, min_at_risk: int = 30, start: int = 0
 ) -> np.ndarray:
@@ -269,16 +308,8 @@ def bin_rates(
     if single:
         events, at_risk = events[None, :], at_risk[None, :]
     n_rows, length = events.shape
-    bin_id = np.zeros((n_rows, length), dtype=np.int64)
-    current = np.zeros(n_rows, dtype=np.int64)
-    acc = np.zeros(n_rows)
     threshold = max(float(min_at_risk), np.finfo(float).tiny)
-    for i in range(start, length):
-        bin_id[:, i] = current
-        acc += at_risk[:, i]
-        closed = acc >= threshold
-        current += closed
-        acc[closed] = 0.0
+    bin_id = _greedy_bins(at_risk, start, threshold)
     has_risk = at_risk[:, start:] > 0
     any_risk = has_risk.any(axis=1)
     last = np.where(any_risk, length - 1 - np.argmax(has_risk[:, ::-1], axis=1), start)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +128,58 @@ def test_success_curve_row_blocks_do_not_change_the_result(monkeypatch):
     whole = success_curve(*rows, 80)
     monkeypatch.setattr(dp, "_BLOCK_VALUES", 1)   # one row per block
     np.testing.assert_allclose(success_curve(*rows, 80), whole, rtol=0, atol=1e-15)
+
+
+def one_turn_spell_rows(t_max: int) -> list[np.ndarray]:
+    """Rows whose spells all last one error turn (``rho(1) = 1``): a kernel of two taps, the
+    case of an agent that recovers at once."""
+    rng = np.random.default_rng(9)
+    size = t_max + 2
+    rho = np.ones((2, size))
+    rho[:, 0] = 0.0
+    return [0.3 * rng.random((2, size)), 0.02 * rng.random((2, size)),
+            0.01 * rng.random((2, size)), rho, 0.01 * rng.random((2, size))]
+
+
+@pytest.mark.parametrize("direct_taps, trim_every", [(0, 1), (0, 8), (10**9, 1), (10**9, 8)])
+def test_both_convolutions_and_any_trim_cadence_equal_the_reference(
+    monkeypatch, direct_taps, trim_every
+):
+    """Tap by tap or by FFT, trimmed every turn or every few: the same curve to 1e-12."""
+    t_max = 150
+    monkeypatch.setattr(dp, "_DIRECT_TAPS", direct_taps)
+    monkeypatch.setattr(dp, "_TRIM_EVERY", trim_every)
+    for rows in (long_horizon_rows(t_max), one_turn_spell_rows(t_max)):
+        expected = reference_success_curve(*rows, t_max)
+        np.testing.assert_allclose(success_curve(*rows, t_max), expected, rtol=0, atol=1e-12)
+        for i in range(len(expected)):     # alone, each row gets its own kernel length
+            got = success_curve(*(r[i] for r in rows), t_max)
+            np.testing.assert_allclose(got, expected[i], rtol=0, atol=1e-12)
+
+
+def test_one_turn_spells_take_no_fourier_transform(monkeypatch):
+    """A two-tap kernel is applied directly: the FFT per clean turn made a curve of 80,000
+    turns take seconds."""
+    calls = []
+    real = np.fft.rfft
+    monkeypatch.setattr(np.fft, "rfft", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rows = one_turn_spell_rows(120)
+    got = success_curve(*rows, 120)
+    assert calls == []
+    np.testing.assert_allclose(got, reference_success_curve(*rows, 120), rtol=0, atol=1e-12)
+
+
+def test_fast_len_is_the_smallest_5_smooth_size():
+    def smooth(n: int) -> bool:
+        for p in (2, 3, 5):
+            while n % p == 0:
+                n //= p
+        return n == 1
+
+    for n in [1, 2, 7, 97, 1000, 4097, 65_537, 10**9 + 7]:
+        got = dp._fast_len(n)
+        assert got >= n and smooth(got)
+        assert not any(smooth(m) for m in range(n, min(got, n + 5000)))
 
 
 def test_spell_kernel_is_the_spell_length_distribution():
