@@ -31,9 +31,6 @@ def sample_two_clock(
     Same event order as :func:`model_success`; episodes still going at ``budget`` turns end as
     failures with ``n_turns = budget``.
 
-    Long because the docstring defines the two clocks and every argument; the body is about 56
-    lines.
-
     Args:
         single: Hazards giving ``h, s, f``.
         recovery: Hazards giving ``rho, phi``.

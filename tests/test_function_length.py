@@ -1,6 +1,7 @@
-"""No library function runs past MAX_LINES lines unless its docstring says why.
+"""No library function runs past MAX_LINES lines of code unless its docstring says why.
 
-A long function is split into parts a reader can take in one at a time; where one is
+Code lines are the lines from ``def`` to the end of the body less the docstring's: a function
+documented at length is not long for it. A long function is split into parts a reader can take in one at a time; where one is
 clearer whole (a big SQL text, a table of cases), its docstring has a line starting
 ``Long because`` that gives the reason.
 """
@@ -31,8 +32,13 @@ def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
 
 
 def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """Lines from ``def`` to the last line of the body, the docstring included."""
-    return (node.end_lineno or node.lineno) - node.lineno + 1
+    """Lines from ``def`` to the last line of the body, less the docstring's lines."""
+    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+    first = node.body[0]
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        lines -= (first.end_lineno or first.lineno) - first.lineno + 1
+    return lines
 
 
 def _has_reason(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -57,6 +63,12 @@ def test_no_long_function_without_a_reason() -> None:
     ("def f():\n" + "    x = 1\n" * 90, False),
     ('def f():\n    """Sum.\n\n    Long because one SQL text.\n    """\n' + "    x = 1\n" * 90,
      True),
+    # a long docstring is not long code: 90 docstring lines and 10 code lines pass
+    ('def f():\n    """Sum.\n' + "    an argument\n" * 90 + '    """\n' + "    x = 1\n" * 10,
+     True),
+    # ...but the code lines still count: 81 of them fail whatever the docstring
+    ('def f():\n    """Sum."""\n' + "    x = 1\n" * 81, False),
+    ('def f():\n' + "    x = 1\n" * 79, True),
 ])
 def test_the_rule(source: str, expected: bool) -> None:
     node = ast.parse(source).body[0]

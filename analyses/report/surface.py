@@ -83,9 +83,6 @@ def pass_difference(
 ) -> list[DifferenceCell]:
     """Candidate minus baseline Pass@(K,T) per cell, paired by task, with intervals.
 
-    Long because the docstring documents ten arguments and the output; the body (about 57 lines)
-    is the counts, the point estimate and the chunked bootstrap.
-
     Args:
         traj: Trajectories frame (both runs; others are ignored).
         baseline: Run A.

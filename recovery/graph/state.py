@@ -274,9 +274,6 @@ def state_graph(
     of the samples that took it) and action -> next state (``kind = "outcome"``, ``n`` and
     ``value`` of the samples that went that way). The root is ``graph.graph["root"]``.
 
-    Long because the docstring defines the graph's nodes, edges and attributes; the body (about
-    66 lines) computes each of them in turn from one frame.
-
     Args:
         con: The store.
         task_id: The task.

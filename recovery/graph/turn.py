@@ -36,9 +36,6 @@ def turn_graph(
     ``end_reason`` as ``recovery analyze`` reads it (step caps applied,
     :func:`recovery.graph.timeline.capped_ends`) with ``cap`` when it ran out of turns.
 
-    Long because the docstring defines the graph's nodes, edges and attributes; the body (about
-    60 lines) reads the turns and adds each kind of node and edge in turn.
-
     Raises:
         KeyError: when the trajectory is not in the store.
     """
