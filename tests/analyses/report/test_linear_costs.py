@@ -235,3 +235,35 @@ def test_a_negative_group_cap_is_refused_in_one_line(tmp_path: Path) -> None:
     result = run_cli("analyze", str(base), "--by", "env", "--max-groups", "-1")
     assert result.exit_code != 0
     assert "--max-groups: give 0 (every group) or more, got -1" in result.output
+
+
+# ------------------------------------------------------------------------------------------
+# analyze of long trajectories: the model curve and the hazard binning
+
+
+def analyze_cpu_seconds(workdir: Path, n_turns: int) -> float:
+    """CPU seconds of ``recovery analyze --json`` (the library face, defaults: 200 bootstrap
+    resamples, 5 strata) of two trajectories of ``n_turns`` turns."""
+    from analyses.report.analyze import AnalyzeConfig, analyze
+
+    data = write_long(workdir / f"long{n_turns}.jsonl", n_turns)
+    began = time.process_time()
+    analyze(AnalyzeConfig(files=[data], json_out=workdir / f"long{n_turns}.json"))
+    return time.process_time() - began
+
+
+def test_analyze_cost_grows_about_linearly_with_the_turns(tmp_path: Path) -> None:
+    analyze_cpu_seconds(tmp_path, 100)   # imports and first calls
+    small = analyze_cpu_seconds(tmp_path, 5000)
+    large = analyze_cpu_seconds(tmp_path, 20000)
+    assert large / small < 6, (small, large)
+
+
+@pytest.mark.slow
+def test_analyze_of_two_80k_turn_trajectories_takes_under_8_cpu_seconds(tmp_path: Path) -> None:
+    """The bound of the hardening round (under 10 s), in CPU seconds so that a loaded machine
+    does not fail it; it took 10 to 13 s of CPU before the model curve skipped its FFTs."""
+    analyze_cpu_seconds(tmp_path, 100)
+    spent = analyze_cpu_seconds(tmp_path, 80000)
+    assert spent < 8, spent
+    assert json.loads((tmp_path / "long80000.json").read_text())["runs"]["long80000"]
