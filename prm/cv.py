@@ -6,14 +6,12 @@ by the model trained on the other folds. The metrics are pooled over all folds, 
 "every step correct" floors computed on the same turns, with percentile bootstrap intervals
 over tasks (:func:`prm.metrics.decision_intervals`); the same metrics are given per fold.
 
-- ``sklearn``: the TF-IDF baseline fitted per fold.
-- ``frozen`` (the default for the pretrained backbones): the backbone's features of every turn
-  are computed once (the backbone never sees a label), and per fold only the head is fitted,
-  with its regularisation and error threshold chosen by grouped cross-validation inside the
-  fold's training tasks.
-- ``full`` and ``lora`` (and ``tiny``): a model trained per fold by :func:`prm.train.train_examples`
-  on the fold's training tasks, less a validation share of them that picks the best epoch and
-  the error threshold.
+Every kind goes through the same loop (:func:`_fold_predictions`): per fold, the kind
+(:mod:`prm.kinds`) is fitted on the other folds' tasks, exactly as ``prm train`` fits it, and
+scores the fold. Label-free work is shared between folds: the structured kind's features and
+the frozen kind's backbone features are computed once. The neural kind holds out a validation
+share of each fold's training tasks (best epoch, error threshold); the others choose their
+threshold by grouped folds inside the training tasks.
 """
 
 from __future__ import annotations
@@ -27,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.config import TrainConfig
-from prm.labels import no_target_message, outcome_targets_note
+from prm.labels import no_target_message
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prm.data import StepExample
+    from prm.data import StepExample, TaskSplit
 
 METRICS = ("step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
            "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")
@@ -49,10 +47,6 @@ class CVConfig(TrainConfig):
 
     out: Path | None = opt(
         None, "Keep the folds' models in this folder (default: a temporary one, removed)."
-    )
-    backbone: str = opt(
-        "structured", "structured (the default: features and a logistic regression, seconds "
-        "on CPU), tiny, minilm, smollm2, sklearn or a local model folder (as for prm train)."
     )
     val_fraction: float = opt(
         0.125, "full and lora: share of each fold's training tasks that validates."
@@ -159,25 +153,6 @@ def floor_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def fold_of_tasks(examples: list[StepExample], folds: int, seed: int) -> list[int]:
-    """The fold of each example: tasks dealt into ``folds`` groups (``GroupKFold``, shuffled
-    by ``seed``), so the samples of a task are never split."""
-    import numpy as np
-    from sklearn.model_selection import GroupKFold
-
-    groups = np.array([e.task_id for e in examples])
-    n_tasks = len(np.unique(groups))
-    if folds < 2 or n_tasks < folds:
-        raise UsageProblem(f"--folds {folds} needs at least 2 folds and as many tasks "
-                           f"({n_tasks} here)")
-    out = [0] * len(examples)
-    splitter = GroupKFold(n_splits=folds, shuffle=True, random_state=seed)
-    for k, (_, test) in enumerate(splitter.split(groups, groups=groups)):
-        for i in test:
-            out[i] = k
-    return out
-
-
 def _turn_table(examples: list[StepExample], fold: list[int]) -> pd.DataFrame:
     """One row per turn: ``traj_id, t, task_id, target``, the fold, the outcome
     (``success``, NaN when unknown) and ``n_turns`` (for the outcome-aware floor)."""
@@ -194,122 +169,57 @@ def _turn_table(examples: list[StepExample], fold: list[int]) -> pd.DataFrame:
     return rows
 
 
-def _structured_predictions(config: CVConfig, rows: pd.DataFrame, con: Any,
-                            echo: Callable[[str], Any]) -> tuple[pd.DataFrame, str, list[str]]:
-    """Out-of-fold scores of the structured PRM: the features once (they read no label),
-    a model fitted per fold."""
-    import numpy as np
-    import pandas as pd
-
-    from prm.metrics import ALWAYS_ERROR
-    from prm.structured import StructuredStepModel, feature_rows, text_counts, with_embeddings
-
-    table, names, notes = feature_rows(con, config.setting, rows["traj_id"].unique().tolist())
-    leak = outcome_targets_note(config.labels, config.setting)
-    notes = [*notes, *([] if leak is None else [leak])]
-    for note in notes:
-        echo(note)
-    if config.embeddings:
-        table = with_embeddings(table, con, echo=echo, progress=config.progress)
-    merged = rows[["traj_id", "t", "task_id", "target", "fold"]].merge(
-        table.drop(columns="task_id"), on=["traj_id", "t"], validate="one_to_one")
-    counts = text_counts(merged)  # no label read: once for every fold
-    parts, head = [], "binary"
-    for k in range(config.folds):
-        train, test = merged["fold"] != k, merged["fold"] == k
-        fitted = merged.loc[train].reset_index(drop=True)
-        model = StructuredStepModel(setting=config.setting, head=config.head,
-                                    seed=config.seed, embeddings=config.embeddings
-                                    ).fit(fitted, fitted["target"], names,
-                                          counts=counts[np.flatnonzero(train.to_numpy())])
-        part = rows.loc[test.to_numpy()].copy()
-        scored = model.score_steps(merged.loc[test],
-                                   counts=counts[np.flatnonzero(test.to_numpy())])
-        part["score"] = scored["score"].to_numpy()
-        if "p_neutral" in scored:
-            part["p_neutral"] = scored["p_neutral"].to_numpy()
-        part["threshold"] = model.error_threshold_
-        if ALWAYS_ERROR in scored:
-            part[ALWAYS_ERROR] = scored[ALWAYS_ERROR].to_numpy()
-        parts.append(part)
-        head = model.head_
-        echo(f"fold {k + 1}/{config.folds}: C = {model.C_:g}, "
-             f"{'with' if model.use_text_ else 'without'} the text scores, "
-             f"{model.decision_words()}")
-    return pd.concat(parts, ignore_index=True), head, notes
-
-
-def _frozen_predictions(config: CVConfig, spec: Any, examples: list[StepExample],
-                        rows: pd.DataFrame, echo: Callable[[str], Any]) -> pd.DataFrame:
-    import numpy as np
-    import torch
-
-    from prm.device import resolve_device
-    from prm.frozen import extract_features, fit_head, frozen_scorer
-    from prm.metrics import threshold_words
-
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    device = resolve_device(config.device)
-    scorer, tokenizer, spec = frozen_scorer(config, spec, echo)
-    scorer = scorer.to(device)
-    echo(f"features of {len(examples)} trajectories ({len(rows)} turns) from {config.backbone} "
-         f"on {device}, once for every fold")
-    features = np.concatenate(extract_features(
-        scorer, tokenizer, spec, examples, device=device, batch_tokens=config.batch_tokens,
-        progress=config.progress,
-    ))
-    parts = []
-    for k in range(config.folds):
-        train, test = (rows["fold"] != k).to_numpy(), (rows["fold"] == k).to_numpy()
-        fit = fit_head(rows.loc[train].reset_index(drop=True), features[train],
-                       ternary=spec.head == "ternary", seed=config.seed)
-        probs = fit.probabilities(features[test])
-        part = rows.loc[test].copy()
-        part["score"] = 1.0 - probs[:, 0] if probs.ndim == 2 else probs
-        if probs.ndim == 2:
-            part["p_neutral"] = probs[:, 1]
-        part["threshold"] = fit.error_threshold
-        parts.append(part)
-        echo(f"fold {k + 1}/{config.folds}: head C = {fit.C:g}, "
-             f"{threshold_words(fit.error_threshold)}")
-    import pandas as pd
-
-    return pd.concat(parts, ignore_index=True)
-
-
-def _trained_predictions(config: CVConfig, examples: list[StepExample], fold: list[int],
-                         rows: pd.DataFrame, workdir: Path, echo: Callable[[str], Any]
-                         ) -> pd.DataFrame:
-    import pandas as pd
-
+def _split_of_fold(config: CVConfig, train: list[StepExample], test: list[StepExample]
+                   ) -> TaskSplit:
+    """Fold ``k``'s split: its test tasks, the others' tasks train, less a validation share
+    of them (which only the neural kind holds out)."""
     from prm.data import TaskSplit, split_tasks
-    from prm.metrics import threshold_words
-    from prm.score import predict_steps
-    from prm.spec import PRMSpec
-    from prm.train import train_examples
 
-    parts = []
     v = config.val_fraction
-    for k in range(config.folds):
-        train = [e for e, f in zip(examples, fold, strict=True) if f != k]
-        test = [e for e, f in zip(examples, fold, strict=True) if f == k]
-        tasks = split_tasks((e.task_id for e in train), seed=config.seed,
-                            fractions=(1.0 - v, v, 0.0))
-        tasks.update({e.task_id: "test" for e in test})
-        split = TaskSplit(seed=config.seed, fractions=(1.0 - v, v, 0.0), tasks=tasks)
-        out = workdir / f"fold-{k}"
-        train_examples(dataclasses.replace(config, out=out), train + test, split, echo=echo)
-        scores = predict_steps(out, test, device=config.device,
-                               trust_remote_code=config.trust_remote_code)
-        part = rows.loc[(rows["fold"] == k).to_numpy()].merge(
-            scores, on=["traj_id", "t"], validate="one_to_one")
-        spec = PRMSpec.load(out, trust_remote_code=config.trust_remote_code)
-        part["threshold"] = spec.error_threshold
-        parts.append(part)
-        echo(f"fold {k + 1}/{config.folds}: {len(train)} trajectories trained, {len(test)} "
-             f"scored, {threshold_words(spec.error_threshold)}")
-    return pd.concat(parts, ignore_index=True)
+    tasks = split_tasks((e.task_id for e in train), seed=config.seed,
+                        fractions=(1.0 - v, v, 0.0))
+    tasks.update({e.task_id: "test" for e in test})
+    return TaskSplit(seed=config.seed, fractions=(1.0 - v, v, 0.0), tasks=tasks)
+
+
+def _fold_predictions(config: CVConfig, examples: list[StepExample], fold: list[int],
+                      rows: pd.DataFrame, echo: Callable[[str], Any]) -> tuple[pd.DataFrame,
+                                                                                str, list[str]]:
+    """The one cross-validation loop: per fold, a model of the configured kind fitted on the
+    other folds' tasks (:mod:`prm.kinds`), saved, and scoring the fold's trajectories.
+    Label-free work (features) is shared between the folds. Returns the out-of-fold rows,
+    the head and the notes."""
+    import pandas as pd
+
+    from prm.kinds import build
+    from prm.kinds.base import FitData
+    from recovery.store import open_store
+
+    parts, shared, head = [], {}, "binary"
+    with tempfile.TemporaryDirectory(prefix="prm-cv-") as tmp:
+        workdir = Path(config.out) if config.out is not None else Path(tmp)
+        for k in range(config.folds):
+            train = [e for e, f in zip(examples, fold, strict=True) if f != k]
+            test = [e for e, f in zip(examples, fold, strict=True) if f == k]
+            out = workdir / f"fold-{k}"
+            model = build(dataclasses.replace(config, out=out), echo).fit(
+                FitData(train + test, _split_of_fold(config, train, test), store=config.store,
+                        shared=shared))
+            model.save(out)
+            store = open_store(config.store, read_only=True, must_exist=True)
+            try:
+                scores = model.predict_steps(test, con=store.con,
+                                             batch_tokens=config.batch_tokens)
+            finally:
+                store.close()
+            part = rows.loc[(rows["fold"] == k).to_numpy()].merge(
+                scores, on=["traj_id", "t"], validate="one_to_one")
+            part["threshold"] = model.error_threshold
+            parts.append(part)
+            head = model.head
+            echo(f"fold {k + 1}/{config.folds}: {len(train)} trajectories trained, "
+                 f"{len(test)} scored, {model.decision_words}")
+    return pd.concat(parts, ignore_index=True), head, list(shared.get("notes", []))
 
 
 def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> CVReport:
@@ -328,13 +238,14 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     """
     import json
 
-    from prm.data import load_step_examples
+    from prm.data import fold_of_tasks, load_step_examples
+    from prm.kinds import resolve_options
     from prm.metrics import decision_metrics, floor_report
-    from prm.train import model_spec
     from recovery.store import open_store
 
     if config.store is None:
         raise UsageProblem("store is required")
+    config = resolve_options(config)
     started = time.perf_counter()
     store = open_store(config.store, read_only=True, must_exist=True)
     con = store.con
@@ -347,28 +258,15 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
             raise InputProblem(no_target_message(config.store, config.labels, con))
         fold = fold_of_tasks(examples, config.folds, config.seed)
         rows = _turn_table(examples, fold)
-        echo(f"prm cv: {config.backbone}, {config.setting} setting, {len(examples)} "
+        what = config.backbone or config.model_kind
+        echo(f"prm cv: {what}, {config.setting} setting, {len(examples)} "
              f"trajectories ({len(rows)} turns) in {config.folds} folds by task")
-        notes: list[str] = []
-        if config.backbone == "structured":
-            mode = "structured"
-            pooled, head, notes = _structured_predictions(config, rows, con, echo)
     finally:
         store.close()
-    if config.backbone == "sklearn":
-        mode, head = "sklearn", "binary"
-        pooled = _baseline_predictions(config, examples, fold, rows, echo)
-    elif config.backbone != "structured":
-        spec = model_spec(config, examples, echo)
-        mode, head = spec.mode, spec.head
-        if spec.mode == "frozen":
-            pooled = _frozen_predictions(config, spec, examples, rows, echo)
-        else:
-            with tempfile.TemporaryDirectory(prefix="prm-cv-") as tmp:
-                workdir = Path(config.out) if config.out is not None else Path(tmp)
-                pooled = _trained_predictions(config, examples, fold, rows, workdir, echo)
+    pooled, head, notes = _fold_predictions(config, examples, fold, rows, echo)
+    mode = config.mode if config.backbone is not None else config.model_kind
     pooled = _with_outcomes(pooled, rows)
-    report = CVReport(backbone=config.backbone, mode=mode, head=head, labels=config.labels,
+    report = CVReport(backbone=what, mode=mode, head=head, labels=config.labels,
                       folds=config.folds, seed=config.seed, setting=config.setting, notes=notes)
     echo(f"bootstrap over tasks ({config.n_boot} replicates)")
     summary = floor_report(pooled, None, config.setting, n_boot=config.n_boot,
@@ -400,46 +298,3 @@ def _with_outcomes(pooled: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
         return pooled
     return pooled.merge(rows[["traj_id", "t", *extra]], on=["traj_id", "t"], how="left",
                         validate="one_to_one")
-
-
-def _baseline_predictions(config: CVConfig, examples: list[StepExample], fold: list[int],
-                          rows: pd.DataFrame, echo: Callable[[str], Any] = print
-                          ) -> pd.DataFrame:
-    """Out-of-fold scores of the TF-IDF baseline; its error threshold is chosen by an inner
-    grouped split of each fold's training tasks."""
-    import pandas as pd
-
-    from prm.baseline import TfidfStepBaseline, turn_frame
-    from prm.metrics import choose_error_threshold, threshold_words
-
-    parts = []
-    for k in range(config.folds):
-        train = [e for e, f in zip(examples, fold, strict=True) if f != k]
-        test = [e for e, f in zip(examples, fold, strict=True) if f == k]
-        inner = fold_of_tasks(train, 3, config.seed) if len({e.task_id for e in train}) >= 3 \
-            else None
-        threshold = 0.5
-        if inner is not None:
-            held = []
-            for j in range(3):
-                fit_frame = turn_frame([e for e, f in zip(train, inner, strict=True) if f != j])
-                out_frame = turn_frame([e for e, f in zip(train, inner, strict=True) if f == j])
-                try:
-                    model = TfidfStepBaseline().fit(fit_frame, fit_frame["target"].to_numpy())
-                except ValueError:
-                    continue
-                out_frame["score"] = model.score_steps(out_frame)
-                held.append(out_frame[["traj_id", "t", "target", "score"]])
-            if held:
-                threshold = choose_error_threshold(pd.concat(held, ignore_index=True))
-        frame = turn_frame(train)
-        model = TfidfStepBaseline().fit(frame, frame["target"].to_numpy())
-        test_frame = turn_frame(test)
-        test_frame["score"] = model.score_steps(test_frame)
-        part = rows.loc[(rows["fold"] == k).to_numpy()].merge(
-            test_frame[["traj_id", "t", "score"]], on=["traj_id", "t"], validate="one_to_one")
-        part["threshold"] = threshold
-        parts.append(part)
-        echo(f"fold {k + 1}/{config.folds}: TF-IDF fitted on {len(train)} trajectories, "
-             f"{len(test)} scored, {threshold_words(threshold)}")
-    return pd.concat(parts, ignore_index=True)

@@ -330,3 +330,24 @@ def export_trl(
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
     return len(records), left_out
+
+
+def fold_of_tasks(examples: list[StepExample], folds: int, seed: int) -> list[int]:
+    """The fold of each example: tasks dealt into ``folds`` groups (``GroupKFold``, shuffled
+    by ``seed``), so the samples of a task are never split."""
+    import numpy as np
+    from sklearn.model_selection import GroupKFold
+
+    from recovery.errors import UsageProblem
+
+    groups = np.array([e.task_id for e in examples])
+    n_tasks = len(np.unique(groups))
+    if folds < 2 or n_tasks < folds:
+        raise UsageProblem(f"--folds {folds} needs at least 2 folds and as many tasks "
+                           f"({n_tasks} here)")
+    out = [0] * len(examples)
+    splitter = GroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+    for k, (_, test) in enumerate(splitter.split(groups, groups=groups)):
+        for i in test:
+            out[i] = k
+    return out

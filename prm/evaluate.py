@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-    from prm.score import Predictor
+    from prm.kinds.base import PRMKind
 
 @dataclass
 class EvalReport:
@@ -163,7 +163,7 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
 
 def evaluate_model(
     con: duckdb.DuckDBPyConnection,
-    model_dir: str | Path | Predictor,
+    model_dir: str | Path | PRMKind,
     *,
     split: str = "test",
     labels: str | None = None,
@@ -185,7 +185,7 @@ def evaluate_model(
     Args:
         con: The store.
         model_dir: A folder written by ``prm train``, or a loaded
-            :class:`prm.score.Predictor`.
+            :class:`prm.kinds.base.PRMKind`.
         split: ``train``, ``validation``, ``test`` (tasks unseen in training count as test)
             or ``all``.
         labels: Label source of the targets; default: the one the model was trained on.
@@ -213,18 +213,19 @@ def evaluate_model(
     import pandas as pd
 
     from prm.data import TaskSplit, load_step_examples
+    from prm.kinds import check_setting_name, load_model
     from prm.metrics import floor_report
-    from prm.score import Predictor, load_predictor
     from prm.spec import SPLIT_FILE, read_json
     from prm.structured import decision_rows
     from recovery.errors import InputProblem
 
-    if isinstance(model_dir, Predictor):
+    if isinstance(model_dir, (str, Path)):
+        predictor = load_model(model_dir, device=device, setting=setting,
+                               trust_remote_code=trust_remote_code)
+    else:
+        check_setting_name(setting)
         predictor = model_dir
         predictor.check_setting(setting)
-    else:
-        predictor = load_predictor(model_dir, device=device, setting=setting,
-                                   trust_remote_code=trust_remote_code)
     model_dir = predictor.model_dir
     setting = setting or predictor.setting or "blind"
     labels = labels or predictor.labels
@@ -241,7 +242,7 @@ def evaluate_model(
         report.floors = {"setting": setting, "n_trajectories": 0, "n_steps": 0,
                          "verdict": f"no trajectory in the {split} split"}
         return report
-    scores = predictor.predict_store(con, examples, batch_tokens=batch_tokens)
+    scores = predictor.predict_steps(examples, con=con, batch_tokens=batch_tokens)
     targets = pd.DataFrame(
         {
             "traj_id": np.repeat([e.traj_id for e in examples], [e.n_steps for e in examples]),

@@ -270,15 +270,15 @@ def ground_truth_aurocs(frame: pd.DataFrame) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     clean = frame["true_error"].isna()
-    for kind in ("silent", "visible"):
-        bad = frame["true_error"] == kind
+    for visibility in ("silent", "visible"):
+        bad = frame["true_error"] == visibility
         keep = (clean | bad).to_numpy()
         targets = clean.to_numpy()[keep].astype(float)
-        out[f"n_{kind}"] = int(bad.sum())
-        out[f"prm_auroc_{kind}"] = step_auroc(targets, frame["score"].to_numpy()[keep])
+        out[f"n_{visibility}"] = int(bad.sum())
+        out[f"prm_auroc_{visibility}"] = step_auroc(targets, frame["score"].to_numpy()[keep])
         rule_scores = 1.0 - frame["is_error"].to_numpy(dtype=float)[keep]
-        out[f"rules_auroc_{kind}"] = step_auroc(targets, rule_scores)
-        if kind == "silent" and "task_id" in frame:
+        out[f"rules_auroc_{visibility}"] = step_auroc(targets, rule_scores)
+        if visibility == "silent" and "task_id" in frame:
             interval = grouped_bootstrap_auroc(targets, frame["score"].to_numpy()[keep],
                                                frame["task_id"].to_numpy()[keep])
             out["prm_auroc_silent_ci"] = None if interval is None else list(interval)

@@ -38,7 +38,9 @@ LEGACY_BASELINE_FILE = "baseline.joblib"
 TRUST_FLAG = "--trust-remote-code"
 
 KINDS = ("neural", "sklearn")
-"""What a model folder holds: a neural PRM or the TF-IDF baseline."""
+"""The ``kind`` field of ``prm_config.json`` (the folder format's word, kept as older versions
+wrote it): a neural PRM (the registry's ``neural`` and ``frozen`` kinds) or the TF-IDF
+baseline (the ``tfidf`` kind). The kinds themselves are :mod:`prm.kinds`."""
 MODES = ("full", "lora", "frozen")
 """How a neural PRM's backbone was trained (``prm train --mode``, resolved)."""
 HEADS = ("binary", "ternary")
@@ -145,7 +147,7 @@ class PRMSpec:
     """Everything needed to rebuild a trained PRM (saved as ``prm_config.json``).
 
     Attributes:
-        kind: ``"neural"`` or ``"sklearn"``.
+        kind: ``"neural"`` or ``"sklearn"`` (see :data:`KINDS`).
         backbone: ``"tiny"``, ``"minilm"``, ``"smollm2"``, a model path, or ``"sklearn"``.
         labels: Label source the model was trained on.
         label_base: Base of ``recovery`` labels.
@@ -288,7 +290,8 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
     _choice(path, "kind", spec.kind, KINDS)
     if not isinstance(spec.backbone, str) or not spec.backbone.strip():
         raise UsageProblem(f"{path}: backbone is {spec.backbone!r}; it must name a backbone")
-    if (spec.kind == "sklearn") != (spec.backbone == "sklearn"):
+    tfidf_folder = spec.backbone == "sklearn"  # the folder format's own agreement of two fields
+    if spec.kind != ("sklearn" if tfidf_folder else "neural"):
         raise UsageProblem(
             f"{path}: backbone is {spec.backbone!r} but kind is {spec.kind!r}; the TF-IDF "
             f"baseline is kind 'sklearn' with backbone 'sklearn', a neural PRM any other "
@@ -328,7 +331,7 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
     if not token.strip() or len(token) > MAX_STEP_TOKEN_CHARS:
         raise UsageProblem(f"{path}: step_token {token!r} is empty or longer than "
                            f"{MAX_STEP_TOKEN_CHARS} characters")
-    if spec.kind == "neural" and spec.mode == "frozen":
+    if spec.mode == "frozen" and not tfidf_folder:
         problem = backbone_folder_problem(spec.backbone)
         if problem is not None:
             raise UsageProblem(f"{path}: backbone {spec.backbone!r} of this frozen model "

@@ -33,7 +33,6 @@ records its setting; scoring it in the other setting is refused.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +52,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from prm.config import TrainConfig, TrainResult
-    from prm.data import StepExample, TaskSplit
+    from prm.data import StepExample
 
 STRUCTURED_FILE = "structured.json"
 ARRAYS_FILE = "structured.npz"
@@ -64,11 +62,6 @@ NB_ALPHA = 1.0
 """Additive smoothing of the Naive Bayes word counts."""
 TEXT_ARRAYS = ("ratios", "text_means", "text_scales")
 """Arrays of the text scores (empty when they are not used; absent from version 1 folders)."""
-
-
-def is_structured_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder written for the structured backbone."""
-    return (Path(path) / STRUCTURED_FILE).is_file()
 
 
 def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
@@ -583,23 +576,6 @@ def with_embeddings(table: pd.DataFrame, con: duckdb.DuckDBPyConnection, *,
     return table.merge(embedded, on=["traj_id", "t"], how="left", validate="one_to_one")
 
 
-def load_structured(model_dir: str | Path, setting: str | None = None
-                    ) -> tuple[StructuredStepModel, dict[str, Any]]:
-    """Load a structured model folder, refusing it in a setting other than its own.
-
-    Raises:
-        UsageProblem: ``setting`` is not the folder's.
-        InputProblem: a missing or damaged file.
-    """
-    model, record = StructuredStepModel.load(model_dir)
-    if setting is not None and setting != model.setting:
-        raise UsageProblem(
-            f"{model_dir} was trained for the {model.setting} setting and cannot score in the "
-            f"{setting} setting; use --setting {model.setting} or retrain with --setting "
-            f"{setting}")
-    return model, record
-
-
 def feature_rows(con: duckdb.DuckDBPyConnection, setting: str,
                  traj_ids: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[str],
                                                                  list[str]]:
@@ -611,47 +587,6 @@ def feature_rows(con: duckdb.DuckDBPyConnection, setting: str,
     tasks = frame[["traj_id", "task_id"]].drop_duplicates("traj_id")
     table = features.table.merge(tasks, on="traj_id", how="left", validate="many_to_one")
     return table, features.names, features.notes
-
-
-def train_structured(config: TrainConfig, examples: list[StepExample], split: TaskSplit,
-                     echo: Callable[[str], Any] = print) -> TrainResult:
-    """Fit the structured PRM on the train and validation tasks (its ``C`` and threshold are
-    chosen by inner grouped folds, so validation tasks need not be held out) and save it."""
-    from prm.config import TrainResult
-    from prm.frozen import turn_rows
-    from prm.labels import outcome_targets_note
-    from prm.spec import SPLIT_FILE, SUMMARY_FILE
-    from recovery.store import open_store
-
-    started = time.perf_counter()
-    out = Path(config.out)
-    fit_examples = [e for e in examples if split.split_of(e.task_id) != "test"]
-    store = open_store(config.store, read_only=True, must_exist=True)
-    con = store.con
-    try:
-        table, names, notes = feature_rows(con, config.setting,
-                                           [e.traj_id for e in fit_examples])
-        if config.embeddings:
-            table = with_embeddings(table, con, echo=echo, progress=config.progress)
-    finally:
-        store.close()
-    leak = outcome_targets_note(config.labels, config.setting)
-    for note in [*notes, *([] if leak is None else [leak])]:
-        echo(note)
-    rows = turn_rows(fit_examples).merge(table.drop(columns="task_id"), on=["traj_id", "t"],
-                                         validate="one_to_one")
-    model = StructuredStepModel(setting=config.setting, head=config.head, seed=config.seed,
-                                embeddings=config.embeddings
-                                ).fit(rows, rows["target"].to_numpy(), names)
-    model.save(out, labels=config.labels, label_base=config.label_base)
-    split.save(out / SPLIT_FILE)
-    result = TrainResult(out=out, kind="structured", wall_s=time.perf_counter() - started,
-                         n_train=len(fit_examples), n_test=len(split.select(examples, "test")))
-    (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
-    echo(f"structured PRM ({model.setting}, {model.head_}, C = {model.C_:g}, "
-         f"{'with' if model.use_text_ else 'without'} the text scores, "
-         f"{model.decision_words()}) on {len(fit_examples)} trajectories")
-    return result
 
 
 def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,

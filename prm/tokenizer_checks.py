@@ -80,35 +80,35 @@ def known_split_patterns() -> set[str]:
     return found
 
 
-def _pattern_ok(kind: str, pattern: Any) -> bool:
+def _pattern_ok(type_: str, pattern: Any) -> bool:
     """A short string, or a ``Split`` regular expression that ``transformers`` writes."""
     if not (isinstance(pattern, dict) and len(pattern) == 1):
         return False
     ((form, text),) = pattern.items()
     if form == "String":
         return _short(text, MAX_PARAM_CHARS)
-    return form == "Regex" and kind == "Split" and text in known_split_patterns()
+    return form == "Regex" and type_ == "Split" and text in known_split_patterns()
 
 
 def _check_step(path: Path, field: str, step: Any, kinds: set[str], nested: bool = True) -> None:
-    """A normalizer, pre-tokenizer or decoder: a known kind with plain parameters, or a short
+    """A normalizer, pre-tokenizer or decoder: a known type with plain parameters, or a short
     ``Sequence`` of them (one level)."""
     if step is None:
         return
-    kind = step.get("type") if isinstance(step, dict) else None
-    if kind == "Sequence" and nested:
+    type_ = step.get("type") if isinstance(step, dict) else None
+    if type_ == "Sequence" and nested:
         parts = [v for k, v in step.items() if k != "type"]
         if len(parts) != 1 or not isinstance(parts[0], list) or len(parts[0]) > MAX_STEPS:
             raise _refuse(path, f"{field} is a Sequence that is not a short list of steps")
         for part in parts[0]:
             _check_step(path, field, part, kinds, nested=False)
         return
-    if kind not in kinds:
-        raise _refuse(path, f"{field} {str(kind)[:40]!r} is not one of {', '.join(sorted(kinds))}")
+    if type_ not in kinds:
+        raise _refuse(path, f"{field} {str(type_)[:40]!r} is not one of {', '.join(sorted(kinds))}")
     bad = [k for k, v in step.items() if k != "type" and not (
-        _pattern_ok(kind, v) if k == "pattern" else _plain(v))]
+        _pattern_ok(type_, v) if k == "pattern" else _plain(v))]
     if bad:
-        raise _refuse(path, f"{field} {kind} has a parameter {bad[0][:40]!r} that is not a "
+        raise _refuse(path, f"{field} {type_} has a parameter {bad[0][:40]!r} that is not a "
                             f"short plain value")
 
 
@@ -150,24 +150,24 @@ def _check_merges(path: Path, merges: Any) -> None:
 
 
 def _check_model(path: Path, model: Any) -> None:
-    kind = model.get("type") if isinstance(model, dict) else None
-    keys = {"BPE": BPE_KEYS, "WordPiece": WORDPIECE_KEYS}.get(kind)
+    type_ = model.get("type") if isinstance(model, dict) else None
+    keys = {"BPE": BPE_KEYS, "WordPiece": WORDPIECE_KEYS}.get(type_)
     if keys is None:
-        raise _refuse(path, f"model {str(kind)[:40]!r} is not BPE or WordPiece")
+        raise _refuse(path, f"model {str(type_)[:40]!r} is not BPE or WordPiece")
     extra = sorted(set(model) - keys)
     if extra:
-        raise _refuse(path, f"model {kind} has an unknown key {extra[0][:40]!r}")
+        raise _refuse(path, f"model {type_} has an unknown key {extra[0][:40]!r}")
     for key, value in model.items():
         if key not in ("vocab", "merges") and not _plain(value):
             raise _refuse(path, f"model.{key} is not a short plain value")
     if model.get("dropout") is not None:
         raise _refuse(path, "model.dropout must be null (scores would be random)")
     width = model.get("max_input_chars_per_word", 100)
-    if kind == "WordPiece" and not (isinstance(width, int) and 0 < width <= MAX_WORD_CHARS):
+    if type_ == "WordPiece" and not (isinstance(width, int) and 0 < width <= MAX_WORD_CHARS):
         raise _refuse(path, f"model.max_input_chars_per_word must be from 1 to "
                             f"{MAX_WORD_CHARS}")
     _check_vocab(path, model.get("vocab"))
-    if kind == "BPE":
+    if type_ == "BPE":
         _check_merges(path, model.get("merges", []))
 
 
@@ -198,9 +198,9 @@ def check_tokenizer_json(data: Any, path: Path) -> None:
     _check_step(path, "decoder", data.get("decoder"), DECODERS)
     post = data.get("post_processor")
     if post is not None:
-        kind = post.get("type") if isinstance(post, dict) else None
-        if kind not in POST_PROCESSORS:
-            raise _refuse(path, f"post_processor {str(kind)[:40]!r} is not one of "
+        type_ = post.get("type") if isinstance(post, dict) else None
+        if type_ not in POST_PROCESSORS:
+            raise _refuse(path, f"post_processor {str(type_)[:40]!r} is not one of "
                                 f"{', '.join(sorted(POST_PROCESSORS))}")
         _check_small(path, "post_processor", post)
     for field in ("padding", "truncation"):

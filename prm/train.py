@@ -1,68 +1,23 @@
 """Training a PRM (``prm train``); its options are :class:`prm.config.TrainConfig`.
 
-:func:`train` reads the store, splits it by task and trains one of: the TF-IDF baseline
-(:mod:`prm.baseline`), a neural PRM with every weight or LoRA adapters trained
-(:mod:`prm.loop`), or a head over a frozen pretrained backbone (:mod:`prm.frozen`).
+:func:`train` reads the store, splits it by task and fits the kind the options name
+(:mod:`prm.kinds`: structured, tfidf, neural or frozen), then saves it: one path for every
+kind.
 :func:`train_examples` does the same from examples already in memory (``prm cv`` calls it per
 fold).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prm.config import TrainConfig, TrainResult
 from prm.data import StepExample, TaskSplit, load_step_examples
 from prm.labels import no_target_message
-from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
+from prm.spec import SPLIT_FILE
 from recovery.errors import InputProblem, UsageProblem
-
-if TYPE_CHECKING:
-    from prm.frozen import FeatureCache
-
-def is_ternary(examples: list[StepExample]) -> bool:
-    """Whether the targets are ternary labels: every known one 0, 0.5 or 1, and some 0.5."""
-    known = [x for e in examples for x in e.targets if x == x]
-    return bool(known) and 0.5 in known and all(x in (0.0, 0.5, 1.0) for x in known)
-
-
-def model_spec(config: TrainConfig, examples: list[StepExample],
-               echo: Callable[[str], Any] = print) -> PRMSpec:
-    """The spec a run of ``config`` builds: its mode, head, pooling and window resolved."""
-    from prm.backbones import PRETRAINED
-    from prm.windows import MIN_WINDOW
-
-    pretrained = config.backbone in PRETRAINED
-    mode = config.mode if config.mode != "auto" else ("frozen" if pretrained else "full")
-    if mode != "full" and config.backbone == "tiny":
-        raise UsageProblem("--mode lora and frozen need a pretrained backbone (minilm, smollm2 "
-                           "or a model folder); tiny is trained from scratch")
-    if mode != "full" and (config.resume or config.save_every):
-        raise UsageProblem("--resume and --save-every are for --mode full")
-    labels_ternary = config.labels == "data" and is_ternary(examples)
-    head = config.head if config.head != "auto" else ("ternary" if labels_ternary else "binary")
-    if head == "ternary" and not labels_ternary:
-        raise UsageProblem("--head ternary needs data labels of -1, 0 and +1 (--labels data)")
-    pool = config.pool if config.pool != "auto" else (
-        "marker" if config.backbone == "tiny" else "marker+mean")
-    if config.max_length < MIN_WINDOW:
-        raise UsageProblem(f"--max-length must be at least {MIN_WINDOW} tokens")
-    max_length = config.max_length
-    if pretrained and max_length > PRETRAINED[config.backbone].max_positions:
-        max_length = PRETRAINED[config.backbone].max_positions
-        echo(f"--max-length {config.max_length} is more than {config.backbone} has positions "
-             f"for: windows of {max_length} tokens")
-    return PRMSpec(
-        kind="neural", backbone=config.backbone, labels=config.labels,
-        label_base=config.label_base, max_length=max_length,
-        max_prompt_tokens=config.max_prompt_tokens, trust_remote_code=config.trust_remote_code,
-        novelty=config.novelty and mode != "frozen", tiny=config.tiny, mode=mode, head=head,
-        pool=pool,
-    )
 
 
 def train(config: TrainConfig, *, echo: Callable[[str], Any] = print) -> TrainResult:
@@ -100,7 +55,7 @@ def train_examples(
     split: TaskSplit | None = None,
     *,
     echo: Callable[[str], Any] = print,
-    cache: FeatureCache | None = None,
+    shared: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train on examples already read (``config.store`` is only named in messages).
 
@@ -110,7 +65,7 @@ def train_examples(
         split: The task split; default: :meth:`TaskSplit.make` with the config's seed and
             fractions (or the resumed checkpoint's).
         echo: Where progress lines go.
-        cache: Frozen-backbone features to reuse (``prm cv`` shares one across its folds).
+        shared: Label-free work to share between calls (``prm cv``'s folds): features.
     """
     from prm.checkpoints import resume_checkpoint
 
@@ -135,50 +90,12 @@ def train_examples(
                 raise UsageProblem("--val-fraction and --test-fraction must be at least 0 and "
                                    "sum to at most 1")
             split = TaskSplit.make(examples, seed=config.seed, fractions=fractions)
-    if config.backbone == "sklearn":
-        return train_baseline(config, examples, split)
-    if config.backbone == "structured":
-        from prm.structured import train_structured
+    from prm.kinds import build
+    from prm.kinds.base import FitData
 
-        return train_structured(config, examples, split, echo)
-    spec = model_spec(config, examples, echo)
-    result = TrainResult(
-        out=out, kind="neural", n_train=len(split.select(examples, "train")),
-        n_validation=len(split.select(examples, "validation")),
-        n_test=len(split.select(examples, "test")),
-    )
-    if spec.mode == "frozen":
-        from prm.frozen import train_frozen
-
-        out.mkdir(parents=True, exist_ok=True)
-        return train_frozen(config, spec, examples, split, echo, result, cache)
-    from prm.loop import train_neural
-
-    return train_neural(config, spec, examples, split, resume_from, echo, result)
-
-
-def train_baseline(
-    config: TrainConfig, examples: list[StepExample], split: TaskSplit
-) -> TrainResult:
-    """Fit :class:`prm.baseline.TfidfStepBaseline` on the train split and save it."""
-    from prm.baseline import TfidfStepBaseline, learnable, save_baseline_model, turn_frame
-    from recovery.errors import InputProblem
-
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    frame = turn_frame(split.select(examples, "train"))
-    if not learnable(frame["target"].to_numpy()):
-        raise InputProblem(f"the targets of the train split of {config.store} are all one "
-                           "class: nothing to learn")
-    baseline = TfidfStepBaseline().fit(frame, frame["target"].to_numpy())
-    save_baseline_model(out, baseline, labels=config.labels, label_base=config.label_base)
-    split.save(out / SPLIT_FILE)
-    result = TrainResult(
-        out=out, kind="sklearn", wall_s=time.perf_counter() - started,
-        n_train=len(split.select(examples, "train")),
-        n_validation=len(split.select(examples, "validation")),
-        n_test=len(split.select(examples, "test")),
-    )
-    (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
-    return result
+    model = build(config, echo).fit(FitData(examples, split, store=config.store,
+                                            resume_from=resume_from, shared={} if shared is None else shared))
+    if model.result.finished:
+        model.result.described = model.describe()
+        model.save(out)
+    return model.result

@@ -55,12 +55,12 @@ class EvalConfig(CheckedOptions):
 def evaluate(config: EvalConfig) -> None:
     """Evaluate a PRM on a split of the store's tasks (default: the test tasks)."""
     from prm.evaluate import evaluate_model
-    from prm.score import load_predictor
+    from prm.kinds import load_model
     from recovery.store import open_store
 
     # The model is loaded (and refused, if it must be) before the store is read.
-    predictor = load_predictor(config.model, device=config.device, setting=config.setting,
-                               trust_remote_code=config.trust_remote_code)
+    predictor = load_model(config.model, device=config.device, setting=config.setting,
+                           trust_remote_code=config.trust_remote_code)
     store = open_store(config.store, read_only=True, must_exist=True)
     con = store.con
     try:

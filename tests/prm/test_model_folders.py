@@ -98,10 +98,10 @@ def test_a_config_of_100000_layers_is_refused_before_any_model_is_built(
     folder = _copy(model_dir, tmp_path)
     _edit(folder / "backbone" / "config.json", num_hidden_layers=100_000, layer_types=_DROP)
     _refused_by_score_and_eval(store, folder, "num_hidden_layers", "100000")
-    from prm.score import load_predictor
+    from prm.kinds import load_model
 
     with pytest.raises(UsageProblem, match=r"num_hidden_layers.*100000.*2 layers"):
-        load_predictor(folder, device="cpu")
+        load_model(folder, device="cpu")
 
 
 def test_a_config_wider_than_the_weights_is_refused_before_any_model_is_built(
@@ -163,10 +163,10 @@ def test_every_spec_field_is_checked(trained_tiny, store, tmp_path, field, value
     _edit(folder / "prm_config.json", **{field: value})
     named = "tiny" if field == "tiny" else field
     _refused_by_score_and_eval(store, folder, "prm_config.json", named, fragment)
+    from prm.kinds import load_model
     from prm.model import load_scorer
-    from prm.score import load_predictor
 
-    for load in (load_predictor, load_scorer):
+    for load in (load_model, load_scorer):
         with pytest.raises(UsageProblem, match=named):
             load(folder, device="cpu")
 
@@ -214,10 +214,10 @@ def test_a_checkpoint_with_a_bad_spec_is_damaged(trained_tiny, tmp_path):
 
 
 def test_a_good_folder_still_loads(trained_tiny):
-    from prm.score import load_predictor
+    from prm.kinds import load_model
 
     model_dir, _ = trained_tiny
-    predictor = load_predictor(model_dir, device="cpu")
+    predictor = load_model(model_dir, device="cpu")
     assert predictor.spec.pool == "marker"
 
 

@@ -72,7 +72,7 @@ def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, 
     """prm train --mode frozen keeps only the head, prm score reproduces the head's
     probabilities, and prm cv reports every field with intervals and per-fold values."""
     from prm.data import load_step_examples
-    from prm.score import predict_steps
+    from prm.kinds import load_model
     from recovery.store import open_store
 
     out = tmp_path / "frozen"
@@ -84,10 +84,10 @@ def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, 
     spec = json.loads((out / "prm_config.json").read_text())
     assert (spec["mode"], spec["head"], spec["step_token"]) == ("frozen", "ternary", "[SEP]")
     assert (out / "model.safetensors").stat().st_size < 100_000  # the head alone
-    con = open_store(ternary_store, read_only=True)
-    examples = load_step_examples(con, "data")
-    con.close()
-    scores = predict_steps(out, examples[:4], device="cpu")
+    store = open_store(ternary_store, read_only=True)
+    examples = load_step_examples(store.con, "data")
+    store.close()
+    scores = load_model(out, device="cpu").predict_steps(examples[:4])
     assert {"score", "p_neutral"} <= set(scores.columns)
     assert scores["score"].between(0, 1).all() and (scores["p_neutral"] <= scores["score"]).all()
     report_path = tmp_path / "cv.json"
@@ -157,9 +157,9 @@ def test_ternary_tiny_head_and_eval_decisions(ternary_store, tmp_path):
     train(config, echo=lambda *_: None)
     spec = json.loads((tmp_path / "t" / "prm_config.json").read_text())
     assert spec["head"] == "ternary" and 0.2 <= spec["error_threshold"] <= 1.01
-    con = open_store(ternary_store, read_only=True)
-    report = evaluate_model(con, tmp_path / "t", split="all", ks=[1])
-    con.close()
+    store = open_store(ternary_store, read_only=True)
+    report = evaluate_model(store.con, tmp_path / "t", split="all", ks=[1])
+    store.close()
     decisions = report.decisions
     assert decisions["error_threshold"] == spec["error_threshold"]
     assert decisions["n_steps"] == report.n_turns
@@ -196,7 +196,7 @@ def test_smollm2_converts_once_and_trains_a_frozen_head(tmp_path):
     frozen head trained on it scores every turn (about a minute and a half on 2 CPU cores)."""
     from prm.backbones import is_causal, load_backbone, pretrained_cache_dir
     from prm.data import load_step_examples
-    from prm.score import predict_steps
+    from prm.kinds import load_model
     from recovery.simulate import PRESETS, SimConfig
     from tests.conftest import simulated_store
     from tests.prm.conftest import TRUTH_LABELS_SQL
@@ -212,11 +212,11 @@ def test_smollm2_converts_once_and_trains_a_frozen_head(tmp_path):
     load_backbone("smollm2", echo=lines.append)
     assert not lines  # the cache is used
     store = tmp_path / "small.duckdb"
-    con = simulated_store(SimConfig(policies={"base": PRESETS["base"]}, n_tasks=8, n_samples=1,
+    opened = simulated_store(SimConfig(policies={"base": PRESETS["base"]}, n_tasks=8, n_samples=1,
                                     budgets=[5], seed=4), store)
-    con.execute(TRUTH_LABELS_SQL)
-    examples = load_step_examples(con, "data")
-    con.close()
+    opened.con.execute(TRUTH_LABELS_SQL)
+    examples = load_step_examples(opened.con, "data")
+    opened.close()
     out = tmp_path / "smol"
     result = CliRunner().invoke(main, [
         "train", "--store", str(store), "--out", str(out), "--backbone", "smollm2",
@@ -225,6 +225,6 @@ def test_smollm2_converts_once_and_trains_a_frozen_head(tmp_path):
     assert result.exit_code == 0, result.output
     spec = json.loads((out / "prm_config.json").read_text())
     assert (spec["mode"], spec["head"], spec["step_token"]) == ("frozen", "ternary", "<|im_end|>")
-    scores = predict_steps(out, examples[:2], device="cpu")
+    scores = load_model(out, device="cpu").predict_steps(examples[:2])
     assert len(scores) == sum(e.n_steps for e in examples[:2])
     assert scores["score"].between(0, 1).all()

@@ -60,22 +60,22 @@ def _scores(con, model: str) -> pd.DataFrame:
 
 def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(folders, store):
     from prm.score import score_store
-    from prm.structured import load_structured, score_structured
+    from prm.structured import StructuredStepModel, score_structured
     from recovery.store import open_store
 
-    model, _ = load_structured(folders["hindsight"])
-    con = open_store(store, must_exist=True)
+    model, _ = StructuredStepModel.load(folders["hindsight"])
+    opened = open_store(store, must_exist=True)
     try:
-        result = score_store(con, folders["hindsight"], progress=False)
-        written = _scores(con, "hindsight")
-        expected = score_structured(con, model).sort_values(["traj_id", "t"])
-        n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]
+        result = score_store(opened, folders["hindsight"], progress=False)
+        written = _scores(opened, "hindsight")
+        expected = score_structured(opened.con, model).sort_values(["traj_id", "t"])
+        n_turns = opened.con.execute("SELECT count(*) FROM turns").fetchone()[0]
         # A subset scores the same: its features still read its siblings in the store.
         one = written["traj_id"].iloc[0]
-        score_store(con, folders["hindsight"], name="one", traj_ids=[one])
-        subset = _scores(con, "one")
+        score_store(opened, folders["hindsight"], name="one", traj_ids=[one])
+        subset = _scores(opened, "one")
     finally:
-        con.close()
+        opened.close()
     assert result.setting == "hindsight" and result.n_scores == len(written) == n_turns
     np.testing.assert_allclose(written["score"].to_numpy(),
                                expected["score"].to_numpy(), rtol=0, atol=1e-12)
@@ -87,26 +87,27 @@ def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(f
 
 def test_a_hindsight_folder_is_refused_in_blind_through_the_library(folders, store):
     from prm.evaluate import evaluate_model
-    from prm.score import ModelScorer, load_predictor, score_store
+    from prm.kinds import load_model
+    from prm.score import ModelScorer, score_store
     from recovery.store import open_store
 
-    con = open_store(store, must_exist=True)
+    opened = open_store(store, must_exist=True)
     try:
-        for call in (lambda: score_store(con, folders["hindsight"], setting="blind"),
-                     lambda: score_store(con, load_predictor(folders["hindsight"]),
+        for call in (lambda: score_store(opened, folders["hindsight"], setting="blind"),
+                     lambda: score_store(opened, load_model(folders["hindsight"]),
                                          setting="blind"),
-                     lambda: evaluate_model(con, folders["hindsight"], setting="blind"),
-                     lambda: load_predictor(folders["hindsight"], setting="blind"),
+                     lambda: evaluate_model(opened.con, folders["hindsight"], setting="blind"),
+                     lambda: load_model(folders["hindsight"], setting="blind"),
                      lambda: ModelScorer(folders["hindsight"], "blind")):
             with pytest.raises(UsageProblem) as err:
                 call()
             message = str(err.value)
             assert "\n" not in message and "trained for the hindsight setting" in message
-        assert con.execute("SELECT count(*) FROM step_scores").fetchone()[0] == 0
+        assert opened.con.execute("SELECT count(*) FROM step_scores").fetchone()[0] == 0
     finally:
-        con.close()
+        opened.close()
     # In its own setting it scores.
-    assert load_predictor(folders["hindsight"], setting="hindsight").setting == "hindsight"
+    assert load_model(folders["hindsight"], setting="hindsight").setting == "hindsight"
 
 
 def test_a_hindsight_folder_is_refused_in_blind_through_the_cli(folders, store):
@@ -127,12 +128,12 @@ def test_evaluate_model_reports_the_floors_and_a_verdict(folders, name):
     from recovery.store import open_store
 
     setting = "hindsight" if name == "tfidf" else name
-    con = open_store(folders["store"], read_only=True, must_exist=True)
+    store = open_store(folders["store"], read_only=True, must_exist=True)
     try:
-        report = evaluate_model(con, folders[name], split="all", ks=[1], n_boot=50,
+        report = evaluate_model(store.con, folders[name], split="all", ks=[1], n_boot=50,
                                 setting=None if name != "tfidf" else setting)
     finally:
-        con.close()
+        store.close()
     out = report.to_dict()
     json.dumps(out)
     for key in FLOOR_KEYS:
@@ -153,10 +154,10 @@ def test_evaluate_model_reports_the_floors_and_a_verdict(folders, name):
 
 def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
     import prm.structured
-    from prm.score import Predictor
+    from prm.kinds.tfidf import TfidfKind
 
     calls = {"predict": 0, "structured": 0}
-    predict, structured = Predictor.predict, prm.structured.score_structured
+    predict, structured = TfidfKind.predict_steps, prm.structured.score_structured
 
     def counted_predict(self, *args, **kwargs):
         calls["predict"] += 1
@@ -166,7 +167,7 @@ def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
         calls["structured"] += 1
         return structured(*args, **kwargs)
 
-    monkeypatch.setattr(Predictor, "predict", counted_predict)
+    monkeypatch.setattr(TfidfKind, "predict_steps", counted_predict)
     monkeypatch.setattr(prm.structured, "score_structured", counted_structured)
     for name, counter in (("tfidf", "predict"), ("hindsight", "structured")):
         out = tmp_path / f"{name}.json"
@@ -188,20 +189,20 @@ def test_marking_prm_errors_with_a_structured_folder(folders, store):
     from recovery.cli.mark import MarkConfig, run_mark
     from recovery.store import open_store
 
-    con = open_store(store, must_exist=True)
+    opened = open_store(store, must_exist=True)
     try:
-        score_store(con, folders["hindsight"], name="st", setting="hindsight")
-        scores = _scores(con, "st")
+        score_store(opened, folders["hindsight"], name="st", setting="hindsight")
+        scores = _scores(opened, "st")
     finally:
-        con.close()
+        opened.close()
     threshold = float(np.quantile(scores["score"], 0.3))
     counts = run_mark(MarkConfig(store=store, prm_model="st", prm_threshold=threshold),
                       echo=lambda *_: None)
-    con = open_store(store, read_only=True, must_exist=True)
+    opened = open_store(store, read_only=True, must_exist=True)
     try:
-        marked = con.execute("SELECT traj_id, t FROM turns WHERE error_kind = 'prm'").df()
+        marked = opened.con.execute("SELECT traj_id, t FROM turns WHERE error_kind = 'prm'").df()
     finally:
-        con.close()
+        opened.close()
     assert counts.get("prm", 0) == len(marked) > 0
     low = marked.merge(scores, on=["traj_id", "t"])
     assert len(low) == len(marked) and (low["score"] < threshold).all()
@@ -221,14 +222,14 @@ def test_model_scorer_is_budgetmix_turn_scorer_for_a_structured_folder(folders, 
     scores = scorer.score(trajectories)
     assert scores.shape == (9,) and ((scores >= 0) & (scores <= 1)).all()
     # The same scores as the store path, turn by turn in the trajectories' order.
-    con = open_store(tmp_path / "same.duckdb")
+    store = open_store(tmp_path / "same.duckdb")
     try:
-        con.ingest_trajectories(trajectories)
-        score_store(con, folders["hindsight"], name="st")
-        stored = con.execute(
+        store.ingest_trajectories(trajectories)
+        score_store(store, folders["hindsight"], name="st")
+        stored = store.con.execute(
             "SELECT s.score FROM step_scores s JOIN trajectories tr USING (traj_id) "
             "ORDER BY tr.task_id, tr.sample, s.t").fetchall()
     finally:
-        con.close()
+        store.close()
     np.testing.assert_allclose(scores, [s for (s,) in stored], atol=1e-12)
     assert scorer.score([]).shape == (0,)

@@ -114,7 +114,7 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
 def test_sklearn_backbone_trains_the_baseline(error_store, tmp_path):
     result = train(tiny_train_config(error_store, tmp_path / "sk", backbone="sklearn",
                                      labels="error"), echo=_quiet)
-    assert result.kind == "sklearn" and result.n_train > 0
+    assert result.kind == "tfidf" and result.n_train > 0
     assert (tmp_path / "sk" / "baseline.json").exists()
     assert (tmp_path / "sk" / "baseline.npz").exists()
     assert not (tmp_path / "sk" / "baseline.joblib").exists()  # no pickle

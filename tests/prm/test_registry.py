@@ -1,0 +1,91 @@
+"""The registry of PRM kinds: every kind keeps the same contract (fit -> save -> load ->
+predict_steps), with the scores surviving the round trip exactly, in both settings."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from prm.kinds import KIND_NAMES, build, folder_kind, load_model, resolve_options
+from prm.kinds.base import FitData
+from recovery.errors import UsageProblem
+from tests.prm.conftest import tiny_train_config
+
+
+@pytest.fixture(scope="module")
+def frozen_backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny local transformers model folder for the frozen kind (no download)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from prm.tokenize import train_tokenizer
+
+    folder = tmp_path_factory.mktemp("lm") / "lm"
+    tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
+                                vocab_size=280)
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer) + 1, hidden_size=32,
+                                 intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)
+                     ).save_pretrained(folder)
+    return str(folder)
+
+
+BACKBONES = {"structured": None, "tfidf": None, "neural": "tiny", "frozen": "lm"}
+
+
+@pytest.mark.parametrize("setting", ["blind", "hindsight"])
+@pytest.mark.parametrize("kind", KIND_NAMES)
+def test_every_kind_round_trips_its_scores_exactly(kind, setting, sim_store, frozen_backbone,
+                                                   tmp_path):
+    from prm.data import TaskSplit, load_step_examples
+    from recovery.store import open_store
+
+    backbone = frozen_backbone if BACKBONES[kind] == "lm" else BACKBONES[kind]
+    config = tiny_train_config(sim_store, tmp_path / "fit", model_kind=kind, backbone=backbone,
+                               setting=setting, labels="outcome", epochs=1,
+                               batch_tokens=4096)
+    with open_store(sim_store, read_only=True, must_exist=True) as store:
+        examples = load_step_examples(store.con, "outcome", base="outcome")
+    split = TaskSplit.make(examples, seed=0, fractions=(0.7, 0.15, 0.15))
+    model = build(config, echo=lambda *_: None)
+    assert model.name == kind
+    assert model.fit(FitData(examples, split, store=sim_store)) is model  # reads the store
+    model.save(tmp_path / "saved")
+    assert folder_kind(tmp_path / "saved") == kind
+    loaded = load_model(tmp_path / "saved", setting=setting, device="cpu")
+    with open_store(sim_store, read_only=True, must_exist=True) as store:
+        before = model.predict_steps(examples[:6], con=store.con)
+        after = loaded.predict_steps(examples[:6], con=store.con)
+    assert type(loaded) is type(model) and loaded.setting in (None, setting)
+    assert len(before) == sum(e.n_steps for e in examples[:6])
+    assert before["score"].between(0, 1).all()
+    pd.testing.assert_frame_equal(before, after, check_exact=True)
+    assert loaded.error_threshold == model.error_threshold
+
+
+def test_the_old_backbone_spelling_names_a_kind_with_one_note(sim_store, tmp_path):
+    notes: list[str] = []
+    config = resolve_options(tiny_train_config(sim_store, tmp_path, backbone="sklearn"),
+                             notes.append)
+    assert config.model_kind == "tfidf" and config.backbone is None
+    assert len(notes) == 1 and "--model-kind tfidf" in notes[0] and "\n" not in notes[0]
+    assert resolve_options(tiny_train_config(sim_store, tmp_path, backbone=None),
+                           notes.append).model_kind == "structured"
+    assert resolve_options(tiny_train_config(sim_store, tmp_path, backbone="minilm"),
+                           notes.append).model_kind == "frozen"
+    assert resolve_options(tiny_train_config(sim_store, tmp_path, backbone="tiny"),
+                           notes.append).model_kind == "neural"
+    assert len(notes) == 1
+
+
+@pytest.mark.parametrize("overrides", [
+    {"model_kind": "structured", "backbone": "tiny"},
+    {"model_kind": "neural", "mode": "frozen"},
+    {"model_kind": "frozen", "mode": "lora"},
+])
+def test_options_a_kind_does_not_take_are_refused_on_one_line(overrides, sim_store, tmp_path):
+    with pytest.raises(UsageProblem) as err:
+        resolve_options(tiny_train_config(sim_store, tmp_path, **overrides))
+    assert "\n" not in str(err.value)
