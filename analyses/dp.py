@@ -180,6 +180,10 @@ def _success_increments(
     convolve = _SpellConvolution(kernel, max(taps, 1))
     free = np.ones((n_rows, 1))               # G_{n-1}(e) for e = lo .. lo + width - 1
     lo = 0
+    # Long trajectories end once each: on most clean turns no row can end, and the steps that
+    # would add 0 or multiply by 1 are skipped (the result is the same bit for bit).
+    can_win = (s > 0).any(axis=0).tolist()
+    can_end = (go_on < 1).any(axis=0).tolist()
     for n in range(1, t_max + 1):
         top = t_max - n + 1 - lo              # keep n + e <= t_max
         if top <= 0:
@@ -190,9 +194,11 @@ def _success_increments(
         arrive *= h[:, n - 1 : n]
         free *= stay[:, n - 1 : n]            # G_{n-1} is not needed after this turn
         arrive[:, :width] += free
-        inc[:, n + lo : n + lo + arrive.shape[1]] += s[:, n : n + 1] * arrive
+        if can_win[n]:
+            inc[:, n + lo : n + lo + arrive.shape[1]] += s[:, n : n + 1] * arrive
         free = arrive
-        free *= go_on[:, n : n + 1]
+        if can_end[n]:
+            free *= go_on[:, n : n + 1]
         if n % _TRIM_EVERY == 0 or width < _TRIM_EVERY:
             keep_lo, keep_hi = _trim(free, _DROP)
             if keep_lo >= keep_hi:
