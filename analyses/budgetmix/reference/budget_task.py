@@ -30,7 +30,8 @@ class BudgetUnitsEnv(UnitsTaskEnv):
 
     The draws depend on the row's ``seed``, on ``stream`` (one per environment instance, see
     :func:`rollout_factory`), on how many times this instance was reset, and on the row's
-    optional ``sample``: the rollouts of one GRPO group (same row) see different errors.
+    optional ``sample``: the rollouts of one GRPO group (same row) see different errors. Its
+    tools take no arguments.
 
     Args:
         params: Dynamics (default :data:`BUDGET_DECIDES`).
@@ -49,6 +50,20 @@ class BudgetUnitsEnv(UnitsTaskEnv):
         self._rng = np.random.default_rng([int(row.get("seed", 0)), 17, self._stream,
                                            self._resets, int(row.get("sample", 0))])
         return text
+
+    # The tools take no arguments (the environment always works on the next units): the
+    # policy's choice is the tool's name alone, which a tiny model learns to write reliably.
+    def apply_batch(self) -> str:  # type: ignore[override]
+        """Apply the next two change units at once, without verifying them (fast, risky)."""
+        return UnitsTaskEnv.apply_batch(self, "")
+
+    def apply_unit(self) -> str:  # type: ignore[override]
+        """Apply the next change unit and verify it (slow, safe)."""
+        return UnitsTaskEnv.apply_unit(self, 0)
+
+    def diagnose_and_fix(self) -> str:  # type: ignore[override]
+        """Diagnose the last error and fix the account's state."""
+        return UnitsTaskEnv.diagnose_and_fix(self, 0)
 
 
 def rollout_factory(env_cls: type) -> Callable[[], Any]:

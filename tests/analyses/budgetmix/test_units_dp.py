@@ -77,12 +77,12 @@ def test_each_rollout_of_a_group_draws_its_own_randomness():
     for env in envs:
         text = env.reset(**row)
         assert "within 12 turns" in text
-        traces.append(tuple(env.apply_batch(units="1-2") for _ in range(3)))
+        traces.append(tuple(env.apply_batch() for _ in range(3)))
     assert len(set(traces)) > 1  # the same row, different errors
     again = [f() for f in [rollout_factory(BudgetUnitsEnv)] * 1 for _ in range(8)]
     for env in again:
         env.reset(**row)
-    assert [tuple(e.apply_batch(units="1-2") for _ in range(3)) for e in again] == traces
+    assert [tuple(e.apply_batch() for _ in range(3)) for e in again] == traces
 
 
 def test_every_observation_states_the_turns_left():
@@ -93,6 +93,6 @@ def test_every_observation_states_the_turns_left():
                   seed=episode, max_turns=12)
         while env.finished is None:
             tool = ("apply_batch", "apply_unit", "diagnose_and_fix")[int(rng.integers(3))]
-            text = getattr(env, tool)(**({"units": "1-2"} if tool == "apply_batch" else {"unit": 1}))
+            text = getattr(env, tool)()
             if env.finished != "fatal":
                 assert " left" in text and "turn" in text, text

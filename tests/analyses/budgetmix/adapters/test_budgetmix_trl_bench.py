@@ -21,11 +21,11 @@ def test_the_quick_bench_trains_evaluates_and_analyses_every_mode(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Pass@(1,T), mean over 3 seeds" in done.stdout
     data = json.loads((tmp_path / "results.json").read_text())
-    modes = ["fixed:2", "fixed:6", "budgetmix", "budgetmix-adaptive", "budgetmix+prm"]
+    modes = ["fixed:3", "fixed:12", "budgetmix", "budgetmix-adaptive", "budgetmix+prm"]
     assert [r["seed"] for r in data["results"]] == [0, 1, 2]
     for result in data["results"]:
         assert sorted(result["pass_at_1"]) == sorted(modes)
         for mode in modes:
-            assert set(result["pass_at_1"][mode]) == {"2", "4", "6"}
+            assert set(result["pass_at_1"][mode]) == {"3", "6", "12"}
             assert (tmp_path / f"seed-{result['seed']}" / f"{mode.replace(':', '-')}.jsonl").exists()
         assert sum(result["adaptive_schedule"].values()) == pytest.approx(1.0)
