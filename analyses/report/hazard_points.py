@@ -70,6 +70,46 @@ def curve_points(part: pd.DataFrame, min_at_risk: int) -> list[HazardPoint]:
                       for x, v, e, r in columns], min_at_risk)
 
 
+def bin_starts(at_risk: list[int], min_at_risk: int) -> list[int]:
+    """Index of the first value of each bin of :func:`with_bins`, for the turns at risk of a
+    curve's values in order."""
+    threshold = max(min_at_risk, 1e-300)
+    starts, acc = [0], 0
+    for i, risk in enumerate(at_risk):
+        acc += risk
+        if acc >= threshold:
+            starts.append(i + 1)
+            acc = 0
+    # An empty last bin goes; a last bin left too small joins the one before (as in with_bins).
+    if starts[-1] == len(at_risk) or (acc > 0 and len(starts) > 1):
+        starts.pop()
+    return starts
+
+
+def curve_per_bin(part: pd.DataFrame, min_at_risk: int) -> list[HazardPoint]:
+    """``per_bin(curve_points(part, min_at_risk))`` without a point per clock value: sums
+    over each bin's slice of the sorted columns (the long curves of long trajectories)."""
+    import numpy as np
+
+    part = part.sort_values("x")
+    x = part["x"].astype("int64").to_numpy()
+    value = part["value"].astype(float).to_numpy()
+    events = part["events"].astype("int64").to_numpy()
+    at_risk = part["at_risk"].astype("int64").to_numpy()
+    starts = bin_starts(at_risk.tolist(), min_at_risk)
+    if not starts:
+        return []
+    ends = [*starts[1:], len(x)]
+    bin_events = np.add.reduceat(events, starts).tolist()
+    bin_at_risk = np.add.reduceat(at_risk, starts).tolist()
+    xs, values = x.tolist(), value.tolist()
+    return [
+        HazardPoint(x=xs[s], value=values[s], events=e, at_risk=r, bin_start=xs[s],
+                    bin_end=xs[t - 1], bin_events=e, bin_at_risk=r)
+        for s, t, e, r in zip(starts, ends, bin_events, bin_at_risk, strict=True)
+    ]
+
+
 def run_curves(
     run: str, hazards: pd.DataFrame, min_at_risk: int, max_points: int = MAX_POINTS
 ) -> tuple[dict[str, list[HazardPoint]], list[str]]:
@@ -79,11 +119,11 @@ def run_curves(
     curves: dict[str, list[HazardPoint]] = {}
     summarised: list[str] = []
     for name, part in hazards.groupby("hazard", sort=False):
-        points = curve_points(part, min_at_risk)
-        if len(points) > max_points:
-            summarised.append(f"{name} ({len(points):,} values)")
-            points = per_bin(points)
-        curves[str(name)] = points
+        if len(part) > max_points:
+            summarised.append(f"{name} ({len(part):,} values)")
+            curves[str(name)] = curve_per_bin(part, min_at_risk)
+        else:
+            curves[str(name)] = curve_points(part, min_at_risk)
     notes = [] if not summarised else [
         f"run {run}: the hazard curves {', '.join(summarised)} list one point per bin of "
         f"at least {min_at_risk} turns at risk (more than {max_points:,} clock values)"]

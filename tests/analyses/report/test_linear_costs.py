@@ -14,7 +14,14 @@ import pandas as pd
 import pytest
 
 from analyses.report.group_cap import MAX_GROUP_REPORTS, reported_values
-from analyses.report.hazard_points import MAX_POINTS, per_bin, run_curves, with_bins
+from analyses.report.hazard_points import (
+    MAX_POINTS,
+    curve_per_bin,
+    curve_points,
+    per_bin,
+    run_curves,
+    with_bins,
+)
 from analyses.report.records import HazardPoint
 from tests.cli_support import run_cli
 
@@ -140,6 +147,24 @@ def test_per_bin_points_carry_the_bins_of_the_full_curve() -> None:
     for p in points:
         first_value.setdefault(p.bin_start, p.value)
     assert [p.value for p in summary] == [first_value[p.x] for p in summary]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_per_bin_from_the_columns_equals_per_bin_of_every_point(seed: int) -> None:
+    """A long curve's summary straight from its columns is the one of its full points."""
+    rng = random.Random(seed)
+    points = random_points(rng, rng.choice([0, 1, 2, rng.randint(3, 400)]))
+    if rng.random() < 0.2:   # trailing values without turns at risk
+        points += [HazardPoint(x=(points[-1].x if points else 0) + i + 1, value=0.0, events=0,
+                               at_risk=0) for i in range(rng.randint(1, 3))]
+    min_at_risk = rng.choice([0, 1, 5, 30, 200])
+    part = pd.DataFrame({"x": [p.x for p in points], "value": [p.value for p in points],
+                         "events": [p.events for p in points],
+                         "at_risk": [p.at_risk for p in points]},
+                        columns=["x", "value", "events", "at_risk"]).sample(frac=1.0,
+                                                                            random_state=seed)
+    expected = per_bin(curve_points(part, min_at_risk))
+    assert as_tuples(curve_per_bin(part, min_at_risk)) == as_tuples(expected)
 
 
 def write_long(path: Path, n_turns: int) -> Path:
