@@ -17,13 +17,14 @@ Run: ``.venv/bin/python bench/linear_costs.py [--turns 20000,40000,80000] [--sib
 Measured on this project's 2-core machine, shared with other jobs (load average 4 to 10, so
 wall-clock seconds run 2 to 5 times the CPU seconds; CPU seconds of the process):
 
-    analyze, 2 x 20k / 40k / 80k turns   1.6 / 2.4 / 3.7 s CPU (x1, x1.6, x2.4); 80k: 8.8 s
-                                         wall at load 6, 5.7 MB of JSON. Of the 80k CPU: the
-                                         model curve 1.0 s (6 s with an FFT per clean turn),
-                                         the hazard binning 0.1 s (2.8 s with a numpy step per
-                                         clock value). Before those two: 80k 11.6 to 14 s CPU;
-                                         before the one-pass report binning: 62 s wall, 56 s
-                                         CPU, 53 MB of JSON
+    analyze, 2 x 20k / 40k / 80k turns   1.6 / 2.4 / 3.7 s CPU (x1, x1.6, x2.4), 80k: 8.8 s
+                                         wall at load 6 (at load 9: 4.9 s CPU, 10.9 s wall);
+                                         5.7 MB of JSON. Of the 80k CPU: the model curve 0.9 s
+                                         (6 s with an FFT per clean turn), the hazard binning
+                                         0.1 s (2.8 s with a numpy step per clock value), the
+                                         report's hazard points 0.08 s (0.34 s). Before those:
+                                         80k 11.6 to 14.7 s CPU; before the one-pass report
+                                         binning: 62 s wall, 56 s CPU, 53 MB of JSON
     binning 20,000 points                0.09 s (the scan it replaced: 0.69 s, quadratic)
     sibling features, K = 300 / 3,000    0.02 / 0.25 s (the loops: 1.4 s at K = 300)
     prm score, 3,000 chats x 8 turns     before: 982 s wall, 191 s CPU; after: 9.6 s wall
