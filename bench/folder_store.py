@@ -8,7 +8,7 @@ Writes ``--files`` canonical JSONL files of short turns (the ``short`` shape of
 * ``recovery.store.ingest_file`` of every file into a folder store, printing the time and the
   process's peak resident memory after each file (the ingest itself: memory stays bounded by
   one file's staging, an in-memory DuckDB with a memory limit,
-  ``recovery.store.folder.STAGE_MEMORY``, whatever the number of files);
+  ``recovery.store.folder_writes.STAGE_MEMORY``, whatever the number of files);
 * the same into a DuckDB file store, for comparison;
 * ``recovery ingest FILES --store DIR/`` end to end (with its data-quality summary over the
   runs it stored, at the end);

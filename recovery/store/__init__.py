@@ -2,16 +2,17 @@
 
 A store is one DuckDB file, or a folder of Hive-partitioned Parquet files with the same tables
 (:mod:`recovery.store.folder`), opened with :func:`open_store` as one :class:`Store` object.
-It is read through its one DuckDB connection (``store.con``, or the store itself:
-``store.sql(...)``), and written through its methods: ingest is atomic per file (a file that
-fails leaves the store exactly as it was, and a file whose sha256 is already recorded is
-skipped), re-marking and replacing a PRM's scores are atomic too.
+It is read through its one DuckDB connection (``store.con``; the store forwards nothing to
+it), and written only through its methods: ingest is atomic per file (a file that fails
+leaves the store exactly as it was, and a file whose sha256 is already recorded is skipped),
+re-marking and replacing a PRM's scores are atomic too. A write one kind does not do raises
+:class:`WriteRefused`, with the reason its ``Store.refused`` gives.
 
 Example:
     >>> from recovery.store import open_store
     >>> with open_store("runs.duckdb") as store:
     ...     store.ingest_file("runs/base.jsonl")
-    ...     store.sql("SELECT run, avg(success::INT) FROM trajectories GROUP BY run").fetchall()
+    ...     store.con.sql("SELECT run, avg(success::INT) FROM trajectories GROUP BY run").fetchall()
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from recovery.store.digest import (
     make_traj_id,
 )
 from recovery.store.duckdb_store import DuckDBStore
-from recovery.store.errors import IngestError
+from recovery.store.errors import IngestError, WriteRefused
 from recovery.store.export import export_parquet
 from recovery.store.folder import FolderStore, is_folder_store, views_sql
 from recovery.store.ingest import IngestOptions, IngestResult, in_transaction
@@ -53,6 +54,7 @@ __all__ = [
     "IngestOptions",
     "IngestResult",
     "Store",
+    "WriteRefused",
     "check_schema",
     "directory_digest",
     "ensure_schema",

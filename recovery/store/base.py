@@ -6,11 +6,13 @@ A :class:`Store` is opened with :func:`recovery.store.open_store` and is one of 
 - :class:`recovery.store.folder.FolderStore`: a folder of Parquet files, read through views.
 
 Both have the same tables and are read the same way, through their one DuckDB connection
-(:attr:`Store.con`; a store also answers that connection's methods itself, so
-``store.sql("SELECT ...")`` works). Every write goes through the store's own methods, which
-each kind implements its own way: ingest (:meth:`Store.ingest_file`), re-marking
-(:meth:`Store.mark`) and replacing a PRM's scores (:meth:`Store.replace_step_scores`). Code
-that writes takes a ``Store``; code that only reads takes its connection.
+(:attr:`Store.con`: ``store.con.sql("SELECT ...")``; the store itself forwards nothing to it).
+Every write goes through the store's own methods (:attr:`Store.WRITES`), which each kind
+implements its own way, or refuses for the reason its :attr:`Store.refused` gives: ingest
+(:meth:`Store.ingest_file`), re-marking (:meth:`Store.mark`), following hand-edited marks
+(:meth:`Store.rebuild_spells`) and replacing a PRM's scores
+(:meth:`Store.replace_step_scores`). Code that writes takes a ``Store``; code that only reads
+takes its connection.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
+from recovery.display import printable
 from recovery.errors import InputProblem
+from recovery.store.errors import WriteRefused
 from recovery.store.ingest import IngestOptions, IngestResult
 
 if TYPE_CHECKING:
@@ -33,9 +38,8 @@ if TYPE_CHECKING:
 class Store(abc.ABC):
     """An opened store: its DuckDB connection for reading, and the operations that write.
 
-    Use it as a context manager, or call :meth:`close`. Attributes the store does not define
-    are its connection's (``execute``, ``sql``, ``register``, ...), so it can be read like a
-    DuckDB connection.
+    Use it as a context manager, or call :meth:`close`. Read through :attr:`con`; write only
+    through the methods named in :attr:`WRITES`.
 
     Attributes:
         con: The one DuckDB connection onto the store's tables.
@@ -45,6 +49,16 @@ class Store(abc.ABC):
 
     kind: ClassVar[str]
     """``"duckdb"`` or ``"folder"``."""
+
+    WRITES: ClassVar[tuple[str, ...]] = (
+        "ingest_file", "ingest_files", "ingest_trajectories", "mark", "rebuild_spells",
+        "replace_step_scores", "remove_if_unused",
+    )
+    """Every method that writes: each kind implements it, or names it in :attr:`refused`."""
+
+    refused: ClassVar[MappingProxyType[str, str]] = MappingProxyType({})
+    """The writes this kind does not do, each with why; calling one raises
+    :class:`~recovery.store.errors.WriteRefused` with that reason, and changes nothing."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, location: str, *,
                  read_only: bool = False) -> None:
@@ -75,6 +89,12 @@ class Store(abc.ABC):
     def _check_writable(self, what: str) -> None:
         if self.read_only:
             raise InputProblem(f"store {self.location} was opened read-only; cannot {what}")
+
+    def _refuse(self, method: str) -> NoReturn:
+        """Raise the refusal of ``method`` that :attr:`refused` documents."""
+        reason = self.refused.get(method, "this kind of store does not implement it")
+        raise WriteRefused(f"store {printable(self.location)}: {method} refused: {reason}; "
+                           "nothing was stored")
 
     # ----------------------------------------------------------------------------------------
     # Ingest
@@ -155,16 +175,17 @@ class Store(abc.ABC):
             options: Ingest options (the format is ``python``).
 
         Raises:
-            IngestError: a bad trajectory (nothing is stored), or a store that takes files
-                only.
+            IngestError: a bad trajectory (nothing is stored).
+            WriteRefused: a store that takes files only (:attr:`refused`).
         """
         self._check_writable("ingest")
         return self._ingest_trajectories(trajectories, source, options or IngestOptions())
 
-    @abc.abstractmethod
     def _ingest_trajectories(self, trajectories: Iterable[Trajectory], source: str,
                              options: IngestOptions) -> IngestResult:
-        """:meth:`ingest_trajectories` in this kind of store."""
+        """:meth:`ingest_trajectories` in this kind of store (a kind that does it overrides
+        this; the others refuse it)."""
+        self._refuse("ingest_trajectories")
 
     def runs_of(self, results: Iterable[IngestResult]) -> list[str]:
         """The runs of the trajectories that ``results`` stored, or that an earlier ingest of
@@ -229,6 +250,24 @@ class Store(abc.ABC):
     def _mark(self, rules: RuleSet | None, traj_ids: Sequence[str] | None,
               prm_model: str | None, prm_threshold: float) -> dict[str, int]:
         """:meth:`mark` in this kind of store."""
+
+    def rebuild_spells(self, traj_ids: Sequence[str] | None = None) -> None:
+        """Recompute ``error_spells`` and ``turns.recovery_of`` from the turns' current marks
+        (after ``turns.error_kind``/``is_error`` were edited by hand with SQL), atomically.
+
+        Args:
+            traj_ids: The trajectories; ``None`` = all.
+
+        Raises:
+            WriteRefused: a store whose marks cannot be edited by hand (:attr:`refused`).
+        """
+        self._check_writable("rebuild spells")
+        self._rebuild_spells(traj_ids)
+
+    def _rebuild_spells(self, traj_ids: Sequence[str] | None) -> None:
+        """:meth:`rebuild_spells` in this kind of store (a kind that does it overrides this;
+        the others refuse it)."""
+        self._refuse("rebuild_spells")
 
     @abc.abstractmethod
     def replace_step_scores(self, scores: Any, model: str) -> None:

@@ -211,16 +211,9 @@ class DuckDBStore(Store):
         return in_transaction(self.con, lambda: write_marks(
             self.con, rules, traj_ids, prm_model=prm_model, prm_threshold=prm_threshold))
 
-    def rebuild_spells(self, traj_ids: Sequence[str] | None = None) -> None:
-        """Recompute ``error_spells`` and ``turns.recovery_of`` from the turns' current marks
-        (after ``turns.error_kind``/``is_error`` were edited by hand with SQL), atomically.
-
-        Args:
-            traj_ids: The trajectories; ``None`` = all.
-        """
+    def _rebuild_spells(self, traj_ids: Sequence[str] | None) -> None:
         from recovery.store.marks import rebuild_spells
 
-        self._check_writable("rebuild spells")
         in_transaction(self.con, lambda: rebuild_spells(self.con, traj_ids))
 
     def replace_step_scores(self, scores: Any, model: str) -> None:

@@ -15,7 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from recovery.cli import main
-from recovery.store import IngestError, IngestOptions, is_folder_store, open_store, views_sql
+from recovery.store import (
+    IngestError,
+    IngestOptions,
+    WriteRefused,
+    is_folder_store,
+    open_store,
+    views_sql,
+)
 from tests.conftest import REPO, TAU_AIRLINE
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
@@ -120,10 +127,10 @@ def test_reingest_adds_nothing(tmp_path: Path, sim_files: list[Path]) -> None:
     folder = open_store(f"{tmp_path / 'runs'}/")
     for file in sim_files:
         folder.ingest_file(file)
-    before, files = snapshot(folder), parquet_files(tmp_path / "runs")
+    before, files = snapshot(folder.con), parquet_files(tmp_path / "runs")
     for file in sim_files:
         assert folder.ingest_file(file).status == "skipped"
-    assert snapshot(folder) == before
+    assert snapshot(folder.con) == before
     assert parquet_files(tmp_path / "runs") == files
 
 
@@ -131,8 +138,8 @@ def test_odd_run_labels_come_back_exactly(tmp_path: Path, sim_files: list[Path])
     folder = open_store(f"{tmp_path / 'runs'}/")
     label = "qwen/7b=rl 100% ✈ __HIVE_DEFAULT_PARTITION__"
     folder.ingest_file(sim_files[0], IngestOptions(run=label))
-    assert folder.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [(label,)]
-    assert folder.execute("SELECT count(*) FROM turns").fetchone()[0] > 0
+    assert folder.con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [(label,)]
+    assert folder.con.execute("SELECT count(*) FROM turns").fetchone()[0] > 0
 
 
 def test_a_run_label_too_long_for_a_folder_name_is_named(
@@ -140,10 +147,10 @@ def test_a_run_label_too_long_for_a_folder_name_is_named(
 ) -> None:
     folder = open_store(f"{tmp_path / 'runs'}/")
     folder.ingest_file(sim_files[0], IngestOptions(run="x" * 251))  # 255 bytes with "run="
-    before = snapshot(folder)
+    before = snapshot(folder.con)
     with pytest.raises(IngestError, match=r"run label is too long.*--run"):
         folder.ingest_file(sim_files[1], IngestOptions(run="é" * 50))
-    assert snapshot(folder) == before
+    assert snapshot(folder.con) == before
 
 
 def _analyze(store: str, out: Path) -> dict:
@@ -187,7 +194,6 @@ def test_analyze_gives_the_same_json_on_tau_bench(tmp_path: Path) -> None:
 
 _KILLED_INGEST = """
 import os, sys
-import recovery.store.folder as folder
 from recovery.store import open_store
 
 renames = 0
@@ -200,7 +206,7 @@ def rename(src, dst):
     if renames == int(sys.argv[3]):
         os._exit(17)   # killed: no cleanup, no exception handling
 
-folder.os.rename = rename
+os.rename = rename
 open_store(sys.argv[1]).ingest_file(sys.argv[2])
 """
 
@@ -212,7 +218,7 @@ def test_a_killed_ingest_leaves_the_store_as_it_was(
     root = tmp_path / "runs"
     store = open_store(f"{root}/")
     store.ingest_file(sim_files[0])
-    before = snapshot(store)
+    before = snapshot(store.con)
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED_INGEST, str(root), str(sim_files[1]), str(after)],
         cwd=REPO, capture_output=True, text=True,
@@ -220,14 +226,14 @@ def test_a_killed_ingest_leaves_the_store_as_it_was(
     assert killed.returncode == 17, killed.stderr
     # partitions of the killed write are on disk, but no ingests row commits them
     assert any("rl" in p for p in parquet_files(root))
-    assert snapshot(open_store(root, read_only=True)) == before
-    assert snapshot(store) == before
+    assert snapshot(open_store(root, read_only=True).con) == before
+    assert snapshot(store.con) == before
     # the next write removes what the killed one left, and stores the file
     assert store.ingest_file(sim_files[1]).status == "ingested"
     duck = open_store(None)
     for file in sim_files:
         duck.ingest_file(file)
-    assert snapshot(store) == snapshot(duck)
+    assert snapshot(store.con) == snapshot(duck.con)
     assert not (root / "_tmp").exists() or not any((root / "_tmp").iterdir())
 
 
@@ -235,7 +241,7 @@ def test_a_failed_ingest_writes_nothing(tmp_path: Path, sim_files: list[Path]) -
     root = tmp_path / "runs"
     store = open_store(f"{root}/")
     store.ingest_file(sim_files[0])
-    before, files = snapshot(store), parquet_files(root)
+    before, files = snapshot(store.con), parquet_files(root)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_id": "a", "success": true, "turns": []}\n{"task_id": 1.5}\n')
     with pytest.raises(IngestError, match=r"bad\.jsonl:2"):
@@ -246,12 +252,12 @@ def test_a_failed_ingest_writes_nothing(tmp_path: Path, sim_files: list[Path]) -
                      '"turns": []}\n')
     with pytest.raises(IngestError, match=r"again\.jsonl:1: .* already in the store \(from "):
         store.ingest_file(again)
-    assert snapshot(store) == before
+    assert snapshot(store.con) == before
     assert parquet_files(root) == files
 
 
 def test_python_built_trajectories_need_a_duckdb_store(tmp_path: Path) -> None:
-    with pytest.raises(IngestError, match="folder store takes files"):
+    with pytest.raises(WriteRefused, match="folder store takes files"):
         open_store(f"{tmp_path}/runs/").ingest_trajectories([])
 
 
@@ -305,7 +311,7 @@ def test_mark_rewrites_partitions_like_a_duckdb_store(
                                            "--run", "rl"])
         assert result.exit_code == 0, result.output
     duck, folder = open_store(tmp_path / "s.duckdb"), open_store(tmp_path / "runs")
-    assert snapshot(folder) == snapshot(duck)
+    assert snapshot(folder.con) == snapshot(duck.con)
     assert any("gen=1" in p for p in parquet_files(tmp_path / "runs"))
 
 
@@ -325,7 +331,7 @@ def test_step_scores_and_prm_marks(tmp_path: Path, sim_files: list[Path]) -> Non
         result = CliRunner().invoke(main, ["mark", "--store", str(store),
                                            "--prm-model", "m1", "--prm-threshold", "0.3"])
         assert result.exit_code == 0, result.output
-    assert snapshot(open_store(tmp_path / "runs")) == snapshot(open_store(tmp_path / "s.duckdb"))
+    assert snapshot(open_store(tmp_path / "runs").con) == snapshot(open_store(tmp_path / "s.duckdb").con)
 
 
 def test_ingest_command_makes_a_folder_store(tmp_path: Path, sim_files: list[Path]) -> None:
@@ -375,13 +381,13 @@ def test_per_task_counts_of_shards_add_up_to_the_whole(
     for t in (5, 12, None):
         merged: dict[tuple, list[int]] = {}
         for shard in shards:
-            for run, task, n, c in shard.execute(query, [t]).fetchall():
+            for run, task, n, c in shard.con.execute(query, [t]).fetchall():
                 total = merged.setdefault((run, task), [0, 0])
                 total[0] += n
                 total[1] += c
-        assert merged == {(r, k): [n, c] for r, k, n, c in whole.execute(query, [t]).fetchall()}
-    parts = [_task_event_counts(shard) for shard in shards]
-    full = _task_event_counts(whole)
+        assert merged == {(r, k): [n, c] for r, k, n, c in whole.con.execute(query, [t]).fetchall()}
+    parts = [_task_event_counts(shard.con) for shard in shards]
+    full = _task_event_counts(whole.con)
     assert set(full) == set(parts[0]) | set(parts[1])
     for key, counts in full.items():
         summed = sum(part[key] for part in parts if key in part)

@@ -52,10 +52,10 @@ def expected_totals(files: list[Path]) -> tuple[int, int, int]:
 
 
 def folder_store(root: Path, files: list[Path]) -> Path:
-    con = open_store(f"{root}/")
+    store = open_store(f"{root}/")
     for file in files:
-        assert con.ingest_file(file).status == "ingested"
-    con.close()
+        assert store.ingest_file(file).status == "ingested"
+    store.close()
     return root
 
 
@@ -161,11 +161,11 @@ def test_glob_characters_in_the_store_name(
     # the sibling a glob of the name would match holds another store, with both files
     folder_store(tmp_path / sibling, sim)
     root = tmp_path / name
-    con = open_store(f"{root}/")
-    assert con.ingest_file(sim[0]).status == "ingested"
-    assert totals(con) == expected_totals(sim[:1])
-    assert con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
-    con.close()
+    store = open_store(f"{root}/")
+    assert store.ingest_file(sim[0]).status == "ingested"
+    assert totals(store) == expected_totals(sim[:1])
+    assert store.con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
+    store.close()
     assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
     plain = duckdb.connect()
     plain.execute(views_sql(root))
@@ -213,12 +213,12 @@ def test_a_failed_ingest_leaves_a_store_another_writer_is_writing(
 
     def other_writer() -> None:
         try:
-            con = open_store(root)
+            store = open_store(root)
             with writer_lock(root):
                 holding.set()
                 release.wait(10)
-            assert con.ingest_file(sim[0]).status == "ingested"
-            con.close()
+            assert store.ingest_file(sim[0]).status == "ingested"
+            store.close()
         except BaseException as err:  # reported by the test
             errors.append(err)
             holding.set()
@@ -383,8 +383,6 @@ def test_a_newer_manifest_is_refused(tmp_path: Path, sim: list[Path]) -> None:
 def test_a_read_only_store_is_read_and_not_written(
     tmp_path: Path, sim: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import recovery.store.folder as folder
-
     root = folder_store(tmp_path / "runs", sim[:1])
     (root / ".lock").unlink(missing_ok=True)
     real_open = os.open
@@ -394,7 +392,7 @@ def test_a_read_only_store_is_read_and_not_written(
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(folder.os, "open", read_only_open)
+    monkeypatch.setattr(os, "open", read_only_open)
     before = tree(root)
     one_line_error(run_cli("ingest", sim[1], "--store", root), str(root), "read-only")
     one_line_error(run_cli("mark", "--store", root), str(root), "read-only")
@@ -429,21 +427,21 @@ def test_prm_scores_and_mark_refuse_a_linked_store(tmp_path: Path, sim: list[Pat
 
 
     root = folder_store(tmp_path / "runs", sim[:1])
-    con = open_store(root)
-    con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, 0.5 AS score FROM turns WHERE t = 1")
+    store = open_store(root)
+    store.con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, 0.5 AS score FROM turns WHERE t = 1")
     victim = tmp_path / "victim"
     (victim / "keep").mkdir(parents=True)
     link = root / "trajectories" / "run=base" / f"sha256={FAKE_SHA}"
     link.symlink_to(victim, target_is_directory=True)
-    for write in (lambda: con.replace_step_scores("s", "m1"), lambda: con.mark()):
+    for write in (lambda: store.replace_step_scores("s", "m1"), lambda: store.mark()):
         with pytest.raises(InputProblem, match="symbolic link"):
             write()
     assert (victim / "keep").is_dir()
     link.unlink()
-    con.replace_step_scores("s", "m1")
-    assert con.execute("SELECT count(*) FROM step_scores").fetchone()[0] > 0
-    assert open_store(root, read_only=True).execute(
-        "SELECT count(*) FROM step_scores").fetchone() == con.execute(
+    store.replace_step_scores("s", "m1")
+    assert store.con.execute("SELECT count(*) FROM step_scores").fetchone()[0] > 0
+    assert open_store(root, read_only=True).con.execute(
+        "SELECT count(*) FROM step_scores").fetchone() == store.con.execute(
         "SELECT count(*) FROM step_scores").fetchone()
 
 
@@ -453,7 +451,7 @@ def test_key_value_folders_above_the_store_are_not_read_as_partitions(
     # DuckDB's Hive partitioning parses every key=value folder of a path, the store's own
     # folders above it included: the partition values come from the manifest instead
     root = folder_store(tmp_path / "run=evil" / "gen=7" / "traj_id=x", sim[:1])
-    con = open_store(root, read_only=True)
-    assert con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
-    assert totals(con) == expected_totals(sim[:1])
-    assert con.execute("SELECT count(*) FROM turns WHERE traj_id = 'x'").fetchone() == (0,)
+    store = open_store(root, read_only=True)
+    assert store.con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
+    assert totals(store) == expected_totals(sim[:1])
+    assert store.con.execute("SELECT count(*) FROM turns WHERE traj_id = 'x'").fetchone() == (0,)
