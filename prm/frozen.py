@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.labels import target_class
+from prm.labels import class_index
 from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
 from recovery.errors import InputProblem
 
@@ -163,7 +163,7 @@ def _fit_logistic(X: np.ndarray, targets: np.ndarray, ternary: bool, C: float) -
 
     model = LogisticRegression(C=C, max_iter=2000)
     if ternary:
-        return model.fit(X, target_class(targets))
+        return model.fit(X, class_index(targets))
     doubled = np.concatenate([X, X])
     labels = np.concatenate([np.ones(len(targets), int), np.zeros(len(targets), int)])
     weights = np.concatenate([targets, 1.0 - targets])
@@ -186,7 +186,7 @@ def _loss(probs: np.ndarray, targets: np.ndarray, ternary: bool) -> float:
     import numpy as np
 
     if ternary:
-        classes = target_class(targets)
+        classes = class_index(targets)
         return float(-np.mean(np.log(np.clip(probs[np.arange(len(classes)), classes], 1e-7, 1))))
     p = np.clip(probs, 1e-7, 1 - 1e-7)
     return float(-np.mean(targets * np.log(p) + (1 - targets) * np.log(1 - p)))
@@ -229,7 +229,7 @@ def fit_head(
     targets = rows["target"].to_numpy(float)
     if not len(rows):
         raise InputProblem("no turn has a target to fit the head on")
-    if (ternary and len(np.unique(target_class(targets))) < 2) or (
+    if (ternary and len(np.unique(class_index(targets))) < 2) or (
             not ternary and (targets.min() == targets.max())):
         raise InputProblem("the targets are all one class: nothing to learn")
     from sklearn.decomposition import PCA

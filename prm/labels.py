@@ -125,15 +125,32 @@ def label_target(label: float | np.ndarray) -> float | np.ndarray:
     return (label + 1.0) / 2.0
 
 
-def target_class(targets: np.ndarray) -> np.ndarray:
-    """The ternary class index of targets in [0, 1]: 0 an error (below 0.5), 1 neutral
-    (exactly 0.5), 2 a right step (above): the one rule the heads train on and the metrics
-    read (:func:`prm.metrics.target_classes` is this minus 1). NaN targets give -1."""
+def ternary_classes(targets: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ternary class of each target in [0, 1], the one rule the heads train on and the
+    metrics read: -1 an error (below 0.5), 0 neutral (exactly 0.5), +1 a right step (above).
+
+    Returns:
+        ``(classes, known)``: int64 classes, and whether each target is known; a NaN target is
+        not known and its class (0) means nothing (never read it without ``known``).
+    """
     import numpy as np
 
     targets = np.asarray(targets, dtype=float)
-    out = (np.sign(targets - 0.5) + 1).astype(np.float64)
-    return np.where(np.isnan(targets), -1, out).astype(np.int64)
+    known = ~np.isnan(targets)
+    classes = np.sign(np.where(known, targets, 0.5) - 0.5).astype(np.int64)
+    return classes, known
+
+
+def class_index(targets: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The ternary head's output index of known targets: class + 1 (0, 1, 2).
+
+    Raises:
+        ValueError: a target is NaN (a head never trains on an unknown target).
+    """
+    classes, known = ternary_classes(targets)
+    if not known.all():
+        raise ValueError("a ternary class index was asked of an unknown (NaN) target")
+    return classes + 1
 
 
 _SQL_TARGETS = {

@@ -40,7 +40,7 @@ from prm.checkpoints import (
     unflatten_optimizer,
 )
 from prm.distributed import Distributed, barrier, init_distributed
-from prm.labels import target_class
+from prm.labels import class_index
 from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
 from recovery.errors import InputProblem
 
@@ -94,7 +94,7 @@ def validate(scorer: Any, windows: list[Any], pad_id: int, device: str, batch_to
     stacked = np.concatenate(probs)[known]
     targets = frame["target"].to_numpy()[known]
     if stacked.ndim == 2:
-        classes = target_class(targets)
+        classes = class_index(targets)
         loss = -np.mean(np.log(np.clip(stacked[np.arange(len(classes)), classes], 1e-7, 1)))
     else:
         clipped = np.clip(stacked, 1e-7, 1 - 1e-7)

@@ -305,17 +305,6 @@ ERROR_THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 
 """Error thresholds :func:`choose_error_threshold` tries (the last: never call an error)."""
 
 
-def target_classes(targets: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Classes of targets in [0, 1]: -1 below 0.5, 0 at exactly 0.5, +1 above (NaN stays NaN):
-    :func:`prm.labels.target_class` (the class index the heads train on) minus 1."""
-    import numpy as np
-
-    from prm.labels import target_class
-
-    targets = np.asarray(targets, dtype=float)
-    return np.where(np.isnan(targets), np.nan, target_class(targets) - 1.0)
-
-
 def predict_classes(
     p_error: Sequence[float] | np.ndarray,
     p_neutral: Sequence[float] | np.ndarray | None = None,
@@ -362,10 +351,12 @@ def decision_frame(frame: pd.DataFrame, threshold: float | None) -> pd.DataFrame
     :data:`ALWAYS_ERROR`) with ``true`` and ``pred`` classes; rows without a target are left
     out. ``threshold=None`` reads each row's own from a ``threshold`` column (pooled folds,
     each with its threshold)."""
+    from prm.labels import ternary_classes
+
     known = frame.loc[frame["target"].notna()].copy()
     p_neutral = known.get("p_neutral")
     cut = known["threshold"].to_numpy(float) if threshold is None else threshold
-    known["true"] = target_classes(known["target"])
+    known["true"] = ternary_classes(known["target"])[0].astype(float)
     known["pred"] = predict_classes(1.0 - known["score"].to_numpy(float), p_neutral, cut,
                                     always_error_mask(known))
     return known

@@ -191,9 +191,9 @@ def step_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if logits.dim() == 2:
         import torch
 
-        from prm.labels import target_class
+        from prm.labels import class_index
 
-        classes = torch.from_numpy(target_class(targets[known].detach().cpu().numpy())).to(
+        classes = torch.from_numpy(class_index(targets[known].detach().cpu().numpy())).to(
             logits.device)
         return F.cross_entropy(logits[known], classes)
     return F.binary_cross_entropy_with_logits(logits[known], targets[known])

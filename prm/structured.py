@@ -65,10 +65,14 @@ TEXT_ARRAYS = ("ratios", "text_means", "text_scales")
 
 
 def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
+    import numpy as np
 
-    from prm.metrics import target_classes
+    from prm.labels import ternary_classes
 
-    return target_classes(targets) if ternary else (targets >= 0.5).astype(float) * 2 - 1
+    if not ternary:
+        return (targets >= 0.5).astype(float) * 2 - 1
+    classes, known = ternary_classes(targets)
+    return np.where(known, classes, np.nan)
 
 
 def text_counts(table: pd.DataFrame) -> Any:
@@ -376,7 +380,7 @@ class StructuredStepModel:
         import numpy as np
 
         from prm.features import TEXT_COLUMNS
-        from prm.metrics import target_classes
+        from prm.labels import ternary_classes
 
         if self.text not in ("auto", "on", "off"):
             raise UsageProblem(f"text must be auto, on or off, not {self.text!r}")
@@ -388,7 +392,7 @@ class StructuredStepModel:
         self.feature_names_ = list(feature_names or [
             c for c in table.columns if c not in ("traj_id", "t", "task_id", *TEXT_COLUMNS)
             and not c.startswith("emb_")])
-        classes = set(target_classes(targets).tolist())
+        classes = set(ternary_classes(targets)[0].astype(float).tolist())  # all known here
         # auto: ternary only when every class is there to learn (Who&When's labels are -1 and
         # 0 only: a ternary head has no +1 to fit, so they get the binary head)
         ternary_labels = (classes == {-1.0, 0.0, 1.0}

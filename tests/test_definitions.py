@@ -341,8 +341,7 @@ def test_label_scale_and_class_index_have_one_home() -> None:
     import duckdb
     import torch
 
-    from prm.labels import label_target, label_target_sql, target_class
-    from prm.metrics import target_classes
+    from prm.labels import class_index, label_target, label_target_sql, ternary_classes
     from prm.model import step_loss
 
     labels = np.array([-1.0, -0.4, 0.0, 0.2, 1.0])
@@ -352,13 +351,13 @@ def test_label_scale_and_class_index_have_one_home() -> None:
     ).fetchall()]
     assert sql == pytest.approx(label_target(labels).tolist()) == [0.0, 0.3, 0.5, 0.6, 1.0]
     targets = np.array([0.0, 0.3, 0.5, 0.6, 1.0, np.nan])
-    assert target_class(targets).tolist() == [0, 0, 1, 2, 2, -1]
-    assert np.array_equal(target_classes(targets)[:5], target_class(targets)[:5] - 1)
+    assert class_index(targets[:5]).tolist() == [0, 0, 1, 2, 2]
+    assert np.array_equal(ternary_classes(targets)[0][:5], class_index(targets[:5]) - 1)
     # the ternary head's loss trains on the same classes: a logit row that puts all its mass
     # on the rule's class costs nothing
     known = targets[:5]
     logits = torch.full((5, 3), -30.0)
-    logits[torch.arange(5), torch.from_numpy(target_class(known))] = 30.0
+    logits[torch.arange(5), torch.from_numpy(class_index(known))] = 30.0
     assert float(step_loss(logits, torch.tensor(known, dtype=torch.float32))) < 1e-6
 
 
@@ -482,3 +481,30 @@ def test_t_grid_decompose_follows_the_rule() -> None:
     assert [None if pd.isna(t) else int(t) for t in out["t"]] == [2, 3, None]
     with pytest.raises(UsageProblem, match="turn limit T must be"):
         decompose(traj, flags, "A", "B", [0, 2], strata=1, n_boot=0)
+
+
+# --------------------------------------------------------------------------------------------
+# The ternary class: one encoding (-1 / 0 / +1) and a separate mask of unknown targets
+
+
+def test_ternary_class_is_minus_one_zero_plus_one_with_nan_unknown() -> None:
+    """prm.labels.ternary_classes is the one home: soft targets fall on either side of 0.5,
+    exact data labels -1 / 0 / +1 come back as themselves, NaN is unknown (never a class);
+    the heads' index, the metrics and the structured model read it."""
+    from prm.labels import class_index, label_target, ternary_classes
+    from prm.metrics import decision_frame
+    from prm.structured import _classes_of
+
+    targets = np.array([0.0, 0.3, 0.5, 0.7, 1.0, np.nan, 0.4999, 0.5001])
+    classes, known = ternary_classes(targets)
+    assert known.tolist() == [True] * 5 + [False] + [True] * 2
+    assert classes[known].tolist() == [-1, -1, 0, 1, 1, -1, 1]
+    assert ternary_classes(label_target(np.array([-1.0, 0.0, 1.0])))[0].tolist() == [-1, 0, 1]
+    assert class_index([0.3, 0.5, 0.7]).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="unknown"):
+        class_index([0.2, np.nan])
+    frame = pd.DataFrame({"traj_id": ["a"] * 3, "t": [1, 2, 3], "target": [0.3, np.nan, 0.7],
+                          "score": [0.9, 0.9, 0.9]})
+    assert decision_frame(frame, 0.5)["true"].tolist() == [-1.0, 1.0]
+    structured = _classes_of(targets, True)
+    assert np.isnan(structured[5]) and structured[known].tolist() == classes[known].tolist()

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from prm.cli import main
+from prm.labels import ternary_classes
 from prm.metrics import (
     choose_error_threshold,
     decision_intervals,
@@ -19,7 +20,6 @@ from prm.metrics import (
     paired_auroc_difference,
     predict_classes,
     step_auroc,
-    target_classes,
 )
 
 
@@ -78,8 +78,8 @@ def test_decision_metrics_match_a_plain_loop():
 
 
 def test_classes_and_the_binary_rule():
-    assert target_classes([0.0, 0.2, 0.5, 0.8, 1.0]).tolist() == [-1, -1, 0, 1, 1]
-    assert np.isnan(target_classes([float("nan")])[0])
+    classes, known = ternary_classes([0.0, 0.2, 0.5, 0.8, 1.0, float("nan")])
+    assert classes[:5].tolist() == [-1, -1, 0, 1, 1] and known.tolist() == [True] * 5 + [False]
     # binary: no neutral class; -1 exactly where P(-1) reaches the threshold
     assert predict_classes([0.7, 0.5, 0.2], None, 0.5).tolist() == [-1, -1, 1]
     assert predict_classes([0.2, 0.2], [0.5, 0.1], 0.5).tolist() == [0, 1]

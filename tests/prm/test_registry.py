@@ -89,3 +89,24 @@ def test_options_a_kind_does_not_take_are_refused_on_one_line(overrides, sim_sto
     with pytest.raises(UsageProblem) as err:
         resolve_options(tiny_train_config(sim_store, tmp_path, **overrides))
     assert "\n" not in str(err.value)
+
+
+def test_prm_train_takes_model_kind_and_the_old_spelling_with_a_note(sim_store, tmp_path):
+    from click.testing import CliRunner
+
+    from prm.cli import main
+
+    common = ["train", "--store", str(sim_store), "--labels", "outcome", "--label-base",
+              "outcome", "--no-progress"]
+    new = CliRunner().invoke(main, [*common, "--out", str(tmp_path / "a"), "--model-kind",
+                                    "tfidf"], catch_exceptions=False)
+    assert new.exit_code == 0, new.output
+    assert "TF-IDF baseline" in new.stdout and "deprecated" not in new.stderr
+    old = CliRunner().invoke(main, [*common, "--out", str(tmp_path / "b"), "--backbone",
+                                    "sklearn"], catch_exceptions=False)
+    assert old.exit_code == 0, old.output
+    notes = [line for line in old.stderr.splitlines() if "deprecated" in line]
+    assert notes == ["--backbone sklearn is deprecated: use --model-kind tfidf"]
+    assert folder_kind(tmp_path / "a") == folder_kind(tmp_path / "b") == "tfidf"
+    assert (tmp_path / "a" / "baseline.npz").read_bytes() == \
+        (tmp_path / "b" / "baseline.npz").read_bytes()
