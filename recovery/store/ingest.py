@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     import duckdb
 
     from recovery.marking import RuleSet
-    from recovery.store.fast_canonical import FastIngest, SchemaProbe
+    from recovery.store.fast_canonical import FastIngest
+    from recovery.store.fast_probe import SchemaProbe
 
 @dataclass(frozen=True, slots=True)
 class IngestOptions(ReadOptions):
@@ -341,7 +342,7 @@ def _start_probe(
     """The fast path's schema detection, started before the file is hashed (it runs on a
     thread of its own while the file is read for its digest), when the fast path may apply."""
     from recovery.formats import head_bytes
-    from recovery.store.fast_canonical import SchemaProbe, eligible
+    from recovery.store.fast_probe import SchemaProbe, eligible
 
     if fmt != "canonical" or not options.fast or not path.is_file():
         return None
@@ -406,7 +407,7 @@ def _ingest_file(
     # The probe is started only for a plain canonical file with the fast path on; a line over
     # the record limit goes to the reader, which names it.
     if probe is not None and digest.longest_line <= options.max_record_bytes:
-        from recovery.store.fast_canonical import Declined
+        from recovery.store.fast_probe import Declined
 
         try:
             return in_transaction(con, lambda: body(fast=True))

@@ -87,16 +87,16 @@ def python_reader_forbidden(monkeypatch):
 
 def test_fast_path_takes_a_valid_file(tmp_path, python_reader_forbidden):
     path = write_jsonl(tmp_path / "good.jsonl", GOOD_RECORDS)
-    con = open_store(None)
-    result = con.ingest_file(path)
+    store = open_store(None)
+    result = store.ingest_file(path)
     assert (result.n_trajectories, result.n_turns) == (5, 7)
-    success_turn, sample = con.execute(
+    success_turn, sample = store.con.execute(
         "SELECT success_turn, sample FROM trajectories WHERE task_id = 'airline/17'"
     ).fetchone()
     assert success_turn == 3  # the 'done' turn, not the last turn
     assert sample == 0
     # ints become strings, samples default to the order seen per (run, task, budget)
-    samples = con.execute(
+    samples = store.con.execute(
         "SELECT sample FROM trajectories WHERE task_id = '17' ORDER BY source_line"
     ).fetchall()
     assert samples == [(0,), (1,)]
@@ -123,9 +123,9 @@ def test_done_null_is_false_on_both_paths(tmp_path, python_reader_forbidden):
         '{"task_id": "n", "success": true, "turns": [{"action": "x", "done": null}, '
         '{"action": "y", "\\u0064one": null}, {"action": "z"}]}',
     ])
-    con = open_store(None)
-    con.ingest_file(path)
-    assert con.execute(
+    store = open_store(None)
+    store.ingest_file(path)
+    assert store.con.execute(
         "SELECT list(done ORDER BY t), any_value(x.success_turn) FROM turns "
         "JOIN trajectories x USING (traj_id) WHERE x.task_id = 'n'"
     ).fetchone() == ([False, False, False], 3)
@@ -158,9 +158,9 @@ def test_declined_files_are_stored_by_the_python_reader(tmp_path, case):
 
 def test_unknown_keys_reach_meta(tmp_path):
     path = write_jsonl(tmp_path / "odd.jsonl", DECLINED["unknown top-level key"])
-    con = open_store(None)
-    con.ingest_file(path)
-    assert json.loads(con.execute("SELECT meta FROM trajectories").fetchone()[0]) == {"extra": 1}
+    store = open_store(None)
+    store.ingest_file(path)
+    assert json.loads(store.con.execute("SELECT meta FROM trajectories").fetchone()[0]) == {"extra": 1}
 
 
 BAD = {
@@ -176,17 +176,17 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_records_fail_with_file_and_line_and_leave_the_store_unchanged(tmp_path, case):
-    con = open_store(None)
-    con.ingest_file(write_jsonl(tmp_path / "first.jsonl", GOOD_RECORDS[:2]))
-    before = store_rows(con)
+    store = open_store(None)
+    store.ingest_file(write_jsonl(tmp_path / "first.jsonl", GOOD_RECORDS[:2]))
+    before = store_rows(store)
     record, field = BAD[case]
     path = write_jsonl(tmp_path / "bad.jsonl", [*GOOD_RECORDS[2:], record])
     with pytest.raises(IngestError) as err:
-        con.ingest_file(path)
+        store.ingest_file(path)
     message = str(err.value)
     assert f"{path}:{len(GOOD_RECORDS[2:]) + 1}" in message
     assert field in message
-    assert store_rows(con) == before
+    assert store_rows(store) == before
 
 
 def test_blank_lines_keep_true_line_numbers(tmp_path):
@@ -195,27 +195,27 @@ def test_blank_lines_keep_true_line_numbers(tmp_path):
         json.dumps(GOOD_RECORDS[1]) + "\n\n" + json.dumps(GOOD_RECORDS[2]) + "\n",
         encoding="utf-8",
     )
-    con = open_store(None)
-    con.ingest_file(path)
-    lines = con.execute("SELECT source_line FROM trajectories ORDER BY source_line").fetchall()
+    store = open_store(None)
+    store.ingest_file(path)
+    lines = store.con.execute("SELECT source_line FROM trajectories ORDER BY source_line").fetchall()
     assert lines == [(1,), (3,)]
 
 
 def test_duplicate_sample_in_one_file_is_an_error(tmp_path):
     record = {"task_id": "a", "sample": 0, "success": True, "turns": []}
     path = write_jsonl(tmp_path / "dup.jsonl", [record, record])
-    con = open_store(None)
+    store = open_store(None)
     with pytest.raises(IngestError, match=r"dup\.jsonl:2: duplicate trajectory"):
-        con.ingest_file(path)
-    assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 0
+        store.ingest_file(path)
+    assert store.con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 0
 
 
 def test_same_trajectory_already_in_the_store_is_an_error(tmp_path):
-    con = open_store(None)
-    con.ingest_file(write_jsonl(tmp_path / "a.jsonl", GOOD_RECORDS[:1]))
+    store = open_store(None)
+    store.ingest_file(write_jsonl(tmp_path / "a.jsonl", GOOD_RECORDS[:1]))
     with pytest.raises(IngestError, match="already in the store"):
-        con.ingest_file(write_jsonl(tmp_path / "b.jsonl", GOOD_RECORDS[:1] + GOOD_RECORDS[1:2]))
-    assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
+        store.ingest_file(write_jsonl(tmp_path / "b.jsonl", GOOD_RECORDS[:1] + GOOD_RECORDS[1:2]))
+    assert store.con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,12 +278,12 @@ def _records(data) -> list[str]:
 
 
 def _outcome(path: Path, fast: bool) -> tuple:
-    con = open_store(None)
+    store = open_store(None)
     try:
-        con.ingest_file(path, IngestOptions(fast=fast))
+        store.ingest_file(path, IngestOptions(fast=fast))
     except IngestError as err:
         return ("failed", str(err))
-    return ("stored", store_rows(con))
+    return ("stored", store_rows(store))
 
 
 def _both_paths_agree(tmp_path_factory, data) -> None:
@@ -321,10 +321,10 @@ def test_both_paths_agree_on_many_random_files(tmp_path_factory) -> None:
 
 def test_the_fast_path_reads_every_canonical_field() -> None:
     from recovery.schema import CANONICAL_TRAJECTORY_KEYS, CANONICAL_TURN_KEYS
-    from recovery.store import fast_canonical
+    from recovery.store import fast_probe
 
-    assert set(fast_canonical._TOP_FIELDS) | {"turns"} == set(CANONICAL_TRAJECTORY_KEYS)
-    assert set(fast_canonical._TURN_FIELDS) == set(CANONICAL_TURN_KEYS)
+    assert set(fast_probe.TOP_FIELDS) | {"turns"} == set(CANONICAL_TRAJECTORY_KEYS)
+    assert set(fast_probe.TURN_FIELDS) == set(CANONICAL_TURN_KEYS)
 
 
 def test_a_repeated_turn_key_is_refused_by_both_paths(tmp_path: Path) -> None:
