@@ -24,11 +24,11 @@ accuracy beside their floors, the seconds it took and the CPU seconds of this pr
 (``time.process_time``: all its threads). ``--setting hindsight`` adds the outcome-aware
 floor (and lets ``structured`` read the outcome). Run one at a time on a shared machine:
 
-    .venv/bin/python bench/prm_cv.py --data sim --backbones structured,sklearn,tiny,minilm
-    .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome --backbones sklearn,tiny,minilm
+    .venv/bin/python bench/prm_cv.py --data sim --backbones structured,tfidf,tiny,minilm
+    .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome --backbones tfidf,tiny,minilm
     .venv/bin/python bench/prm_cv.py --data sim --tasks 50 --backbones smollm2
     .venv/bin/python bench/prm_cv.py --data tau --tau-labels outcome \\
-        --backbones structured,sklearn --fold-seeds 0,1,2,3,4
+        --backbones structured,tfidf --fold-seeds 0,1,2,3,4
     .venv/bin/python bench/prm_cv.py --data search --search-visible 0 --backbones structured \\
         --setting hindsight
 
@@ -161,7 +161,8 @@ def tau_store(folder: Path, tasks: int | None = None) -> Path:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", choices=("sim", "search", "tau"), default="sim")
-    parser.add_argument("--backbones", default="structured,sklearn,tiny,minilm")
+    parser.add_argument("--backbones", default="structured,tfidf,tiny,minilm",
+                        help="kinds (structured, tfidf) or backbones (tiny, minilm, ...)")
     parser.add_argument("--setting", choices=("blind", "hindsight"), default="blind")
     parser.add_argument("--samples", type=int, default=1,
                         help="sim: samples per task and policy (siblings for structured)")
@@ -246,6 +247,7 @@ def main() -> None:
     names = args.backbones.split(",")
 
     from prm.cv import CVConfig, cross_validate
+    from prm.kinds import KIND_NAMES
 
     import_shared_libraries()
     results, predictions = {}, {}
@@ -260,7 +262,9 @@ def main() -> None:
             store, labels = tau_store(folder, args.tau_tasks), args.tau_labels
         for seed in seeds:
             for backbone in names:
-                config = CVConfig(store=store, labels=labels, backbone=backbone,
+                which = ({"model_kind": backbone} if backbone in KIND_NAMES
+                         else {"backbone": backbone})
+                config = CVConfig(store=store, labels=labels, **which,
                                   folds=args.folds, seed=seed, threads=args.threads,
                                   progress=False, max_length=args.max_length,
                                   setting=args.setting)
