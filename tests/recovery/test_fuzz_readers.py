@@ -16,8 +16,9 @@ paths, links, named pipes, over-long names, random text). Besides the property a
 of the files outside the input may reach the store or a message, and no input may block (each
 runs under an alarm).
 
-The default suite runs a few examples per fixture (a few hundred in all); ``make test-slow``
-runs many more.
+This random search runs in ``make test-slow`` (a few hundred examples per fixture); the fast
+suite runs the fixed corpus of ``test_fuzz_readers_corpus.py`` (every mutation kind, two cases
+per format, the hostile folder shapes) with the same property.
 """
 
 from __future__ import annotations
@@ -235,9 +236,6 @@ def _fuzz(fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.Data
         con.close()
 
 
-FAST = settings(max_examples=25, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = settings(max_examples=400, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -257,15 +255,6 @@ def test_fixture_ingests_cleanly(fixture: Path) -> None:
         assert result.n_trajectories >= 1 and not result.skipped
     finally:
         con.close()
-
-
-@pytest.mark.parametrize("fixture", fixtures(), ids=lambda p: p.name)
-@FAST
-@given(data=st.data())
-def test_mutated_input_is_stored_or_refused_cleanly(
-    fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
-) -> None:
-    _fuzz(fixture, tmp_path_factory, data)
 
 
 @pytest.mark.slow
@@ -417,29 +406,10 @@ def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
         con.close()
 
 
-FOLDERS = settings(max_examples=15, deadline=None, derandomize=True,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                          HealthCheck.too_slow, HealthCheck.data_too_large])
 FOLDERS_SLOW = settings(max_examples=300, deadline=None,
                         suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                HealthCheck.too_slow,
                                                HealthCheck.data_too_large])
-
-
-@FOLDERS
-@given(data=st.data())
-def test_hostile_balrog_folder_is_stored_or_refused_cleanly(
-    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
-) -> None:
-    _fuzz_balrog_folder(tmp_path_factory.mktemp("balrog"), data)
-
-
-@FOLDERS
-@given(data=st.data())
-def test_hostile_continuation_is_stored_or_refused_cleanly(
-    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
-) -> None:
-    _fuzz_atif_continuation(tmp_path_factory.mktemp("atif"), data)
 
 
 @pytest.mark.slow
