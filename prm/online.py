@@ -163,23 +163,27 @@ class StructuredStepScorer:
         Returns:
             self; ``last_fit`` says whether this call fitted or kept the previous model.
         """
-        from prm.frozen import turn_rows
-        from prm.structured import StructuredStepModel
+        from prm.config import TrainConfig
+        from prm.data import TaskSplit
+        from prm.kinds import kind_class
+        from prm.kinds.base import FitData
         from recovery.errors import InputProblem
 
         trajectories = list(trajectories)
         # targets from the outcomes; the features without them unless scoring sees them
         examples, table, names = _from_store(trajectories, self.labels, self.setting,
                                              withhold_outcome=not self.outcome_at_scoring)
-        rows = turn_rows(examples).merge(table.drop(columns=["task_id", "run"]),
-                                         on=["traj_id", "t"], validate="one_to_one")
+        config = TrainConfig(model_kind="structured", labels=self.labels,
+                             label_base="outcome", setting=self.setting, seed=self.seed)
+        every_task = TaskSplit(seed=self.seed, fractions=(1.0, 0.0, 0.0),
+                               tasks={e.task_id: "train" for e in examples})
+        data = FitData(examples, every_task, features=(table.drop(columns="run"), names))
         try:
-            model = StructuredStepModel(setting=self.setting, seed=self.seed).fit(
-                rows, rows["target"].to_numpy(), names)
+            kind = kind_class("structured")(config, echo=lambda *_: None).fit(data)
         except InputProblem:  # all one class: nothing to learn, keep the previous model
-            self.last_fit = _kept(self.model is not None, len(rows))
+            self.last_fit = _kept(self.model is not None, sum(e.n_steps for e in examples))
             return self
-        self.model = model
+        self.model = kind.model
         self.n_fits += 1
         self.last_fit = "fitted"
         return self

@@ -37,6 +37,9 @@ class FitData:
             store's turns reads them there).
         resume_from: A checkpoint of the neural loop to continue from.
         shared: Label-free work that folds of one cross-validation share (features).
+        features: The turns' features and their names, computed by the caller (the online
+            scorers' sibling-free table); ``None``: a kind that reads features reads them
+            from ``store``.
     """
 
     examples: list[StepExample]
@@ -44,6 +47,7 @@ class FitData:
     store: Path | None = None
     resume_from: Path | None = None
     shared: dict[str, Any] = field(default_factory=dict)
+    features: tuple[pd.DataFrame, list[str]] | None = None
 
     def fitted(self, *parts: str) -> list[StepExample]:
         """The examples of the given parts of the split (default: train)."""

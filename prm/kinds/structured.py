@@ -91,6 +91,8 @@ class StructuredKind(PRMKind):
         from prm.structured import feature_rows, with_embeddings
         from recovery.store import open_store
 
+        if data.features is not None:
+            return data.features
         config = self.config
         key = f"structured:{config.setting}:{config.embeddings}"
         if key not in data.shared:

@@ -110,3 +110,24 @@ def test_prm_train_takes_model_kind_and_the_old_spelling_with_a_note(sim_store, 
     assert folder_kind(tmp_path / "a") == folder_kind(tmp_path / "b") == "tfidf"
     assert (tmp_path / "a" / "baseline.npz").read_bytes() == \
         (tmp_path / "b" / "baseline.npz").read_bytes()
+
+
+def test_the_online_structured_scorer_fits_through_the_registry(monkeypatch):
+    from prm.kinds.structured import StructuredKind
+    from prm.online import StructuredStepScorer
+    from tests.prm.conftest import make_trajectory
+
+    fits: list[str] = []
+    fit = StructuredKind.fit
+
+    def counted(self, data):
+        fits.append(self.config.setting)
+        return fit(self, data)
+
+    monkeypatch.setattr(StructuredKind, "fit", counted)
+    trajectories = [make_trajectory(f"q{i}", s, ["ok", "err"] if i % 2 else ["ok", "ok", "ok"])
+                    for i in range(6) for s in range(2)]
+    scorer = StructuredStepScorer(labels="outcome", setting="blind").fit(trajectories)
+    assert fits == ["blind"] and scorer.n_fits == 1
+    scores = scorer.score(trajectories[:2])
+    assert len(scores) == 6 and ((scores >= 0) & (scores <= 1)).all()
