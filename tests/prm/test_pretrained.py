@@ -68,9 +68,13 @@ def test_minilm_loads_offline_and_a_turn_never_sees_later_turns(minilm):
     np.testing.assert_allclose(scores[2], scores[0][:5], rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, tmp_path):
     """prm train --mode frozen keeps only the head, prm score reproduces the head's
-    probabilities, and prm cv reports every field with intervals and per-fold values."""
+    probabilities, and prm cv reports every field with intervals and per-fold values.
+
+    Slow (about 100 s on 2 cores): the fast suite runs the same commands over a tiny backbone
+    (tests/prm/test_frozen_cli_fast.py)."""
     from prm.data import load_step_examples
     from prm.kinds import load_model
     from recovery.store import open_store
