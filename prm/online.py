@@ -53,6 +53,7 @@ class TfidfStepScorer:
         self.n_fits = 0
         self.last_fit = "not fitted"
         self._baseline: Any = None
+        self._kind: Any = None
 
     def fit(self, trajectories: Sequence[Trajectory]) -> TfidfStepScorer:
         """Fit on the trajectories' turns (see the class docstring).
@@ -60,17 +61,22 @@ class TfidfStepScorer:
         Returns:
             self; ``last_fit`` says whether this call fitted or kept the previous model.
         """
-        from prm.baseline import TfidfStepBaseline, turn_frame
+        from prm.config import TrainConfig
+        from prm.kinds import kind_class
+        from prm.kinds.base import FitData
+        from recovery.errors import InputProblem
 
         examples = _step_examples(trajectories, self.labels)
-        frame = turn_frame(examples)
+        config = TrainConfig(model_kind="tfidf", labels=self.labels, label_base="outcome")
+        data = FitData(examples, _every_task_trains(examples), decisions=False)
         try:
-            self._baseline = TfidfStepBaseline(max_features=self.max_features).fit(
-                frame, frame["target"].to_numpy()
-            )
-        except ValueError:  # all one class: nothing to learn, keep the previous model
-            self.last_fit = _kept(self._baseline is not None, len(frame))
+            self._kind = kind_class("tfidf")(config, max_features=self.max_features,
+                                             echo=lambda *_: None).fit(data)
+        except (ValueError, InputProblem):  # all one class: keep the previous model
+            self.last_fit = _kept(self._baseline is not None,
+                                  sum(e.n_steps for e in examples))
             return self
+        self._baseline = self._kind.baseline
         self.n_fits += 1
         self.last_fit = "fitted"
         return self
@@ -105,11 +111,9 @@ class TfidfStepScorer:
 
     def save(self, directory: Path) -> None:
         """Write a model folder that ``prm score --model`` reads."""
-        from prm.baseline import save_baseline_model
-
         if self._baseline is None:
             raise ValueError("the scorer has not been fitted")
-        save_baseline_model(directory, self._baseline, labels=self.labels, label_base="outcome")
+        self._kind.save(directory)
 
 
 class StructuredStepScorer:
@@ -164,7 +168,6 @@ class StructuredStepScorer:
             self; ``last_fit`` says whether this call fitted or kept the previous model.
         """
         from prm.config import TrainConfig
-        from prm.data import TaskSplit
         from prm.kinds import kind_class
         from prm.kinds.base import FitData
         from recovery.errors import InputProblem
@@ -175,9 +178,8 @@ class StructuredStepScorer:
                                              withhold_outcome=not self.outcome_at_scoring)
         config = TrainConfig(model_kind="structured", labels=self.labels,
                              label_base="outcome", setting=self.setting, seed=self.seed)
-        every_task = TaskSplit(seed=self.seed, fractions=(1.0, 0.0, 0.0),
-                               tasks={e.task_id: "train" for e in examples})
-        data = FitData(examples, every_task, features=(table.drop(columns="run"), names))
+        data = FitData(examples, _every_task_trains(examples, self.seed),
+                       features=(table.drop(columns="run"), names))
         try:
             kind = kind_class("structured")(config, echo=lambda *_: None).fit(data)
         except InputProblem:  # all one class: nothing to learn, keep the previous model
@@ -216,6 +218,14 @@ def _kept(had_model: bool, n_turns: int) -> str:
                f"learn, {what}")
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     return message
+
+
+def _every_task_trains(examples: Sequence[Any], seed: int = 0) -> Any:
+    """A task split with every task of ``examples`` in train (an online fit holds none out)."""
+    from prm.data import TaskSplit
+
+    return TaskSplit(seed=seed, fractions=(1.0, 0.0, 0.0),
+                     tasks={e.task_id: "train" for e in examples})
 
 
 def _step_examples(trajectories: Sequence[Trajectory], labels: str) -> list[Any]:

@@ -40,6 +40,8 @@ class FitData:
         features: The turns' features and their names, computed by the caller (the online
             scorers' sibling-free table); ``None``: a kind that reads features reads them
             from ``store``.
+        decisions: Choose the decision threshold (inner folds); off where only scores are
+            read (the online scorers).
     """
 
     examples: list[StepExample]
@@ -48,6 +50,7 @@ class FitData:
     resume_from: Path | None = None
     shared: dict[str, Any] = field(default_factory=dict)
     features: tuple[pd.DataFrame, list[str]] | None = None
+    decisions: bool = True
 
     def fitted(self, *parts: str) -> list[StepExample]:
         """The examples of the given parts of the split (default: train)."""

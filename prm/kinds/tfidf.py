@@ -32,8 +32,10 @@ class TfidfKind(PRMKind):
     spec_kind = "sklearn"
     """The ``kind`` its ``prm_config.json`` holds."""
 
-    def __init__(self, config: Any = None, **kwargs: Any):
+    def __init__(self, config: Any = None, *, max_features: int | None = None, **kwargs: Any):
         super().__init__(config, **kwargs)
+        self.max_features = max_features
+        """Vocabulary size per text field (``None``: the baseline's default)."""
         self.baseline: Any = None
         self.spec: PRMSpec | None = None
 
@@ -64,10 +66,12 @@ class TfidfKind(PRMKind):
         if not learnable(frame["target"].to_numpy()):
             raise InputProblem(f"the targets of the train split of {self.config.store} are all "
                                "one class: nothing to learn")
-        self.baseline = TfidfStepBaseline().fit(frame, frame["target"].to_numpy())
+        sizes = {} if self.max_features is None else {"max_features": self.max_features}
+        self.baseline = TfidfStepBaseline(**sizes).fit(frame, frame["target"].to_numpy())
+        threshold = _inner_threshold(train, self.config.seed) if data.decisions else 0.5
         self.spec = PRMSpec(kind=self.spec_kind, backbone="sklearn", labels=self.config.labels,
                             label_base=self.config.label_base,
-                            error_threshold=_inner_threshold(train, self.config.seed))
+                            error_threshold=threshold)
         self.split, self.result = data.split, self._new_result(data, n_train=len(train))
         self.result.n_validation = 0
         self.result.wall_s = time.perf_counter() - started

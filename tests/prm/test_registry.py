@@ -112,22 +112,25 @@ def test_prm_train_takes_model_kind_and_the_old_spelling_with_a_note(sim_store, 
         (tmp_path / "b" / "baseline.npz").read_bytes()
 
 
-def test_the_online_structured_scorer_fits_through_the_registry(monkeypatch):
+def test_the_online_scorers_fit_through_the_registry(monkeypatch, tmp_path):
     from prm.kinds.structured import StructuredKind
-    from prm.online import StructuredStepScorer
+    from prm.kinds.tfidf import TfidfKind
+    from prm.online import StructuredStepScorer, TfidfStepScorer
     from tests.prm.conftest import make_trajectory
 
     fits: list[str] = []
-    fit = StructuredKind.fit
+    for cls in (StructuredKind, TfidfKind):
+        def counted(self, data, fit=cls.fit):
+            fits.append(self.name)
+            return fit(self, data)
 
-    def counted(self, data):
-        fits.append(self.config.setting)
-        return fit(self, data)
-
-    monkeypatch.setattr(StructuredKind, "fit", counted)
+        monkeypatch.setattr(cls, "fit", counted)
     trajectories = [make_trajectory(f"q{i}", s, ["ok", "err"] if i % 2 else ["ok", "ok", "ok"])
                     for i in range(6) for s in range(2)]
     scorer = StructuredStepScorer(labels="outcome", setting="blind").fit(trajectories)
-    assert fits == ["blind"] and scorer.n_fits == 1
-    scores = scorer.score(trajectories[:2])
-    assert len(scores) == 6 and ((scores >= 0) & (scores <= 1)).all()
+    tfidf = TfidfStepScorer(labels="outcome").fit(trajectories)
+    assert fits == ["structured", "tfidf"] and scorer.n_fits == tfidf.n_fits == 1
+    for scores in (scorer.score(trajectories[:2]), tfidf.score(trajectories[:2])):
+        assert len(scores) == 6 and ((scores >= 0) & (scores <= 1)).all()
+    tfidf.save(tmp_path / "tfidf")
+    assert folder_kind(tmp_path / "tfidf") == "tfidf"
