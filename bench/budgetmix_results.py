@@ -122,9 +122,9 @@ def behaviour(store: Path) -> dict[str, dict[str, dict[str, float]]]:
     choices outside a spell and of ``retry`` among those inside one."""
     from recovery.store import open_store
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        rows = con.execute(
+        rows = opened.con.execute(
             """
             SELECT tr.run, tr.budget,
                    avg((c = 'fast')::INT) FILTER (WHERE c IN ('fast', 'safe'))     AS fast,
@@ -135,7 +135,7 @@ def behaviour(store: Path) -> dict[str, dict[str, dict[str, float]]]:
             """
         ).fetchall()
     finally:
-        con.close()
+        opened.close()
     out: dict[str, dict[str, dict[str, float]]] = {}
     for run, budget, fast, retry in rows:
         out.setdefault(run, {})[str(budget)] = {"fast": fast, "retry": retry}

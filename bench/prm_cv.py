@@ -68,14 +68,14 @@ def sim_store(folder: Path, tasks: int, seed: int, overrides: dict[str, float] |
     from recovery.store import open_store
 
     store = folder / f"sim-{tasks}.duckdb"
-    con = open_store(store)
+    opened = open_store(store)
     policies = {name: replace(PRESETS[name], **(overrides or {})) for name in ("base", "rl")}
     config = SimConfig(policies=policies, n_tasks=tasks, n_samples=samples,
                        budgets=[30], seed=seed)
     for trajectories in simulate(config).values():
-        con.ingest_trajectories(trajectories)
-    con.execute(TRUTH_LABELS_SQL)
-    con.close()
+        opened.ingest_trajectories(trajectories)
+    opened.con.execute(TRUTH_LABELS_SQL)
+    opened.close()
     return store
 
 
@@ -133,9 +133,9 @@ def search_store(folder: Path, seed: int, visible: float) -> Path:
     from recovery.store import open_store
 
     store = folder / "search.duckdb"
-    con = open_store(store)
-    con.ingest_trajectories(search_trajectories(seed, visible), source="bench-search")
-    con.close()
+    opened = open_store(store)
+    opened.ingest_trajectories(search_trajectories(seed, visible), source="bench-search")
+    opened.close()
     return store
 
 
@@ -147,14 +147,14 @@ def tau_store(folder: Path, tasks: int | None = None) -> Path:
     if not TAU_AIRLINE.exists():
         raise SystemExit(f"{TAU_AIRLINE} not found")
     store = folder / "tau-airline.duckdb"
-    con = open_store(store)
-    con.ingest_file(TAU_AIRLINE)
+    opened = open_store(store)
+    opened.ingest_file(TAU_AIRLINE)
     if tasks is not None:
         keep = ("SELECT traj_id FROM trajectories WHERE task_id IN (SELECT DISTINCT task_id "
                 f"FROM trajectories ORDER BY task_id LIMIT {int(tasks)})")
         for table in ("turns", "error_spells", "trajectories"):
-            con.execute(f"DELETE FROM {table} WHERE traj_id NOT IN ({keep})")
-    con.close()
+            opened.con.execute(f"DELETE FROM {table} WHERE traj_id NOT IN ({keep})")
+    opened.close()
     return store
 
 

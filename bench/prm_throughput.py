@@ -76,12 +76,12 @@ def build_store(kind: str, directory: Path) -> Path:
     from recovery.store import open_store
 
     store = directory / "bench.duckdb"
-    con = open_store(store)
+    opened = open_store(store)
     try:
         if kind == "tau":
             if not TAU_AIRLINE.exists():
                 raise SystemExit(f"tau-bench data not found at {TAU_AIRLINE}; use --data sim")
-            con.ingest_file(TAU_AIRLINE)
+            opened.ingest_file(TAU_AIRLINE)
         else:
             from recovery.simulate import PRESETS, SimConfig, write_runs
 
@@ -91,9 +91,9 @@ def build_store(kind: str, directory: Path) -> Path:
                 directory / "runs",
             )
             for path in paths:
-                con.ingest_file(path)
+                opened.ingest_file(path)
     finally:
-        con.close()
+        opened.close()
     return store
 
 
@@ -102,11 +102,11 @@ def train_examples(store: Path, seed: int):
     from prm.data import TaskSplit, load_step_examples
     from recovery.store import open_store
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        examples = load_step_examples(con, "outcome")
+        examples = load_step_examples(opened.con, "outcome")
     finally:
-        con.close()
+        opened.close()
     return TaskSplit.make(examples, seed=seed).select(examples, "train")
 
 

@@ -45,10 +45,10 @@ def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     from recovery.formats.whowhen import read
     from recovery.store import open_store
 
-    con = open_store(None)
-    con.ingest_trajectories([t for t in read(folder, ReadOptions()) if hasattr(t, "turns")])
-    table, names, _ = feature_rows(con, "hindsight")
-    facts = con.execute(
+    store = open_store(None)
+    store.ingest_trajectories([t for t in read(folder, ReadOptions()) if hasattr(t, "turns")])
+    table, names, _ = feature_rows(store.con, "hindsight")
+    facts = store.con.execute(
         """
         SELECT u.traj_id, u.t, json_extract_string(u.meta, '$.agent') AS agent,
                coalesce(u.label = -1, false) AS decisive, tr.n_turns,
@@ -56,7 +56,7 @@ def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
         FROM turns u JOIN trajectories tr USING (traj_id) ORDER BY u.traj_id, u.t
         """
     ).df()
-    con.close()
+    store.close()
     table = table.merge(facts[["traj_id", "t", "agent", "decisive"]], on=["traj_id", "t"])
     runs = facts.loc[facts["decisive"]].rename(columns={"t": "step"})[
         ["traj_id", "step", "n_turns", "mistake_agent"]]

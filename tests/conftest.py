@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from recovery.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 TAU_AIRLINE = SHARED_DATA / "tau-bench" / "gpt-4o-airline.json"
 
 
-def simulated_store(config, path: str | Path | None = None):
+def simulated_store(config, path: str | Path | None = None) -> Store:
     """A store (in memory, or the DuckDB file ``path``) holding every run of a simulator config.
 
     Args:
@@ -19,15 +23,15 @@ def simulated_store(config, path: str | Path | None = None):
         path: The store file; ``None`` = in memory.
 
     Returns:
-        The open connection; the caller closes it.
+        The open store; the caller closes it.
     """
     from recovery.simulate import simulate
     from recovery.store import open_store
 
-    connection = open_store(path)
+    store = open_store(path)
     for trajectories in simulate(config).values():
-        connection.ingest_trajectories(trajectories)
-    return connection
+        store.ingest_trajectories(trajectories)
+    return store
 
 
 @pytest.fixture
@@ -39,10 +43,16 @@ def tau_airline() -> Path:
 
 
 @pytest.fixture
-def con():
-    """A fresh in-memory store."""
+def memory_store():
+    """A fresh in-memory store: write through its methods, read through ``con``."""
     from recovery.store import open_store
 
-    connection = open_store(None)
-    yield connection
-    connection.close()
+    store = open_store(None)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def con(memory_store):
+    """The connection of :func:`memory_store` (the same tables), for reading."""
+    return memory_store.con

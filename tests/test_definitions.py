@@ -69,9 +69,9 @@ def store_spells(con) -> list[tuple]:
 def sim_con():
     config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=60,
                        n_samples=4, budgets=[30], seed=3)
-    con = simulated_store(config)
-    yield con
-    con.close()
+    store = simulated_store(config)
+    yield store.con
+    store.close()
 
 
 def test_store_spells_equal_the_turn_by_turn_reference_on_the_simulator(sim_con) -> None:
@@ -81,25 +81,25 @@ def test_store_spells_equal_the_turn_by_turn_reference_on_the_simulator(sim_con)
 
 
 def test_store_spells_equal_the_reference_on_tau_bench(tau_airline) -> None:
-    con = open_store(None)
-    con.ingest_file(tau_airline)
-    spells = store_spells(con)
+    store = open_store(None)
+    store.ingest_file(tau_airline)
+    spells = store_spells(store.con)
     assert len(spells) == 67
-    assert spells == reference_spells(con)
+    assert spells == reference_spells(store.con)
 
 
 def test_unknown_outcome_open_spell_is_not_fatal() -> None:
-    con = open_store(None)
+    store = open_store(None)
 
 
     turns = [Turn("a", "Error: x"), Turn("b", "Error: y")]
-    con.ingest_trajectories([Trajectory("r", "t", turns, success=None),
+    store.ingest_trajectories([Trajectory("r", "t", turns, success=None),
                               Trajectory("r", "u", list(turns), success=False)])
-    fatal = dict(con.execute(
+    fatal = dict(store.con.execute(
         "SELECT tr.task_id, s.fatal FROM error_spells s JOIN trajectories tr USING (traj_id)"
     ).fetchall())
     assert fatal == {"t": False, "u": True}
-    assert store_spells(con) == reference_spells(con)
+    assert store_spells(store.con) == reference_spells(store.con)
 
 
 def test_analyses_spells_equal_the_stores(sim_con) -> None:
@@ -142,20 +142,20 @@ def test_spell_membership_one_rule_for_every_consumer(tmp_path: Path) -> None:
 
     path = tmp_path / "odd.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in odd_spell_records()))
-    con = open_store(None)
-    con.ingest_file(path)
-    spells = con.execute(
+    store = open_store(None)
+    store.ingest_file(path)
+    spells = store.con.execute(
         "SELECT tr.task_id, s.start_t, s.end_t, s.recovered, s.recovered_at, s.fatal "
         "FROM error_spells s JOIN trajectories tr USING (traj_id) ORDER BY tr.task_id"
     ).fetchall()
     # own: the mark on the success turn starts no spell, and the spell at t = 2 recovers there;
     # after: nothing after the success turn counts; fail: an open spell that is fatal.
     assert spells == [("fail", 2, 3, False, None, True), ("own", 2, 2, True, 3, False)]
-    assert store_spells(con) == reference_spells(con)
+    assert store_spells(store.con) == reference_spells(store.con)
     # the marks themselves stay as the data gave them
-    (n_marked,) = con.execute("SELECT count(*) FROM turns WHERE is_error").fetchone()
+    (n_marked,) = store.con.execute("SELECT count(*) FROM turns WHERE is_error").fetchone()
     assert n_marked == 6
-    traj, flags = trajectories_frame(con), turn_flags_frame(con)
+    traj, flags = trajectories_frame(store.con), turn_flags_frame(store.con)
     # the frames' spells (the same query over frames)
     from_frames = spells_of_frames(traj, flags)
     assert sorted(zip(from_frames["start_t"], from_frames["end_t"], strict=True)) == [
@@ -165,13 +165,13 @@ def test_spell_membership_one_rule_for_every_consumer(tmp_path: Path) -> None:
     numpy_rule = in_spell(merged["is_error"].to_numpy(dtype=bool), merged["t"].to_numpy(),
                           merged["success"].to_numpy(dtype=bool), success_turns(merged),
                           merged["n_turns"].to_numpy())
-    sql_rule = con.execute(
+    sql_rule = store.con.execute(
         "SELECT u.is_error AND " + in_spell_sql("u.t", "tr.success", "tr.success_turn",
                                                 "tr.n_turns") +
         " FROM turns u JOIN trajectories tr USING (traj_id) WHERE u.traj_id = ? AND u.t = ?",
         [merged["traj_id"].iloc[0], int(merged["t"].iloc[0])]).fetchone()
     assert sql_rule[0] == bool(numpy_rule[0])
-    sql_all = dict(((tid, t), v) for tid, t, v in con.execute(
+    sql_all = dict(((tid, t), v) for tid, t, v in store.con.execute(
         "SELECT u.traj_id, u.t, u.is_error AND " + in_spell_sql(
             "u.t", "tr.success", "tr.success_turn", "tr.n_turns") +
         " FROM turns u JOIN trajectories tr USING (traj_id)").fetchall())
@@ -266,14 +266,14 @@ def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
     plain.write_text("".join(json.dumps(r) + "\n" for r in records))
     gz_like = tmp_path / "runs2.jsonl"  # an unknown key sends this copy to the Python reader
     gz_like.write_text("".join(json.dumps(r | {"extra": 1, "run": "py"}) + "\n" for r in records))
-    con = open_store(None)
-    con.ingest_file(plain)
-    con.ingest_file(gz_like)
-    stored = {(run, task): turn for run, task, turn in con.execute(
+    store = open_store(None)
+    store.ingest_file(plain)
+    store.ingest_file(gz_like)
+    stored = {(run, task): turn for run, task, turn in store.con.execute(
         "SELECT run, task_id, success_turn FROM trajectories").fetchall()}
     for run in ("runs", "py"):
         assert {k[1]: v for k, v in stored.items() if k[0] == run} == expected
-    frame = trajectories_frame(con)
+    frame = trajectories_frame(store.con)
     got = dict(zip(frame["run"] + "/" + frame["task_id"], success_turns(frame), strict=True))
     for run in ("runs", "py"):
         for task, turn in expected.items():
@@ -326,11 +326,11 @@ def test_analyze_and_budgetmix_plan_read_a_store_in_one_mode(budgets: list[int])
 
     config = load_config("budget-aware")
     config.n_tasks, config.n_samples, config.budgets = 20, 2, budgets
-    con = simulated_store(config)
-    report = build_report(con, None, ReportOptions(n_boot=0, strata=1, mode="auto"))
-    _, info = budget_evidence(con, budgets, mode="auto")
+    store = simulated_store(config)
+    report = build_report(store.con, None, ReportOptions(n_boot=0, strata=1, mode="auto"))
+    _, info = budget_evidence(store.con, budgets, mode="auto")
     assert report.mode == info["mode"] == ("budgeted" if len(budgets) > 1 else "truncation")
-    con.close()
+    store.close()
 
 
 # --------------------------------------------------------------------------------------------

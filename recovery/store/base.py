@@ -66,12 +66,6 @@ class Store(abc.ABC):
         self.location = location
         self.read_only = read_only
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for names the store does not define: the connection's methods.
-        if name == "con":  # not set yet (unpickling, a half-built object): no recursion
-            raise AttributeError(name)
-        return getattr(self.con, name)
-
     def __enter__(self) -> Store:
         return self
 

@@ -131,10 +131,10 @@ def test_sampled_crossover_agrees_with_the_simulators_truth(tmp_path) -> None:
     from recovery.store import open_store
 
     config = load_config("crossover")
-    con = open_store(None)
+    store = open_store(None)
     for path in write_runs(config, tmp_path):
-        con.ingest_file(path)
-    traj = trajectories_frame(con)
+        store.ingest_file(path)
+    traj = trajectories_frame(store.con)
     tasks = draw_tasks(config)
     diff = budget_difference(traj, "hasty", "careful", t_max=60, n_boot=200)
     truth = (success_curve(config.policies["careful"], config.tasks, tasks, 60)

@@ -55,9 +55,9 @@ def _trajectories(written: dict[str, int] | None = None) -> list[Trajectory]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("caps") / "caps.duckdb"
-    con = open_store(path)
-    con.ingest_trajectories(_trajectories())
-    con.close()
+    store = open_store(path)
+    store.ingest_trajectories(_trajectories())
+    store.close()
     return path
 
 
@@ -116,11 +116,11 @@ def test_max_turns_names_a_run_an_environment_or_both() -> None:
 def test_the_report_counts_what_it_censors(store: Path) -> None:
     from analyses.report import ReportOptions, build_report
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        report = build_report(con, None, ReportOptions(n_boot=0, strata=1))
+        report = build_report(opened.con, None, ReportOptions(n_boot=0, strata=1))
     finally:
-        con.close()
+        opened.close()
     for run in RUNS:
         q = report.data_quality[run]
         assert q.end_reasons["budget"] == q.n_budget_hit == N_CAPPED
@@ -140,11 +140,11 @@ def test_the_report_counts_what_it_censors(store: Path) -> None:
 def test_the_timeline_ends_capped_rows_by_budget(store: Path, task: str, cap: int) -> None:
     from recovery.graph import task_timeline
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        timeline = task_timeline(con, task)
+        timeline = task_timeline(opened.con, task)
     finally:
-        con.close()
+        opened.close()
     labels = [(len(r.cells), r.end_label) for r in timeline.rows]
     n_capped = sum(n == cap and not ok for n, ok in _episodes(cap)) * len(RUNS)
     assert labels.count((cap, f"budget (cap {cap})")) == n_capped
@@ -168,14 +168,14 @@ def test_the_turn_graph_of_a_capped_episode_says_it_ran_out_of_turns(store: Path
     from recovery.graph import turn_graph
     from recovery.graph.draw import graph_figure
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        (capped_id,), (natural_id,) = (con.execute(
+        (capped_id,), (natural_id,) = (opened.con.execute(
             "SELECT traj_id FROM trajectories WHERE run = 'a' AND task_id = 'babyai/goto' "
             "AND sample = ?", [sample]).fetchone() for sample in (0, 5))
-        capped, natural = turn_graph(con, capped_id), turn_graph(con, natural_id)
+        capped, natural = turn_graph(opened.con, capped_id), turn_graph(opened.con, natural_id)
     finally:
-        con.close()
+        opened.close()
     assert (capped.graph["end_reason"], capped.graph["cap"]) == ("budget", 64)
     assert natural.graph["end_reason"] == "failure" and "cap" not in natural.graph
     figure = graph_figure(capped)

@@ -193,20 +193,20 @@ def simulated(case: str, seed: int = 0, n_tasks: int = 1000
         policies={"base": base, "cand": candidate}, n_tasks=n_tasks, n_samples=8, budgets=[40],
         seed=seed,
     )
-    con = simulated_store(config)
+    store = simulated_store(config)
     try:
-        traj = trajectories_frame(con)
+        traj = trajectories_frame(store.con)
         flags = {}
         for name, condition in (
             ("all", "(meta->>'true_error') IS NOT NULL"),
             ("visible", "coalesce(meta->>'true_error', '') = 'visible'"),
         ):
-            flags[name] = con.execute(
+            flags[name] = store.con.execute(
                 f"SELECT traj_id, t, {condition} AS is_error, NULL AS error_kind FROM turns "
                 "ORDER BY traj_id, t"
             ).df()
     finally:
-        con.close()
+        store.close()
     return traj, flags["all"], flags["visible"]
 
 

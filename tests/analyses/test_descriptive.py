@@ -123,11 +123,11 @@ def test_matched_state_errors_by_hand():
 
 
 
-def test_real_tau_bench_airline(tau_airline, con):
+def test_real_tau_bench_airline(tau_airline, con, memory_store):
     from analyses.frames import spells_frame, trajectories_frame, turn_flags_frame
 
 
-    con.ingest_file(tau_airline)
+    memory_store.ingest_file(tau_airline)
     traj, flags = trajectories_frame(con), turn_flags_frame(con)
     run = traj["run"].iloc[0]
     desc = descriptive(traj, flags, [None]).iloc[0]

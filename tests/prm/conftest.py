@@ -94,13 +94,13 @@ def ternary_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.conftest import simulated_store
 
     store = tmp_path_factory.mktemp("prm-ternary") / "ternary.duckdb"
-    con = simulated_store(
+    opened = simulated_store(
         SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]}, n_tasks=12,
                   n_samples=2, budgets=[8], seed=3),
         store,
     )
-    con.execute(TRUTH_LABELS_SQL)
-    con.close()
+    opened.con.execute(TRUTH_LABELS_SQL)
+    opened.close()
     return store
 
 

@@ -44,11 +44,11 @@ def test_baseline_train_score_eval_and_export(store, tmp_path):
             "--labels", "recovery")
     output = _invoke("score", "--store", str(store), "--model", str(out), "--name", "tfidf")
     assert "as model 'tfidf'" in output
-    con = open_store(store, read_only=True)
-    n_scores, n_turns = con.execute(
+    opened = open_store(store, read_only=True)
+    n_scores, n_turns = opened.con.execute(
         "SELECT (SELECT count(*) FROM step_scores WHERE model = 'tfidf'), "
         "(SELECT count(*) FROM turns)").fetchone()
-    con.close()
+    opened.close()
     assert n_scores == n_turns
     report_path = tmp_path / "eval.json"
     output = _invoke("eval", "--store", str(store), "--model", str(out), "--split", "all",

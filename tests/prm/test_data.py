@@ -36,8 +36,8 @@ def test_split_gives_every_split_a_task_when_there_are_three():
         split_tasks(["a"], fractions=(0.5, 0.1, 0.1))
 
 
-def test_examples_hold_every_turn_in_order_and_samples_of_a_task_share_a_split(con):
-    con.ingest_trajectories([
+def test_examples_hold_every_turn_in_order_and_samples_of_a_task_share_a_split(con, memory_store):
+    memory_store.ingest_trajectories([
         make_trajectory(f"t{task}", sample, ["ok", "err", "ok"], prompt=f"task {task}")
         for task in range(12) for sample in range(3)
     ])
@@ -67,8 +67,8 @@ def test_task_split_round_trips_and_counts_new_tasks_as_test(tmp_path):
     assert loaded.split_of("a") == "train" and loaded.split_of("never-seen") == "test"
 
 
-def test_trl_records_use_boolean_labels_and_leave_out_unknown_steps(con):
-    con.ingest_trajectories([make_trajectory("t", 0, ["ok", "err"]),
+def test_trl_records_use_boolean_labels_and_leave_out_unknown_steps(con, memory_store):
+    memory_store.ingest_trajectories([make_trajectory("t", 0, ["ok", "err"]),
                               make_trajectory("u", 0, ["ok", "label-"])])
     examples = load_step_examples(con, "data")
     records, left_out = trl_records(examples)
@@ -83,19 +83,19 @@ def test_trl_records_use_boolean_labels_and_leave_out_unknown_steps(con):
 def test_export_trl_loads_and_matches_the_store(sim_store, tmp_path):
     load_dataset = pytest.importorskip("datasets", reason="the bench extra").load_dataset
 
-    con = open_store(sim_store, read_only=True)
+    store = open_store(sim_store, read_only=True)
     out = tmp_path / "trl.jsonl"
-    written, left_out = export_trl(con, out, labels="recovery")
+    written, left_out = export_trl(store.con, out, labels="recovery")
     assert left_out == 0
     dataset = load_dataset("json", data_files=str(out), split="train")
-    assert len(dataset) == written == con.execute("SELECT count(*) FROM trajectories").fetchone()[0]
+    assert len(dataset) == written == store.con.execute("SELECT count(*) FROM trajectories").fetchone()[0]
     assert {"prompt", "completions", "labels"} <= set(dataset.column_names)
     rows = {row["traj_id"]: row for row in dataset}
-    stored = con.execute(
+    stored = store.con.execute(
         "SELECT traj_id, t, action, observation, is_error FROM turns ORDER BY traj_id, t"
     ).fetchall()
-    prompts = dict(con.execute("SELECT traj_id, prompt FROM trajectories").fetchall())
-    con.close()
+    prompts = dict(store.con.execute("SELECT traj_id, prompt FROM trajectories").fetchall())
+    store.close()
     for traj_id, t, action, observation, is_error in stored:
         row = rows[traj_id]
         assert row["completions"][t - 1] == step_text(action, observation)
@@ -115,9 +115,9 @@ def test_trl_prm_trainer_tokenises_an_exported_row(sim_store, tmp_path):
 
     from prm.tokenize import train_tokenizer
 
-    con = open_store(sim_store, read_only=True)
-    export_trl(con, tmp_path / "trl.jsonl")
-    con.close()
+    store = open_store(sim_store, read_only=True)
+    export_trl(store.con, tmp_path / "trl.jsonl")
+    store.close()
     row = json.loads((tmp_path / "trl.jsonl").read_text().splitlines()[0])
     tokenizer = train_tokenizer([row["prompt"], *row["completions"]], vocab_size=300)
     tokenised = PRMTrainer.tokenize_row(row, tokenizer, "\n", None, None, False, False)

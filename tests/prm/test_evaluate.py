@@ -114,13 +114,13 @@ def test_best_of_k_over_groups_and_trajectory_scores():
 
 def test_evaluate_model_reports_every_metric(trained_tiny, sim_store):
     model_dir, _ = trained_tiny
-    con = open_store(sim_store, read_only=True)
+    store = open_store(sim_store, read_only=True)
     try:
-        report = evaluate_model(con, model_dir, split="all", ks=(1, 3))
-        test_only = evaluate_model(con, model_dir, split="test", ks=(1,))
-        n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]
+        report = evaluate_model(store.con, model_dir, split="all", ks=(1, 3))
+        test_only = evaluate_model(store.con, model_dir, split="test", ks=(1,))
+        n_turns = store.con.execute("SELECT count(*) FROM turns").fetchone()[0]
     finally:
-        con.close()
+        store.close()
     assert report.n_trajectories == 96 and report.n_turns == n_turns
     assert 0.0 <= report.step_auroc <= 1.0 and 0.0 <= report.ece <= 1.0
     assert report.processbench["f1"] is not None

@@ -234,11 +234,11 @@ def test_step_features_table_has_every_family_and_no_duplicate_column():
     assert not out.notes
 
 
-def test_load_turn_frame_reads_marks_from_a_store(con):
+def test_load_turn_frame_reads_marks_from_a_store(con, memory_store):
 
     from tests.prm.conftest import make_trajectory
 
-    con.ingest_trajectories([make_trajectory("t1", 0, ["ok", "err", "ok"])])
+    memory_store.ingest_trajectories([make_trajectory("t1", 0, ["ok", "err", "ok"])])
     frame = F.load_turn_frame(con)
     assert list(frame.columns) == list(F.FRAME_COLUMNS)
     assert list(frame["is_error"]) == [False, True, False]

@@ -189,8 +189,8 @@ def _fuzz_structured(source: Path, store: Path, work: Path, data: st.DataObject)
     with deadline(60):
         try:
             model, _ = StructuredStepModel.load(folder)
-            with open_store(store, read_only=True, must_exist=True) as con:
-                scores = score_structured(con.con, model)
+            with open_store(store, read_only=True, must_exist=True) as opened:
+                scores = score_structured(opened.con, model)
         except Problem as err:
             _one_line(err)
             return
@@ -296,8 +296,8 @@ def test_the_valid_folders_load_and_score(structured_model: Path, tokenizer_fold
     from recovery.store import open_store
 
     model, _ = StructuredStepModel.load(structured_model)
-    with open_store(ternary, read_only=True, must_exist=True) as con:
-        scores = score_structured(con.con, model)["score"]
+    with open_store(ternary, read_only=True, must_exist=True) as store:
+        scores = score_structured(store.con, model)["score"]
     assert len(scores) and scores.between(0, 1).all() and not math.isnan(scores.sum())
     assert tokenise(load_tokenizer(tokenizer_folder), ["lookup(id=12)"])[0]
 

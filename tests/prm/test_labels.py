@@ -17,10 +17,10 @@ def _targets(con, source: str, **kwargs) -> dict[tuple[str, int], float]:
     return {(runs[r.traj_id], int(r.t)): r.target for r in frame.itertuples()}
 
 
-def test_data_labels_map_minus_one_one_to_zero_one_and_keep_soft_values(con):
+def test_data_labels_map_minus_one_one_to_zero_one_and_keep_soft_values(con, memory_store):
     turns = [Turn("a", "x", label=-1.0), Turn("b", "y", label=1.0), Turn("c", "z", label=0.46),
              Turn("d", "w")]
-    con.ingest_trajectories([Trajectory(run="p", task_id="t", turns=turns, success=True,
+    memory_store.ingest_trajectories([Trajectory(run="p", task_id="t", turns=turns, success=True,
                                          sample=0)])
     got = _targets(con, "data")
     assert got[("t/0", 1)] == 0.0
@@ -29,8 +29,8 @@ def test_data_labels_map_minus_one_one_to_zero_one_and_keep_soft_values(con):
     assert math.isnan(got[("t/0", 4)])
 
 
-def test_error_and_outcome_labels(con):
-    con.ingest_trajectories([
+def test_error_and_outcome_labels(con, memory_store):
+    memory_store.ingest_trajectories([
         make_trajectory("a", 0, ["ok", "err", "ok"], success=True),
         make_trajectory("a", 1, ["ok", "ok"], success=False),
         Trajectory(run="p", task_id="b", turns=[Turn("x", "y")], success=None, sample=0),
@@ -56,8 +56,8 @@ def _mc_task() -> list[Trajectory]:
     ]
 
 
-def test_mc_labels_are_the_success_rate_of_the_same_action_from_the_same_state(con):
-    con.ingest_trajectories(_mc_task())
+def test_mc_labels_are_the_success_rate_of_the_same_action_from_the_same_state(con, memory_store):
+    memory_store.ingest_trajectories(_mc_task())
     got = _targets(con, "mc")
     # Counted by hand: from the root, "search" was taken by samples 0, 1, 3 (one success);
     # after "found alpha", "book" by 0 and 3 (one success), "cancel" by 1 (failure).
@@ -70,8 +70,8 @@ def test_mc_labels_are_the_success_rate_of_the_same_action_from_the_same_state(c
     assert got == pytest.approx(expected)
 
 
-def test_mc_labels_of_a_subset_still_count_every_sample_of_the_task(con):
-    con.ingest_trajectories(_mc_task())
+def test_mc_labels_of_a_subset_still_count_every_sample_of_the_task(con, memory_store):
+    memory_store.ingest_trajectories(_mc_task())
     first = con.execute("SELECT traj_id FROM trajectories WHERE sample = 0").fetchone()[0]
     frame = mc_targets(con, [first])
     assert frame["traj_id"].unique().tolist() == [first]
@@ -79,8 +79,8 @@ def test_mc_labels_of_a_subset_still_count_every_sample_of_the_task(con):
     assert frame["n_action"].tolist() == [3, 2]
 
 
-def test_recovery_labels(con):
-    con.ingest_trajectories([
+def test_recovery_labels(con, memory_store):
+    memory_store.ingest_trajectories([
         make_trajectory("r", 0, ["ok", "err", "err", "ok", "ok"], success=True),
         make_trajectory("r", 1, ["ok", "ok", "err", "err"], success=False),
         make_trajectory("r", 2, ["ok", "err", "ok", "ok"], success=False),
@@ -94,8 +94,8 @@ def test_recovery_labels(con):
     assert [got[("r/2", t)] for t in range(1, 5)] == [0.0, 0.0, 1.0, 0.0]
 
 
-def test_recovery_labels_take_other_turns_from_mc(con):
-    con.ingest_trajectories([
+def test_recovery_labels_take_other_turns_from_mc(con, memory_store):
+    memory_store.ingest_trajectories([
         make_trajectory("r", 0, ["ok", "err", "ok", "ok"], success=True),
         make_trajectory("r", 1, ["ok", "ok", "ok"], success=False),
     ])
@@ -108,7 +108,7 @@ def test_recovery_labels_take_other_turns_from_mc(con):
     assert recovery[("r/0", 1)] == pytest.approx(0.5)
 
 
-def test_advantage_labels_are_the_squashed_change_in_monte_carlo_value(con):
+def test_advantage_labels_are_the_squashed_change_in_monte_carlo_value(con, memory_store):
     from prm.labels import ADVANTAGE_TEMPERATURE
 
     def traj(run: str, sample: int, values: list[float | None]) -> Trajectory:
@@ -116,7 +116,7 @@ def test_advantage_labels_are_the_squashed_change_in_monte_carlo_value(con):
                  for i, v in enumerate(values)]
         return Trajectory(run=run, task_id="m", sample=sample, success=True, turns=turns)
 
-    con.ingest_trajectories([
+    memory_store.ingest_trajectories([
         traj("p", 0, [0.6, 0.4, 0.4, 1.0]),
         traj("p", 1, [0.2, None, 0.5]),
         traj("q", 0, [0.9]),  # another run: its own start value

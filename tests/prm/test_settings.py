@@ -97,11 +97,11 @@ def test_a_folder_scores_only_in_its_own_setting(ternary_store, tmp_path):
         assert scored.exit_code == 0 and f"({setting} setting)" in scored.output
     from recovery.store import open_store
 
-    con = open_store(store, read_only=True, must_exist=True)
+    opened = open_store(store, read_only=True, must_exist=True)
     try:
-        models = {m for (m,) in con.execute("SELECT DISTINCT model FROM step_scores").fetchall()}
+        models = {m for (m,) in opened.con.execute("SELECT DISTINCT model FROM step_scores").fetchall()}
     finally:
-        con.close()
+        opened.close()
     assert models == {"blind", "hindsight"}
 
 
@@ -119,7 +119,7 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
     from recovery.store import open_store
 
     store = tmp_path / "ends.duckdb"
-    con = open_store(store)
+    opened = open_store(store)
     trajectories = []
     for task in range(12):
         for sample in range(2):
@@ -130,8 +130,8 @@ def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
                 turns[-1].label = -1.0
             trajectories.append(Trajectory(run="p", task_id=f"t{task}", turns=turns,
                                            success=not failed, sample=sample))
-    con.ingest_trajectories(trajectories)
-    con.close()
+    opened.ingest_trajectories(trajectories)
+    opened.close()
     reports = {s: cross_validate(CVConfig(store=store, labels="data",
                                           folds=3, setting=s, n_boot=50),
                                  echo=lambda *_: None) for s in ("blind", "hindsight")}
@@ -177,7 +177,7 @@ def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Pa
     from recovery.store import open_store
 
     store = tmp_path / "decisive.duckdb"
-    con = open_store(store)
+    opened = open_store(store)
     trajectories = []
     for task in range(12):
         decisive = task % 4
@@ -185,8 +185,8 @@ def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Pa
                  for i in range(5)]
         turns[decisive].label = -1.0
         trajectories.append(Trajectory(run="p", task_id=f"t{task}", turns=turns, success=False))
-    con.ingest_trajectories(trajectories)
-    con.close()
+    opened.ingest_trajectories(trajectories)
+    opened.close()
     report = cross_validate(CVConfig(store=store, labels="data",
                                      folds=3, setting="hindsight", n_boot=50),
                             echo=lambda *_: None)

@@ -39,11 +39,11 @@ def reports(tmp_path_factory: pytest.TempPathFactory):
                       num_heads=4, intermediate_size=192, max_length=512, **common),
           echo=lambda *_: None)
     train(TrainConfig(out=root / "tfidf", backbone="sklearn", **common), echo=lambda *_: None)
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        return {name: evaluate_model(con, root / name, ks=(4,)) for name in ("tiny", "tfidf")}
+        return {name: evaluate_model(opened.con, root / name, ks=(4,)) for name in ("tiny", "tfidf")}
     finally:
-        con.close()
+        opened.close()
 
 
 def test_train_and_test_tasks_differ(reports):

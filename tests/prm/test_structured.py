@@ -19,12 +19,12 @@ def _fitted(ternary_store: Path, setting: str = "blind"):
     from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store
 
-    con = open_store(ternary_store, read_only=True, must_exist=True)
+    store = open_store(ternary_store, read_only=True, must_exist=True)
     try:
-        table, names, _ = feature_rows(con, setting)
-        rows = turn_rows(load_step_examples(con, "data"))
+        table, names, _ = feature_rows(store.con, setting)
+        rows = turn_rows(load_step_examples(store.con, "data"))
     finally:
-        con.close()
+        store.close()
     rows = rows.merge(table.drop(columns="task_id"), on=["traj_id", "t"])
     model = StructuredStepModel(setting=setting)
     assert model.fit(rows, rows["target"], names) is model
@@ -114,11 +114,11 @@ def test_scores_thousands_of_steps_per_second(ternary_store):
     from recovery.store import open_store
 
     model, _ = _fitted(ternary_store)
-    con = open_store(ternary_store, read_only=True, must_exist=True)
+    store = open_store(ternary_store, read_only=True, must_exist=True)
     try:
-        frame = load_turn_frame(con)
+        frame = load_turn_frame(store.con)
     finally:
-        con.close()
+        store.close()
     big = pd.concat([frame.assign(traj_id=frame["traj_id"] + f"-{i}") for i in range(10)],
                     ignore_index=True)
     started = time.perf_counter()
@@ -234,9 +234,9 @@ def _outcome_only_store(path: Path, seed: int = 0) -> Path:
                               label=1.0 if right else -1.0, done=True))
             trajectories.append(Trajectory(run="agent", task_id=f"q{q}", turns=turns,
                                            success=right, sample=k))
-    con = open_store(path)
-    con.ingest_trajectories(trajectories, source="fixture")
-    con.close()
+    store = open_store(path)
+    store.ingest_trajectories(trajectories, source="fixture")
+    store.close()
     return path
 
 
@@ -262,12 +262,12 @@ def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, t
     from recovery.store import open_store
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")
-    con = open_store(store, read_only=True, must_exist=True)
+    opened = open_store(store, read_only=True, must_exist=True)
     try:
-        table, names, _ = feature_rows(con, "hindsight")
-        rows = turn_rows(load_step_examples(con, "data"))
+        table, names, _ = feature_rows(opened.con, "hindsight")
+        rows = turn_rows(load_step_examples(opened.con, "data"))
     finally:
-        con.close()
+        opened.close()
     rows = rows.merge(table.drop(columns="task_id"), on=["traj_id", "t"])
     model = StructuredStepModel(setting="hindsight").fit(rows, rows["target"], names)
     assert model.call_failed_last_ and "failed episode" in model.decision_words()

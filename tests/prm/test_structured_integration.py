@@ -67,13 +67,13 @@ def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(f
     opened = open_store(store, must_exist=True)
     try:
         result = score_store(opened, folders["hindsight"], progress=False)
-        written = _scores(opened, "hindsight")
+        written = _scores(opened.con, "hindsight")
         expected = score_structured(opened.con, model).sort_values(["traj_id", "t"])
         n_turns = opened.con.execute("SELECT count(*) FROM turns").fetchone()[0]
         # A subset scores the same: its features still read its siblings in the store.
         one = written["traj_id"].iloc[0]
         score_store(opened, folders["hindsight"], name="one", traj_ids=[one])
-        subset = _scores(opened, "one")
+        subset = _scores(opened.con, "one")
     finally:
         opened.close()
     assert result.setting == "hindsight" and result.n_scores == len(written) == n_turns
@@ -192,7 +192,7 @@ def test_marking_prm_errors_with_a_structured_folder(folders, store):
     opened = open_store(store, must_exist=True)
     try:
         score_store(opened, folders["hindsight"], name="st", setting="hindsight")
-        scores = _scores(opened, "st")
+        scores = _scores(opened.con, "st")
     finally:
         opened.close()
     threshold = float(np.quantile(scores["score"], 0.3))

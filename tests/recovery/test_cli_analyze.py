@@ -126,11 +126,11 @@ def test_two_runs_with_store_json_and_html(sim_runs: list[Path], tmp_path: Path)
     assert data["ks"] == [1, 2, 3, 4] and data["ts"][-1] is None
     assert "rl vs base" in result.stdout and "mode: truncation" in result.stdout
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        traj, flags = trajectories_frame(con), turn_flags_frame(con)
+        traj, flags = trajectories_frame(opened.con), turn_flags_frame(opened.con)
     finally:
-        con.close()
+        opened.close()
     ts = data["ts"]
     grid = pass_at_kt(traj, ks=data["ks"], ts=ts, n_boot=30, seed=4)
     hat = pass_hat_kt(traj, ks=data["ks"], ts=ts, n_boot=30, seed=4)

@@ -204,21 +204,21 @@ def dump(con: Any) -> dict[str, list[tuple]]:
     return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
 
 
-def check_ingest(con: Any, path: Path, fmt: str, skip_bad: bool) -> str:
+def check_ingest(store: Any, path: Path, fmt: str, skip_bad: bool) -> str:
     """Ingest ``path``: stored, or refused naming the file and a line with the store unchanged.
 
     Returns the refusal's message (``""`` when the input was stored).
     """
-    before = dump(con)
+    before = dump(store.con)
     try:
-        con.ingest_file(path, IngestOptions(format=fmt, skip_bad=skip_bad))
+        store.ingest_file(path, IngestOptions(format=fmt, skip_bad=skip_bad))
     except IngestError as err:
         message = str(err)
         assert re.search(re.escape(str(path)) + r"(/[^:]*)?:\d+: ", message), message
         assert "Traceback" not in message
-        assert dump(con) == before
+        assert dump(store.con) == before
         return message
-    assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] >= 1
+    assert store.con.execute("SELECT count(*) FROM ingests").fetchone()[0] >= 1
     return ""
 
 
@@ -227,13 +227,13 @@ def _fuzz(fixture: Path, tmp_path_factory: pytest.TempPathFactory, data: st.Data
     work = tmp_path_factory.mktemp("fuzz")
     target = work / fixture.name
     mutate_file(fixture, target, data)
-    con = open_store(None)
+    store = open_store(None)
     try:
         # A store that already holds the valid fixture, so "unchanged" has content to keep.
-        con.ingest_file(fixture, IngestOptions(format=fmt))
-        check_ingest(con, target, fmt, skip_bad=data.draw(st.booleans(), label="skip_bad"))
+        store.ingest_file(fixture, IngestOptions(format=fmt))
+        check_ingest(store, target, fmt, skip_bad=data.draw(st.booleans(), label="skip_bad"))
     finally:
-        con.close()
+        store.close()
 
 
 SLOW = settings(max_examples=400, deadline=None,
@@ -249,12 +249,12 @@ def test_every_format_has_a_fixture() -> None:
 
 @pytest.mark.parametrize("fixture", fixtures(), ids=lambda p: p.name)
 def test_fixture_ingests_cleanly(fixture: Path) -> None:
-    con = open_store(None)
+    store = open_store(None)
     try:
-        result = con.ingest_file(fixture, IngestOptions(format=format_of(fixture)))
+        result = store.ingest_file(fixture, IngestOptions(format=format_of(fixture)))
         assert result.n_trajectories >= 1 and not result.skipped
     finally:
-        con.close()
+        store.close()
 
 
 @pytest.mark.slow
@@ -337,14 +337,14 @@ ENTRIES = st.lists(
 )
 
 
-def _no_secret(con: Any, message: str = "") -> None:
+def _no_secret(store: Any, message: str = "") -> None:
     assert SECRET not in message, message
-    assert SECRET not in repr(dump(con)), "a file outside the input reached the store"
+    assert SECRET not in repr(dump(store.con)), "a file outside the input reached the store"
 
 
-def _check_clean(con: Any, path: Path, fmt: str, skip_bad: bool) -> None:
+def _check_clean(store: Any, path: Path, fmt: str, skip_bad: bool) -> None:
     """:func:`check_ingest`, and nothing of the files outside ``path`` stored or quoted."""
-    _no_secret(con, check_ingest(con, path, fmt, skip_bad))
+    _no_secret(store, check_ingest(store, path, fmt, skip_bad))
 
 
 def _fuzz_balrog_folder(root: Path, data: st.DataObject) -> None:
@@ -357,9 +357,9 @@ def _fuzz_balrog_folder(root: Path, data: st.DataObject) -> None:
         _write_entry(folder / where / name, kind, ext, outside, folder)
     if data.draw(st.booleans(), label="linked folder"):
         (folder / "elsewhere").symlink_to(outside / "env", target_is_directory=True)
-    con = open_store(None)
+    store = open_store(None)
     try:
-        con.ingest_file(FIXTURES / "balrog", IngestOptions(format="balrog"))
+        store.ingest_file(FIXTURES / "balrog", IngestOptions(format="balrog"))
         with deadline(20):
             try:
                 from recovery.formats import UnknownFormatError, detect_format
@@ -367,9 +367,9 @@ def _fuzz_balrog_folder(root: Path, data: st.DataObject) -> None:
                 detect_format(folder)
             except UnknownFormatError as err:
                 assert SECRET not in str(err)
-            _check_clean(con, folder, "balrog", data.draw(st.booleans(), label="skip_bad"))
+            _check_clean(store, folder, "balrog", data.draw(st.booleans(), label="skip_bad"))
     finally:
-        con.close()
+        store.close()
 
 
 HOSTILE_REFS = st.one_of(
@@ -397,13 +397,13 @@ def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
     head["continued_trajectory_ref"] = data.draw(HOSTILE_REFS, label="ref")
     path = run / "self.json"
     path.write_text(json.dumps(head), encoding="utf-8")
-    con = open_store(None)
+    store = open_store(None)
     try:
-        con.ingest_file(FIXTURES / "atif.json", IngestOptions(format="atif"))
+        store.ingest_file(FIXTURES / "atif.json", IngestOptions(format="atif"))
         with deadline(20):
-            _check_clean(con, path, "atif", data.draw(st.booleans(), label="skip_bad"))
+            _check_clean(store, path, "atif", data.draw(st.booleans(), label="skip_bad"))
     finally:
-        con.close()
+        store.close()
 
 
 FOLDERS_SLOW = settings(max_examples=300, deadline=None,

@@ -49,12 +49,12 @@ def test_the_fast_path_reads_the_named_file_only(tmp_path: Path, name: str, neig
                                                  python_reader_forbidden) -> None:
     own = _canonical(tmp_path / name, "own", 2)
     _canonical(tmp_path / neighbour, "other", 2)  # as many lines: a glob's rows would fit
-    con = open_store(None)
-    result = con.ingest_file(own)
+    store = open_store(None)
+    result = store.ingest_file(own)
     assert (result.n_trajectories, result.n_turns) == (2, 2)
-    rows = con.execute("SELECT task_id, source_file FROM trajectories ORDER BY task_id").fetchall()
+    rows = store.con.execute("SELECT task_id, source_file FROM trajectories ORDER BY task_id").fetchall()
     assert rows == [("own-0", str(own)), ("own-1", str(own))]
-    ingested = con.execute("SELECT file, sha256 FROM ingests").fetchall()
+    ingested = store.con.execute("SELECT file, sha256 FROM ingests").fetchall()
     assert [file for file, _ in ingested] == [str(own)]
 
 
@@ -66,8 +66,8 @@ def test_both_paths_store_the_same_rows(tmp_path: Path, name: str, neighbour: st
     fast.ingest_file(own, IngestOptions(fast=True))
     slow.ingest_file(own, IngestOptions(fast=False))
     query = "SELECT * FROM trajectories ORDER BY traj_id"
-    assert fast.execute(query).fetchall() == slow.execute(query).fetchall()
-    assert fast.execute("SELECT count(*) FROM trajectories").fetchone() == (3,)
+    assert fast.con.execute(query).fetchall() == slow.con.execute(query).fetchall()
+    assert fast.con.execute("SELECT count(*) FROM trajectories").fetchone() == (3,)
 
 
 def _art(path: Path, task: str, n: int) -> Path:

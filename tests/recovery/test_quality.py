@@ -42,8 +42,8 @@ def _trajectories() -> list[Trajectory]:
 
 
 @pytest.fixture
-def store(con):
-    con.ingest_trajectories(_trajectories())
+def store(con, memory_store):
+    memory_store.ingest_trajectories(_trajectories())
     return con
 
 
@@ -93,10 +93,10 @@ def test_warnings_name_the_share_and_the_counts(store):
         quality_warnings(bad))
 
 
-def test_empty_actions_the_environment_answered_blame_the_agent(con):
+def test_empty_actions_the_environment_answered_blame_the_agent(con, memory_store):
     notice = "Your previous output did not contain a valid action. Defaulted to action: wait"
     turns = [Turn("", notice), Turn("", notice), Turn("", notice), Turn("go", "hall")]
-    con.ingest_trajectories([Trajectory(run="game", task_id="a", success=False, turns=turns),
+    memory_store.ingest_trajectories([Trajectory(run="game", task_id="a", success=False, turns=turns),
                               Trajectory(run="lost", task_id="a", success=False,
                                          turns=[Turn("", "hall"), Turn("", "garden")])])
     quality = run_quality(con)

@@ -56,11 +56,11 @@ REPEATED = {
 def test_a_repeated_key_is_refused_by_both_paths(tmp_path: Path, case: str, fast: bool) -> None:
     path = tmp_path / "twice.jsonl"
     path.write_text(json.dumps(canonical(task_id="ok")) + "\n" + REPEATED[case] + "\n")
-    con = open_store(None)
+    store = open_store(None)
     with pytest.raises(IngestError) as err:
-        con.ingest_file(path, IngestOptions(fast=fast))
+        store.ingest_file(path, IngestOptions(fast=fast))
     assert f"{path}:2: " in str(err.value) and "appears twice" in str(err.value)
-    assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (0,)
+    assert store.con.execute("SELECT count(*) FROM trajectories").fetchone() == (0,)
 
 
 def test_a_repeated_key_in_a_json_array_names_its_line(store: Path, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ def traj(run: str, task: str, sample: int, budget: int | None, n_turns: int, suc
                       budget=budget, reward=1.0 if success else 0.0, prompt=prompt)
 
 
-def budgeted_store(con, rates: dict[int, float], n_tasks: int = 5, n_samples: int = 10):
+def budgeted_store(store, rates: dict[int, float], n_tasks: int = 5, n_samples: int = 10):
     """Every task has ``rates[T] * n_samples`` successes among its samples at budget T."""
     trajectories = []
     for budget, rate in rates.items():
@@ -28,11 +28,12 @@ def budgeted_store(con, rates: dict[int, float], n_tasks: int = 5, n_samples: in
                 ok = sample < wins
                 trajectories.append(traj("pol", f"task{task}", sample, budget,
                                           budget if not ok else max(1, budget // 2), ok))
-    con.ingest_trajectories(trajectories)
+    store.ingest_trajectories(trajectories)
 
 
-def scored_store(con):
-    """Simulated trajectories plus synthetic step scores of model 'm' for every turn."""
+def scored_store(store):
+    """Simulated trajectories plus synthetic step scores of model 'm' for every turn, written
+    into ``store``; returns its connection."""
     from prm.score import write_step_scores
     from recovery.simulate import PRESETS, SimConfig, simulate
 
@@ -40,11 +41,11 @@ def scored_store(con):
                        budgets=[6, 12], seed=3)
     runs = simulate(config)
     runs["base"][0].turns[0].action = "naïve café ☕ action"
-    con.ingest_trajectories(runs["base"])
-    turns = con.execute("SELECT traj_id, t FROM turns ORDER BY traj_id, t").df()
+    store.ingest_trajectories(runs["base"])
+    turns = store.con.execute("SELECT traj_id, t FROM turns ORDER BY traj_id, t").df()
     rng = np.random.default_rng(0)
-    write_step_scores(con, turns.assign(score=rng.random(len(turns))), "m")
-    return con
+    write_step_scores(store, turns.assign(score=rng.random(len(turns))), "m")
+    return store.con
 
 
 def copy_to_file(con, path):

@@ -15,9 +15,9 @@ from tests.analyses.budgetmix.helpers import scored_store as make_scored_store
 
 
 @pytest.fixture
-def scored_store(con):
+def scored_store(memory_store):
     """Simulated trajectories plus synthetic step scores of model 'm' for every turn."""
-    return make_scored_store(con)
+    return make_scored_store(memory_store)
 
 
 def test_cli_plan_and_rewards_round_trip(scored_store, tmp_path):
@@ -86,13 +86,13 @@ def tau_store(tmp_path_factory):
     from recovery.store import open_store
 
     path = tmp_path_factory.mktemp("tau") / "tau.duckdb"
-    con = open_store(path)
+    store = open_store(path)
     try:
-        con.ingest_file(TAU_AIRLINE)
-        assert con.execute("SELECT count(*) FROM trajectories WHERE budget IS NOT NULL"
+        store.ingest_file(TAU_AIRLINE)
+        assert store.con.execute("SELECT count(*) FROM trajectories WHERE budget IS NOT NULL"
                            ).fetchone()[0] == 0
     finally:
-        con.close()
+        store.close()
     return path
 
 
@@ -163,13 +163,13 @@ def test_rewards_on_a_store_without_budgets(tau_store, tmp_path):
     assert "no step_scores for model 'm' (models: none); run `prm score` first" in result.output
     scored = tmp_path / "scored.duckdb"
     scored.write_bytes(tau_store.read_bytes())
-    con = open_store(scored)
+    store = open_store(scored)
     try:
-        turns = con.execute("SELECT traj_id, t FROM turns ORDER BY traj_id, t").df()
-        write_step_scores(con, turns.assign(score=0.25), "m")
+        turns = store.con.execute("SELECT traj_id, t FROM turns ORDER BY traj_id, t").df()
+        write_step_scores(store, turns.assign(score=0.25), "m")
         n_turns = len(turns)
     finally:
-        con.close()
+        store.close()
     out = tmp_path / "r.parquet"
     result = _run("rewards", "--store", scored, "--model", "m", "--out", out)
     assert result.exit_code == 0, result.output

@@ -10,8 +10,8 @@ from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import budgeted_store, traj
 
 
-def test_adaptive_shortfall_puts_weight_where_short_budgets_fall_short(con):
-    budgeted_store(con, {4: 0.2, 8: 0.6, 16: 0.9})
+def test_adaptive_shortfall_puts_weight_where_short_budgets_fall_short(con, memory_store):
+    budgeted_store(memory_store, {4: 0.2, 8: 0.6, 16: 0.9})
     schedule = adaptive_schedule(con, [4, 8, 16], evidence="shortfall", floor=0.2)
     assert sum(schedule.weights) == pytest.approx(1.0)
     assert schedule.params["mode"] == "budgeted"
@@ -24,20 +24,20 @@ def test_adaptive_shortfall_puts_weight_where_short_budgets_fall_short(con):
     assert schedule.weights[0] > schedule.weights[1] > schedule.weights[2]
 
 
-def test_adaptive_is_uniform_when_nothing_falls_short(con):
-    budgeted_store(con, {4: 0.8, 8: 0.8, 16: 0.8})
+def test_adaptive_is_uniform_when_nothing_falls_short(con, memory_store):
+    budgeted_store(memory_store, {4: 0.8, 8: 0.8, 16: 0.8})
     schedule = adaptive_schedule(con, [4, 8, 16])
     assert schedule.weights == pytest.approx([1 / 3] * 3)
 
 
-def test_adaptive_truncation_mode(con):
+def test_adaptive_truncation_mode(con, memory_store):
     # one budget (20): per task, successes at turns 2, 6, 12 and one failure
     trajectories = [
         traj("pol", f"t{task}", s, 20, n, ok)
         for task in range(4)
         for s, (n, ok) in enumerate([(2, True), (6, True), (12, True), (20, False)])
     ]
-    con.ingest_trajectories(trajectories)
+    memory_store.ingest_trajectories(trajectories)
     schedule = adaptive_schedule(con, [4, 8, 16], mode="auto")
     assert schedule.params["mode"] == "truncation"
     ev = {e.budget: e for e in schedule.evidence}
@@ -47,7 +47,7 @@ def test_adaptive_truncation_mode(con):
         budget_evidence(con, [4, 8], mode="budgeted")
 
 
-def test_adaptive_unrecovered_evidence(con):
+def test_adaptive_unrecovered_evidence(con, memory_store):
     # Budget 4: the error at turn 3 is still open when the episode stops (unrecovered).
     # Budget 12: the error at turn 3 is recovered at turn 4.
     trajectories = []
@@ -55,7 +55,7 @@ def test_adaptive_unrecovered_evidence(con):
         for s in range(4):
             trajectories.append(traj("pol", f"t{task}", s, 4, 4, False, error_turns=(3, 4)))
             trajectories.append(traj("pol", f"t{task}", s, 12, 6, True, error_turns=(3,)))
-    con.ingest_trajectories(trajectories)
+    memory_store.ingest_trajectories(trajectories)
     rows, info = budget_evidence(con, [4, 12])
     assert info["mode"] == "budgeted" and info["reference_budget"] == 12
     ev = {e.budget: e for e in rows}
@@ -71,10 +71,10 @@ def test_adaptive_unrecovered_evidence(con):
     assert three.n_spells == 24 and three.n_unrecovered == 24
 
 
-def test_adaptive_errors(con):
+def test_adaptive_errors(con, memory_store):
     with pytest.raises(InputProblem, match="no trajectories"):
         adaptive_schedule(con, [4, 8])
-    budgeted_store(con, {4: 0.5, 8: 0.5})
+    budgeted_store(memory_store, {4: 0.5, 8: 0.5})
     with pytest.raises(UsageProblem, match="unknown evidence"):
         adaptive_schedule(con, [4, 8], evidence="vibes")
     with pytest.raises(InputProblem, match="no trajectories"):
@@ -92,9 +92,9 @@ def test_adaptive_errors(con):
         evidence_weights([-1.0, 1.0])
 
 
-def test_trajectories_without_a_budget_are_left_out_of_budgeted_mode(con):
-    budgeted_store(con, {4: 0.2, 8: 0.6})
-    con.ingest_trajectories([traj("pol", f"task{k}", 0, None, 3, True) for k in range(5)])
+def test_trajectories_without_a_budget_are_left_out_of_budgeted_mode(con, memory_store):
+    budgeted_store(memory_store, {4: 0.2, 8: 0.6})
+    memory_store.ingest_trajectories([traj("pol", f"task{k}", 0, None, 3, True) for k in range(5)])
     rows, info = budget_evidence(con, [4, 8])
     assert info["mode"] == "budgeted"  # every budget asked for was run
     assert [r.n_trajectories for r in rows] == [50, 50]  # the 5 without a budget are not read

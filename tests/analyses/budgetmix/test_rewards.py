@@ -12,9 +12,9 @@ from tests.analyses.budgetmix.helpers import scored_store as make_scored_store
 
 
 @pytest.fixture
-def scored_store(con):
+def scored_store(memory_store):
     """Simulated trajectories plus synthetic step scores of model 'm' for every turn."""
-    return make_scored_store(con)
+    return make_scored_store(memory_store)
 
 
 def test_rewards_join_the_store_one_to_one(scored_store, tmp_path):

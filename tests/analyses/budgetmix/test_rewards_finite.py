@@ -18,8 +18,8 @@ from tests.cli_support import run_cli
 
 
 @pytest.fixture
-def scored_store(con):
-    return make_scored_store(con)
+def scored_store(memory_store):
+    return make_scored_store(memory_store)
 
 
 def _error_lines(result) -> list[str]:

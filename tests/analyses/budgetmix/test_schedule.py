@@ -60,8 +60,8 @@ def test_sample_follows_weights():
     assert np.array_equal(schedule.sample(3, 50), schedule.sample(3, 50))
 
 
-def test_schedule_json_round_trip(tmp_path, con):
-    budgeted_store(con, {4: 0.2, 8: 0.6, 16: 0.9})
+def test_schedule_json_round_trip(tmp_path, con, memory_store):
+    budgeted_store(memory_store, {4: 0.2, 8: 0.6, 16: 0.9})
     schedule = adaptive_schedule(con, [4, 8, 16])
     path = schedule.save(tmp_path / "s.json")
     data = json.loads(path.read_text())

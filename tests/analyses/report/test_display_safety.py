@@ -191,12 +191,12 @@ def test_pass_difference_of_runs_with_no_task_in_common(runs):
     from analyses.report.surface import pass_difference
     from recovery.store import IngestOptions, open_store
 
-    con = open_store(None)
+    store = open_store(None)
     try:
-        con.ingest_files([runs["a"], runs["b"]], IngestOptions())
-        traj = trajectories_frame(con)
+        store.ingest_files([runs["a"], runs["b"]], IngestOptions())
+        traj = trajectories_frame(store.con)
     finally:
-        con.close()
+        store.close()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cells = pass_difference(traj, "a", "b", [1, 2], [2, None], n_boot=5)
@@ -240,13 +240,13 @@ def test_graph_figures_show_labels_as_literal_text(store):
     from recovery.graph.draw import graph_figure
     from recovery.store import open_store
 
-    con = open_store(store, read_only=True)
+    opened = open_store(store, read_only=True)
     try:
-        (traj_id,) = con.execute("SELECT traj_id FROM trajectories WHERE sample = 0 "
+        (traj_id,) = opened.con.execute("SELECT traj_id FROM trajectories WHERE sample = 0 "
                                  "ORDER BY task_id LIMIT 1").fetchone()
-        graphs = {"turn": turn_graph(con, traj_id), "state": state_graph(con, f"{EVIL_TASK}0")}
+        graphs = {"turn": turn_graph(opened.con, traj_id), "state": state_graph(opened.con, f"{EVIL_TASK}0")}
     finally:
-        con.close()
+        opened.close()
     for name, graph in graphs.items():
         figure = graph_figure(graph)
         texts = " ".join(" ".join(_shown_texts(figure)).split())

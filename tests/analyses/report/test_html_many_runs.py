@@ -101,12 +101,12 @@ def six_long():
     base = PRESETS["base"]
     policies = {name: dataclasses.replace(base, p_progress=0.3 + 0.05 * i)
                 for i, name in enumerate(LONG)}
-    con = simulated_store(SimConfig(policies=policies, n_tasks=10, n_samples=1,
+    store = simulated_store(SimConfig(policies=policies, n_tasks=10, n_samples=1,
                                     budgets=[20], seed=1))
     try:
-        yield build_report(con, None, ReportOptions(n_boot=0, strata=1))
+        yield build_report(store.con, None, ReportOptions(n_boot=0, strata=1))
     finally:
-        con.close()
+        store.close()
 
 
 @pytest.mark.slow

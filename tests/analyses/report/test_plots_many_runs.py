@@ -32,22 +32,22 @@ def seven_run_config(n_tasks: int = 30, n_samples: int = 4, budget: int = 100):
 
 @pytest.fixture(scope="module")
 def seven():
-    con = simulated_store(seven_run_config())
+    store = simulated_store(seven_run_config())
     try:
-        yield build_report(con, None, ReportOptions(n_boot=20, strata=1))
+        yield build_report(store.con, None, ReportOptions(n_boot=20, strata=1))
     finally:
-        con.close()
+        store.close()
 
 
 @pytest.fixture(scope="module")
 def dense():
     """The seven-run report on a T grid of every turn from 1 to 60."""
-    con = simulated_store(seven_run_config(n_tasks=12, n_samples=2))
+    store = simulated_store(seven_run_config(n_tasks=12, n_samples=2))
     try:
-        yield build_report(con, list(RUN_NAMES[:2]),
+        yield build_report(store.con, list(RUN_NAMES[:2]),
                            ReportOptions(n_boot=0, strata=1, ts=list(range(1, 61))))
     finally:
-        con.close()
+        store.close()
 
 
 def all_figures(report, every: bool = True) -> dict[str, object]:

@@ -51,14 +51,14 @@ def store_kinds(path: Path, **options: Any) -> dict[tuple[str, int], str | None]
     """``{(task_id, t): error_kind}`` after ingesting ``path`` into a fresh store."""
     from recovery.store import IngestOptions, open_store
 
-    con = open_store(None)
+    store = open_store(None)
     try:
-        con.ingest_file(path, IngestOptions(**options))
-        rows = con.execute(
+        store.ingest_file(path, IngestOptions(**options))
+        rows = store.con.execute(
             "SELECT task_id, sample, t, error_kind FROM turns JOIN trajectories USING (traj_id)"
         ).fetchall()
     finally:
-        con.close()
+        store.close()
     return {(f"{task}#{sample}", t): kind for task, sample, t, kind in rows}
 
 

@@ -156,12 +156,12 @@ def test_a_named_pipe_in_the_folder_is_refused_without_opening_it(tmp_path: Path
     with deadline(5):
         assert detect_format(folder) == "balrog"
         items = read_items(folder, "balrog")
-        con = open_store(None)
+        store = open_store(None)
         try:
             with pytest.raises(IngestError, match="named pipe"):
-                con.ingest_file(folder, IngestOptions())
+                store.ingest_file(folder, IngestOptions())
         finally:
-            con.close()
+            store.close()
     assert "a named pipe (FIFO)" in errors_of(items)[name]
 
 
@@ -212,11 +212,11 @@ def test_an_unreadable_episode_file_is_named_by_ingest(
 ) -> None:
     folder = balrog_folder(tmp_path)
     _deny(monkeypatch, "goto_run_01.csv")
-    con = open_store(None)
+    store = open_store(None)
     try:
-        (result,) = con.ingest_files([folder])
+        (result,) = store.ingest_files([folder])
     finally:
-        con.close()
+        store.close()
     assert result.status == "failed"
     assert str(folder / GOTO / "goto_run_01.csv") in result.error
 
@@ -308,14 +308,14 @@ def test_a_bare_continuation_name_is_still_followed(tmp_path: Path) -> None:
 def test_a_long_continuation_name_fails_its_file_and_the_next_is_stored(tmp_path: Path) -> None:
     bad = write_json(tmp_path / "bad.json", atif("go", continued_trajectory_ref="x" * 5000))
     good = FIXTURES / "atif.json"
-    con = open_store(None)
+    store = open_store(None)
     try:
-        first, second = con.ingest_files([bad, good])
+        first, second = store.ingest_files([bad, good])
         assert first.status == "failed" and f"{bad}:1: " in first.error
         assert "field 'continued_trajectory_ref'" in first.error
         assert second.status == "ingested" and second.n_trajectories == 1
     finally:
-        con.close()
+        store.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,16 +341,16 @@ def test_an_epoch_past_the_store_range_fails_its_file_and_the_next_is_stored(
 ) -> None:
     bad = _eval_archive(tmp_path / "bad.eval", {"samples/1_epoch_1.json": _sample(2**40)})
     good = _eval_archive(tmp_path / "good.eval", {"samples/1_epoch_1.json": _sample(2)})
-    con = open_store(None)
+    store = open_store(None)
     try:
-        first, second = con.ingest_files([bad, good])
+        first, second = store.ingest_files([bad, good])
         assert first.status == "failed", first
         assert f"{bad}:1: samples/1_epoch_1.json: field 'epoch'" in first.error
         assert "out of range" in first.error
         assert second.status == "ingested" and second.n_trajectories == 1
-        assert con.execute("SELECT sample FROM trajectories").fetchall() == [(1,)]
+        assert store.con.execute("SELECT sample FROM trajectories").fetchall() == [(1,)]
     finally:
-        con.close()
+        store.close()
 
 
 def _overlapping_zstd_archive(path: Path, copies: int, inflated: int) -> Path:
@@ -394,23 +394,23 @@ def _overlapping_zstd_archive(path: Path, copies: int, inflated: int) -> Path:
 def test_overlapping_archive_entries_are_refused(tmp_path: Path) -> None:
     bomb = _overlapping_zstd_archive(tmp_path / "bomb.eval", copies=200, inflated=1 << 20)
     assert bomb.stat().st_size < 20_000
-    con = open_store(None)
+    store = open_store(None)
     try:
         started = time.perf_counter()
-        result = con.ingest_file(bomb, IngestOptions(skip_bad=True))
+        result = store.ingest_file(bomb, IngestOptions(skip_bad=True))
         elapsed = time.perf_counter() - started
         assert result.n_trajectories == 0
         (skipped,) = result.skipped
         assert "entries overlap" in skipped.message and skipped.file == str(bomb)
         assert elapsed < 2.0
     finally:
-        con.close()
-    con = open_store(None)
+        store.close()
+    store = open_store(None)
     try:
         with pytest.raises(IngestError, match=r"bomb.eval:1: .*entries overlap"):
-            con.ingest_file(bomb, IngestOptions(skip_bad=False))
+            store.ingest_file(bomb, IngestOptions(skip_bad=False))
     finally:
-        con.close()
+        store.close()
 
 
 def test_an_archive_without_overlaps_is_still_read(tmp_path: Path) -> None:

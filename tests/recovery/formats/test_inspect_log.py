@@ -236,10 +236,10 @@ def test_eval_and_json_logs_give_the_same_trajectories(inspect_logs: dict[str, P
     assert [len(k[4]) for k in from_eval] == [len(k[4]) for k in from_json]
 
 
-def test_inspect_log_ingests_into_the_store(inspect_logs: dict[str, Path], con: Any) -> None:
+def test_inspect_log_ingests_into_the_store(inspect_logs: dict[str, Path], con: Any, memory_store) -> None:
 
 
-    result = con.ingest_file(inspect_logs["eval"])
+    result = memory_store.ingest_file(inspect_logs["eval"])
     assert (result.format, result.n_trajectories) == ("inspect", len(EXPECTED) * EPOCHS)
     n_turns = sum(n for n, _ in EXPECTED.values()) * EPOCHS
     assert con.execute("SELECT count(*) FROM turns").fetchone()[0] == n_turns == result.n_turns

@@ -623,14 +623,14 @@ def test_docs_canonical_example_in_the_store(tmp_path: Path) -> None:
     _lang, body = doc_examples()["canonical"]
     path = tmp_path / "example.jsonl"
     path.write_text(body, encoding="utf-8")
-    con = open_store(None)
+    store = open_store(None)
     try:
-        con.ingest_file(path)
-        rows = con.execute("SELECT run, task_id, sample, success FROM trajectories ORDER BY ALL")
+        store.ingest_file(path)
+        rows = store.con.execute("SELECT run, task_id, sample, success FROM trajectories ORDER BY ALL")
         assert rows.fetchall() == [("example", "airline/18", 0, False),
                                    ("qwen7b-rl-400", "17", 0, True)]
     finally:
-        con.close()
+        store.close()
 
 
 def test_docs_openai_example(tmp_path: Path) -> None:

@@ -26,12 +26,12 @@ def sim_con():
     """Two simulator policies on shared tasks (common random numbers: many shared states)."""
     from recovery.simulate import PRESETS, SimConfig
 
-    con = simulated_store(SimConfig(
+    store = simulated_store(SimConfig(
         policies={"base": PRESETS["base"], "rl": PRESETS["rl"]},
         n_tasks=8, n_samples=10, budgets=[20], seed=11,
     ))
-    yield con
-    con.close()
+    yield store.con
+    store.close()
 
 
 def _mask(text: str) -> str:
@@ -134,11 +134,11 @@ def test_normalisation_presets_and_functions(sim_con):
         turn_values(sim_con, normalise="fuzzy")
 
 
-def test_mask_keeps_words_and_merges_numbers_and_ids(con):
+def test_mask_keeps_words_and_merges_numbers_and_ids(con, memory_store):
     turns_a = [Turn(action="get(id=HAT229)", observation="Flight HAT229 has 3 seats left")]
     turns_b = [Turn(action="get(id=HAT300)", observation="Flight HAT300 has 7 seats left")]
     turns_c = [Turn(action="get(id=HAT229)", observation="Flight HAT229 is full")]
-    con.ingest_trajectories([
+    memory_store.ingest_trajectories([
         Trajectory(run="r", task_id="k", turns=[*turns_a, Turn(action="x", observation="")],
                    success=True, sample=0),
         Trajectory(run="r", task_id="k", turns=[*turns_b, Turn(action="x", observation="")],
@@ -158,13 +158,13 @@ def test_mask_keeps_words_and_merges_numbers_and_ids(con):
     assert (first["n_action"] == 3).all()  # the action ids are masked too
 
 
-def test_unknown_outcomes_are_not_counted(con):
+def test_unknown_outcomes_are_not_counted(con, memory_store):
     trajs = [
         Trajectory(run="r", task_id="k", turns=[Turn(action="a", observation="o")],
                    success=s, sample=i)
         for i, s in enumerate([True, None, False, True])
     ]
-    con.ingest_trajectories(trajs)
+    memory_store.ingest_trajectories(trajs)
     values = turn_values(con)
     assert (values["n_state"] == 3).all()
     assert values["state_value"].iloc[0] == pytest.approx(2 / 3)
@@ -248,7 +248,7 @@ def test_state_graph_of_some_runs_and_errors(sim_con):
 
 
 @pytest.fixture
-def marked_con(con):
+def marked_con(con, memory_store):
     turns = [
         Turn(action="a1", observation="ok 1"),
         Turn(action="a2", observation="Error: bad id", label=-1.0),
@@ -258,7 +258,7 @@ def marked_con(con):
         Turn(action="a6", observation="ok 6"),
         Turn(action="a7", observation="Traceback (most recent call last):\n boom"),
     ]
-    con.ingest_trajectories([Trajectory(run="r", task_id="k", turns=turns, success=False)])
+    memory_store.ingest_trajectories([Trajectory(run="r", task_id="k", turns=turns, success=False)])
     traj_id = con.execute("SELECT traj_id FROM trajectories").fetchall()[0][0]
     con.executemany("INSERT INTO step_scores VALUES (?, ?, ?, ?)",
                     [(traj_id, t, "prm-a", t / 10) for t in range(1, 8)])

@@ -64,16 +64,16 @@ def game_trajectories(task: str = "game/1") -> list[Trajectory]:
 @pytest.fixture
 def game_store(tmp_path):
     path = tmp_path / "game.duckdb"
-    con = open_store(path)
-    con.ingest_trajectories(game_trajectories())
+    store = open_store(path)
+    store.ingest_trajectories(game_trajectories())
     # a task whose samples all see the same observations: its states are shared
-    con.ingest_trajectories([Trajectory(run="agent-a", task_id="maze", sample=s,
+    store.ingest_trajectories([Trajectory(run="agent-a", task_id="maze", sample=s,
                                          success=bool(s % 2),
                                          turns=[Turn(f"step {s}", "a corridor"),
                                                 Turn("look", "a door"), Turn("open", "done")])
                               for s in range(4)])
-    yield con, path
-    con.close()
+    yield store.con, path
+    store.close()
 
 
 def test_auto_picks_the_timeline_when_states_do_not_repeat(game_store):
@@ -175,7 +175,7 @@ def test_a_long_game_timeline_stays_legible(tmp_path):
     """25 samples of 100 turns each of two runs (a game with a 100-step cap)."""
     from analyses.report.plots import layout_problems
 
-    con = open_store(None)
+    store = open_store(None)
     trajectories = []
     counter = 0
     for run in ("balrog-llama", "balrog-qwen"):
@@ -187,8 +187,8 @@ def test_a_long_game_timeline_stays_legible(tmp_path):
                                   error="invalid_action" if (t + sample) % 9 == 0 else None))
             trajectories.append(Trajectory(run=run, task_id="nle", sample=sample, turns=turns,
                                            budget=100, success=sample % 3 == 0))
-    con.ingest_trajectories(trajectories)
-    timeline = task_timeline(con, "nle")
+    store.ingest_trajectories(trajectories)
+    timeline = task_timeline(store.con, "nle")
     assert choose_view(timeline.shared_share) == "timeline"
     figure = timeline_figure(timeline)
     _legend_inside(figure)
@@ -197,4 +197,4 @@ def test_a_long_game_timeline_stays_legible(tmp_path):
     assert "balrog-llama #0" in labels and "balrog-qwen #0" in labels
     assert sum(t.get_text() == "budget (cap 100)" for t in figure.axes[0].texts) == 32
     figure.savefig(tmp_path / "nle.png")
-    con.close()
+    store.close()

@@ -94,8 +94,8 @@ def _spells(con, traj_id: str) -> list[tuple]:
 # Real data: tau-bench
 
 
-def test_tau_bench_marks_exactly_the_error_tool_messages(con, tau_airline):
-    con.ingest_file(tau_airline)
+def test_tau_bench_marks_exactly_the_error_tool_messages(con, memory_store, tau_airline):
+    memory_store.ingest_file(tau_airline)
     counts = con.execute(
         "SELECT error_kind, count(*), count(DISTINCT traj_id) FROM turns WHERE is_error "
         "GROUP BY error_kind"
@@ -135,10 +135,10 @@ def test_tau_bench_marks_exactly_the_error_tool_messages(con, tau_airline):
 # Spells
 
 
-def test_spells_follow_design_definitions(con):
+def test_spells_follow_design_definitions(con, memory_store):
     pattern = [True, True, False, True, False, False, True]
     turns = [_err(i) if e else _ok(i) for i, e in enumerate(pattern, start=1)]
-    con.ingest_trajectories([_traj("a", turns, success=False)])
+    memory_store.ingest_trajectories([_traj("a", turns, success=False)])
     tid = _only_traj_id(con)
     assert _spells(con, tid) == [
         (1, 2, True, 3, 2, False),
@@ -152,34 +152,34 @@ def test_spells_follow_design_definitions(con):
     assert recovery_of == [(3, 1), (5, 4)]
 
 
-def test_a_mark_on_the_success_turn_starts_no_spell(con):
+def test_a_mark_on_the_success_turn_starts_no_spell(con, memory_store):
     turns = [_ok(1), _err(2)]
-    con.ingest_trajectories([_traj("a", turns, success=True)])
+    memory_store.ingest_trajectories([_traj("a", turns, success=True)])
     assert _spells(con, _only_traj_id(con)) == []
     # the mark stays as the data gave it
     assert con.execute("SELECT is_error FROM turns WHERE t = 2").fetchone() == (True,)
 
 
-def test_a_spell_before_the_success_turn_recovers_there(con):
+def test_a_spell_before_the_success_turn_recovers_there(con, memory_store):
     turns = [_ok(1), _err(2), _err(3)]
-    con.ingest_trajectories([_traj("a", turns, success=True)])
+    memory_store.ingest_trajectories([_traj("a", turns, success=True)])
     assert _spells(con, _only_traj_id(con)) == [(2, 2, True, 3, 1, False)]
 
 
-def test_open_spell_with_an_unknown_outcome_is_unrecovered_but_not_fatal(con):
+def test_open_spell_with_an_unknown_outcome_is_unrecovered_but_not_fatal(con, memory_store):
     turns = [_ok(1), _err(2)]
-    con.ingest_trajectories([_traj("a", turns, success=None)])
+    memory_store.ingest_trajectories([_traj("a", turns, success=None)])
     assert _spells(con, _only_traj_id(con)) == [(2, 2, False, None, None, False)]
 
 
-def test_spell_kind_is_the_kind_of_its_first_turn(con):
+def test_spell_kind_is_the_kind_of_its_first_turn(con, memory_store):
     turns = [_ok(1), _err(2, "timeout"), _err(3, "tool_error"), _ok(4)]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     kinds = con.execute("SELECT kind FROM error_spells").fetchall()
     assert kinds == [("timeout",)]
 
 
-def test_spells_equal_a_turn_by_turn_reference_on_every_short_pattern(con):
+def test_spells_equal_a_turn_by_turn_reference_on_every_short_pattern(con, memory_store):
     """Every error pattern of 1 to 8 turns, each with a success, a failure and no outcome."""
     patterns = [
         [bool(bits >> i & 1) for i in range(n)] for n in range(1, 9) for bits in range(2 ** n)
@@ -191,8 +191,8 @@ def test_spells_equal_a_turn_by_turn_reference_on_every_short_pattern(con):
         for k, p in enumerate(patterns)
         for j, outcome in enumerate(outcomes)
     ]
-    con.ingest_trajectories(trajs, options=IngestOptions(mark=False))
-    con.mark(RuleSet(repeat=False))
+    memory_store.ingest_trajectories(trajs, options=IngestOptions(mark=False))
+    memory_store.mark(RuleSet(repeat=False))
     spells = defaultdict(list)
     for row in con.execute(
         "SELECT tr.task_id, tr.sample, s.start_t, s.end_t, s.recovered, s.recovered_at, "
@@ -213,13 +213,13 @@ def test_spells_equal_a_turn_by_turn_reference_on_every_short_pattern(con):
             assert recoveries[(f"p{k}", j)] == {s[3]: s[0] for s in expected if s[2]}
 
 
-def test_rebuild_spells_follows_hand_edited_marks(con):
+def test_rebuild_spells_follows_hand_edited_marks(con, memory_store):
     turns = [_ok(1), _ok(2), _ok(3), _ok(4)]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     tid = _only_traj_id(con)
     assert _spells(con, tid) == []
     con.execute("UPDATE turns SET error_kind = 'manual', is_error = true WHERE t IN (2, 3)")
-    con.rebuild_spells()
+    memory_store.rebuild_spells()
     assert _spells(con, tid) == [(2, 3, True, 4, 2, False)]
     assert con.execute("SELECT recovery_of FROM turns WHERE t = 4").fetchone()[0] == 2
 
@@ -228,24 +228,24 @@ def test_rebuild_spells_follows_hand_edited_marks(con):
 # Precedence, repeat, labels, PRM
 
 
-def test_explicit_mark_wins_over_rules(con):
+def test_explicit_mark_wins_over_rules(con, memory_store):
     turns = [Turn(action="a()", observation="Error: boom", error="timeout")]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == ["timeout"]
 
 
-def test_labelled_below_zero_and_precedence_over_rules(con):
+def test_labelled_below_zero_and_precedence_over_rules(con, memory_store):
     turns = [
         Turn(action="a()", observation="ok", label=-0.5),
         Turn(action="b()", observation="ok", label=0.0),
         Turn(action="c()", observation="Error: boom", label=-1.0),
         Turn(action="d()", observation="ok", label=0.46),
     ]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == ["labelled", None, "labelled", None]
 
 
-def test_rule_marks_leave_labels_out_and_write_nothing(con):
+def test_rule_marks_leave_labels_out_and_write_nothing(con, memory_store):
     from recovery.marking import rule_marks
 
     turns = [
@@ -254,7 +254,7 @@ def test_rule_marks_leave_labels_out_and_write_nothing(con):
         Turn(action="c()", observation="Error: boom", label=0.5),
         Turn(action="e()", observation="fine", error="timeout"),
     ]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     traj_id = _only_traj_id(con)
     marks = rule_marks(con, [traj_id])
     assert marks["t"].tolist() == [1, 2, 3, 4]
@@ -263,7 +263,7 @@ def test_rule_marks_leave_labels_out_and_write_nothing(con):
     assert rule_marks(con, ["no-such-trajectory"]).empty
 
 
-def test_repeat_needs_same_action_and_same_observation(con):
+def test_repeat_needs_same_action_and_same_observation(con, memory_store):
     turns = [
         Turn(action="search(q=1)", observation="no results"),
         Turn(action="search(q=1)", observation="no results"),   # repeat
@@ -272,24 +272,24 @@ def test_repeat_needs_same_action_and_same_observation(con):
         Turn(action="open(3)", observation="Error: gone"),      # same action, new answer
         Turn(action="open(3)", observation="Error: gone"),      # repeat, but content wins
     ]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == [None, "repeat", None, None, "tool_error", "tool_error"]
     assert _spells(con, _only_traj_id(con))[0][:4] == (2, 2, True, 3)
 
 
-def test_prm_scores_below_threshold_mark_prm_errors_last(con):
+def test_prm_scores_below_threshold_mark_prm_errors_last(con, memory_store):
     turns = [_ok(1), _ok(2), Turn(action="x()", observation="Error: no"), _ok(4)]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     tid = _only_traj_id(con)
     con.executemany(
         "INSERT INTO step_scores VALUES (?, ?, ?, ?)",
         [(tid, 1, "m", 0.9), (tid, 2, "m", 0.2), (tid, 3, "m", 0.1), (tid, 4, "other", 0.0)],
     )
-    assert con.mark() == {"tool_error": 1}
-    counts = con.mark(prm_model="m", prm_threshold=0.5)
+    assert memory_store.mark() == {"tool_error": 1}
+    counts = memory_store.mark(prm_model="m", prm_threshold=0.5)
     assert counts == {"prm": 1, "tool_error": 1}
     assert _kinds(con) == [None, "prm", "tool_error", None]
-    assert con.mark(prm_model="m", prm_threshold=0.1) == {"tool_error": 1}
+    assert memory_store.mark(prm_model="m", prm_threshold=0.1) == {"tool_error": 1}
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def test_user_rule_file_adds_a_kind_that_shows_up_in_spells(con, tmp_path):
+def test_user_rule_file_adds_a_kind_that_shows_up_in_spells(con, memory_store, tmp_path):
     rules = load_rules(_write(tmp_path / "rules.toml", """
 [[rule]]
 name = "rate limit"
@@ -323,13 +323,13 @@ gt = 5000
         Turn(action="call()", observation="done", meta={"latency_ms": 9000}),
         Turn(action="call()", observation="done again", meta={"latency_ms": 10}),
     ]
-    con.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
+    memory_store.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
     assert _kinds(con) == [None, "rate_limit", None, "slow", None]
     kinds = [r[0] for r in con.execute("SELECT kind FROM error_spells ORDER BY start_t").fetchall()]
     assert kinds == ["rate_limit", "slow"]
 
 
-def test_user_rules_come_before_builtin_and_none_silences_them(con, tmp_path):
+def test_user_rules_come_before_builtin_and_none_silences_them(con, memory_store, tmp_path):
     rules = load_rules(_write(tmp_path / "r.toml", """
 [[rule]]
 kind = "quota"
@@ -348,20 +348,20 @@ contains = "Error: expected in tests"
         Turn(action="c()", observation="Error: real"),
         Turn(action="c()", observation="Error: real", error="explicit_kind"),
     ]
-    con.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
+    memory_store.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
     assert _kinds(con) == ["quota", None, "tool_error", "explicit_kind"]
 
 
-def test_builtin_false_and_repeat_false_switch_them_off(con, tmp_path):
+def test_builtin_false_and_repeat_false_switch_them_off(con, memory_store, tmp_path):
     rules = load_rules(_write(tmp_path / "r.toml", "builtin = false\nrepeat = false\n"))
     turns = [Turn(action="a()", observation="Error: x"), Turn(action="a()", observation="Error: x")]
-    con.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
+    memory_store.ingest_trajectories([_traj("a", turns)], options=IngestOptions(rules=rules))
     assert _kinds(con) == [None, None]
-    con.mark()
+    memory_store.mark()
     assert _kinds(con) == ["tool_error", "tool_error"]
 
 
-def test_json_path_rules_and_format_limits(con, tmp_path):
+def test_json_path_rules_and_format_limits(con, memory_store, tmp_path):
     chat = tmp_path / "chat.jsonl"
     record = {
         "task_id": "t1",
@@ -397,13 +397,13 @@ field = "action_json[*].arguments.amount"
 equals = 5
 formats = ["canonical"]
 """))
-    con.ingest_file(chat, IngestOptions(rules=rules))
+    memory_store.ingest_file(chat, IngestOptions(rules=rules))
     assert con.execute("SELECT DISTINCT format FROM trajectories").fetchone()[0] == "openai"
     # The user's "Error: ..." and "Invalid action" are never read by the built-in rules.
     assert _kinds(con) == ["payment_declined", None, "tool_error"]
 
 
-def test_inspect_structured_tool_errors(con, tmp_path):
+def test_inspect_structured_tool_errors(con, memory_store, tmp_path):
     def tool_msg(error: dict | None, content: str = "") -> dict:
         msg = {"role": "tool", "function": "bash", "content": content, "tool_call_id": "x"}
         if error:
@@ -434,7 +434,7 @@ def test_inspect_structured_tool_errors(con, tmp_path):
     }
     path = tmp_path / "log.json"
     path.write_text(json.dumps(log))
-    con.ingest_file(path)
+    memory_store.ingest_file(path)
     assert con.execute("SELECT DISTINCT format FROM trajectories").fetchone()[0] == "inspect"
     assert _kinds(con) == [
         "timeout", None, "parse_error", "invalid_action", "tool_error", "parse_error",
@@ -485,7 +485,7 @@ def test_builtin_rules_load_and_are_ordered_format_sets_first():
     assert {r.kind for r in rules} <= {"tool_error", "invalid_action", "parse_error", "timeout"}
 
 
-def test_generic_rules_on_typical_error_texts(con):
+def test_generic_rules_on_typical_error_texts(con, memory_store):
     cases = {
         "Traceback (most recent call last):\n  File x\nValueError: bad": "tool_error",
         "ValueError: invalid literal for int()": "tool_error",
@@ -504,7 +504,7 @@ def test_generic_rules_on_typical_error_texts(con):
         "status: ok (no error)": None,
     }
     turns = [Turn(action=f"step({i})", observation=text) for i, text in enumerate(cases)]
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == list(cases.values())
 
 
@@ -517,20 +517,20 @@ def test_rule_from_dict_accepts_a_list_of_fields():
 # Idempotence and scope
 
 
-def test_remarking_is_idempotent_and_scoped(con, tmp_path):
+def test_remarking_is_idempotent_and_scoped(con, memory_store, tmp_path):
     a = _traj("a", [_ok(1), Turn(action="x()", observation="Error: boom"), _ok(3)], sample=0)
     b = _traj("b", [_ok(1), Turn(action="x()", observation="Error: boom"), _ok(3)], sample=0)
-    con.ingest_trajectories([a, b])
+    memory_store.ingest_trajectories([a, b])
     before = con.execute("SELECT * FROM turns ORDER BY traj_id, t").fetchall()
     spells_before = con.execute("SELECT * FROM error_spells ORDER BY traj_id").fetchall()
-    assert con.mark() == {"tool_error": 2}
+    assert memory_store.mark() == {"tool_error": 2}
     assert con.execute("SELECT * FROM turns ORDER BY traj_id, t").fetchall() == before
     assert con.execute("SELECT * FROM error_spells ORDER BY traj_id").fetchall() == spells_before
 
     only_a = con.execute("SELECT traj_id FROM trajectories WHERE task_id = 'a'").fetchone()[0]
     only_b = con.execute("SELECT traj_id FROM trajectories WHERE task_id = 'b'").fetchone()[0]
     silence = RuleSet(rules=[Rule(kind="none", field="observation", startswith="Error:")])
-    assert con.mark(silence, traj_ids=[only_a]) == {}
+    assert memory_store.mark(silence, traj_ids=[only_a]) == {}
     assert _kinds(con, only_a) == [None, None, None]
     assert _spells(con, only_a) == []
     assert con.execute("SELECT count(*) FROM turns WHERE recovery_of IS NOT NULL "
@@ -539,20 +539,20 @@ def test_remarking_is_idempotent_and_scoped(con, tmp_path):
     assert _kinds(con, only_b) == [None, "tool_error", None]
     assert _spells(con, only_b) == [(2, 2, True, 3, 1, False)]
     # and back
-    con.mark()
+    memory_store.mark()
     assert con.execute("SELECT * FROM turns ORDER BY traj_id, t").fetchall() == before
 
 
-def test_ingest_marks_only_the_new_file(con, tmp_path):
+def test_ingest_marks_only_the_new_file(con, memory_store, tmp_path):
     first = tmp_path / "one.jsonl"
     first.write_text(json.dumps({"task_id": "a", "success": False, "turns": [
         {"action": "x", "observation": "Error: 1"}]}) + "\n")
-    con.ingest_file(first)
+    memory_store.ingest_file(first)
     con.execute("UPDATE turns SET error_kind = 'kept', is_error = true")
     second = tmp_path / "two.jsonl"
     second.write_text(json.dumps({"task_id": "b", "success": False, "turns": [
         {"action": "x", "observation": "Error: 2"}]}) + "\n")
-    con.ingest_file(second)
+    memory_store.ingest_file(second)
     assert sorted(_kinds(con)) == ["kept", "tool_error"]
 
 
@@ -564,12 +564,12 @@ def test_ingest_marks_only_the_new_file(con, tmp_path):
 def sim_store():
     from recovery.simulate import PRESETS, SimConfig
 
-    con = simulated_store(SimConfig(
+    store = simulated_store(SimConfig(
         policies={"base": PRESETS["base"], "rl": PRESETS["rl"]},
         n_tasks=60, n_samples=6, budgets=[30], seed=3,
     ))
-    yield con
-    con.close()
+    yield store.con
+    store.close()
 
 
 def test_simulator_visible_errors_are_marked_with_their_true_kind_and_nothing_else(sim_store):
@@ -627,7 +627,7 @@ def test_simulator_spells_recoveries_and_latencies_equal_ground_truth(sim_store)
     assert fatal and fatal == fatal_truth
 
 
-def test_every_simulator_error_template_gets_its_kind(con):
+def test_every_simulator_error_template_gets_its_kind(con, memory_store):
     from collections import defaultdict
 
     from recovery.simulate import VISIBLE_ERROR_TEMPLATES
@@ -640,7 +640,7 @@ def test_every_simulator_error_template_gets_its_kind(con):
         for i, template in enumerate(templates):
             turns.append(Turn(action=f"{kind}({i})", observation=template.format_map(values)))
             expected.append(kind)
-    con.ingest_trajectories([_traj("a", turns)])
+    memory_store.ingest_trajectories([_traj("a", turns)])
     assert _kinds(con) == expected
 
 
@@ -677,7 +677,7 @@ def test_cli_mark_prints_counts_and_rejects_bad_rules(tmp_path):
     assert "bad.toml: rule 1 ('b'): unknown field 'nope'" in result.output
     check = open_store(store, read_only=True)
     try:  # the failed run changed nothing
-        assert check.execute("SELECT count(*) FROM error_spells").fetchone()[0] == 2
+        assert check.con.execute("SELECT count(*) FROM error_spells").fetchone()[0] == 2
     finally:
         check.close()
 
@@ -691,8 +691,8 @@ def test_rule_marks_on_monte_carlo_labelled_runs_equal_marking_without_labels():
     plain = SimConfig(n_tasks=20, n_samples=3, budgets=[20], seed=4)
     unlabelled = simulated_store(plain)
     labelled = simulated_store(dataclasses.replace(plain, mc_rollouts=8))
-    assert labelled.execute("SELECT count(*) FROM turns WHERE error_kind = 'labelled'").fetchone()[0]
-    ids = [r[0] for r in labelled.execute("SELECT traj_id FROM trajectories").fetchall()]
-    marks = rule_marks(labelled, ids)
-    expected = unlabelled.execute("SELECT traj_id, t, error_kind FROM turns ORDER BY ALL").fetchall()
+    assert labelled.con.execute("SELECT count(*) FROM turns WHERE error_kind = 'labelled'").fetchone()[0]
+    ids = [r[0] for r in labelled.con.execute("SELECT traj_id FROM trajectories").fetchall()]
+    marks = rule_marks(labelled.con, ids)
+    expected = unlabelled.con.execute("SELECT traj_id, t, error_kind FROM turns ORDER BY ALL").fetchall()
     assert list(marks.itertuples(index=False, name=None)) == expected

@@ -53,19 +53,19 @@ def as_chat(con, path: Path) -> Path:
 def test_balrog_folder_and_canonical_jsonl_get_the_same_marks(tmp_path: Path) -> None:
     folder = open_store(None)
     folder.ingest_file(FIXTURES / "balrog")
-    from_folder = marks(folder)
+    from_folder = marks(folder.con)
     assert "invalid_action" in from_folder.values()  # the environment's notice is marked
     canonical = open_store(None)
-    canonical.ingest_file(as_canonical(folder, tmp_path / "same.jsonl"))
-    assert marks(canonical) == from_folder
+    canonical.ingest_file(as_canonical(folder.con, tmp_path / "same.jsonl"))
+    assert marks(canonical.con) == from_folder
 
 
 def test_the_invalid_action_notice_is_marked_in_a_chat_transcript(tmp_path: Path) -> None:
     folder = open_store(None)
     folder.ingest_file(FIXTURES / "balrog")
     chat = open_store(None)
-    chat.ingest_file(as_chat(folder, tmp_path / "chat.jsonl"), IngestOptions(format="openai"))
-    got = marks(chat)
-    want = marks(folder)
+    chat.ingest_file(as_chat(folder.con, tmp_path / "chat.jsonl"), IngestOptions(format="openai"))
+    got = marks(chat.con)
+    want = marks(folder.con)
     notices = {key for key, kind in want.items() if kind == "invalid_action"}
     assert notices and {key for key, kind in got.items() if kind == "invalid_action"} == notices

@@ -678,15 +678,15 @@ def test_cli_writes_files_that_ingest_accepts(tmp_path):
     store = tmp_path / "runs.duckdb"
     result = runner.invoke(main, ["ingest", *map(str, files), "--store", str(store)])
     assert result.exit_code == 0, result.output
-    con = open_store(store)
+    opened = open_store(store)
     try:
-        rows = con.execute(
+        rows = opened.con.execute(
             "SELECT run, budget, count(*), max(n_turns) FROM trajectories GROUP BY ALL ORDER BY ALL"
         ).fetchall()
         assert [(r[0], r[1], r[2]) for r in rows] == [
             ("base", 5, 12), ("base", 10, 12), ("rl", 5, 12), ("rl", 10, 12)]
         assert all(r[3] <= r[1] for r in rows)
-        n_truth = con.execute(
+        n_truth = opened.con.execute(
             "SELECT count(*) FROM turns WHERE meta->>'true_error' IS NOT NULL"
         ).fetchone()[0]
         assert n_truth == sum(
@@ -694,7 +694,7 @@ def test_cli_writes_files_that_ingest_accepts(tmp_path):
             for f in files for rec in read_jsonl(f) for turn in rec["turns"]
         )
     finally:
-        con.close()
+        opened.close()
 
 
 def test_cli_config_policies_and_errors(tmp_path):
@@ -733,16 +733,16 @@ def test_a_million_turns_well_under_a_minute(tmp_path):
     assert elapsed < 40, f"{n_turns} turns took {elapsed:.1f} s of CPU"
 
 
-def test_builtin_rules_mark_exactly_the_visible_errors(con, tmp_path):
+def test_builtin_rules_mark_exactly_the_visible_errors(con, memory_store, tmp_path):
     """The claim in docs/simulator.md: marking finds every visible error with its kind, and
     nothing else (silent errors need more than rules)."""
 
 
     config = SimConfig(n_tasks=60, n_samples=4, seed=1)
     for path in write_runs(config, tmp_path):
-        con.ingest_file(path)
+        memory_store.ingest_file(path)
     python_run = simulate(dataclasses.replace(config, policies={"py": PRESETS["rl"]}))["py"]
-    con.ingest_trajectories(python_run)
+    memory_store.ingest_trajectories(python_run)
     rows = con.execute(
         "SELECT meta->>'true_error', meta->>'true_kind', error_kind, count(*) FROM turns "
         "GROUP BY ALL"

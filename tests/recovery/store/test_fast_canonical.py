@@ -72,7 +72,7 @@ def ingest_both(path: Path, **options) -> tuple:
     slow = open_store(None)
     fast.ingest_file(path, IngestOptions(fast=True, **options))
     slow.ingest_file(path, IngestOptions(fast=False, **options))
-    return store_rows(fast), store_rows(slow)
+    return store_rows(fast.con), store_rows(slow.con)
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ BAD = {
 def test_bad_records_fail_with_file_and_line_and_leave_the_store_unchanged(tmp_path, case):
     store = open_store(None)
     store.ingest_file(write_jsonl(tmp_path / "first.jsonl", GOOD_RECORDS[:2]))
-    before = store_rows(store)
+    before = store_rows(store.con)
     record, field = BAD[case]
     path = write_jsonl(tmp_path / "bad.jsonl", [*GOOD_RECORDS[2:], record])
     with pytest.raises(IngestError) as err:
@@ -186,7 +186,7 @@ def test_bad_records_fail_with_file_and_line_and_leave_the_store_unchanged(tmp_p
     message = str(err.value)
     assert f"{path}:{len(GOOD_RECORDS[2:]) + 1}" in message
     assert field in message
-    assert store_rows(store) == before
+    assert store_rows(store.con) == before
 
 
 def test_blank_lines_keep_true_line_numbers(tmp_path):
@@ -283,7 +283,7 @@ def _outcome(path: Path, fast: bool) -> tuple:
         store.ingest_file(path, IngestOptions(fast=fast))
     except IngestError as err:
         return ("failed", str(err))
-    return ("stored", store_rows(store))
+    return ("stored", store_rows(store.con))
 
 
 def _both_paths_agree(tmp_path_factory, data) -> None:

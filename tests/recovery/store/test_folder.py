@@ -18,6 +18,7 @@ from recovery.cli import main
 from recovery.store import (
     IngestError,
     IngestOptions,
+    Store,
     WriteRefused,
     is_folder_store,
     open_store,
@@ -60,7 +61,7 @@ def sim_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return sorted(out.glob("*.jsonl"))
 
 
-def both_stores(tmp_path: Path, files: list[Path]) -> tuple:
+def both_stores(tmp_path: Path, files: list[Path]) -> tuple[Store, Store]:
     duck = open_store(tmp_path / "s.duckdb")
     folder = open_store(f"{tmp_path / 'runs'}/")
     for file in files:
@@ -99,10 +100,10 @@ def test_a_folder_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
 
 def test_folder_store_holds_the_same_rows(tmp_path: Path, sim_files: list[Path]) -> None:
     duck, folder = both_stores(tmp_path, sim_files)
-    assert snapshot(folder) == snapshot(duck)
-    assert rows(folder, "task_outcomes") == rows(duck, "task_outcomes")
+    assert snapshot(folder.con) == snapshot(duck.con)
+    assert rows(folder.con, "task_outcomes") == rows(duck.con, "task_outcomes")
     # a mean over tasks in SQL: the order of the rows may move the last bit
-    a, b = rows(folder, "pass_at_kt"), rows(duck, "pass_at_kt")
+    a, b = rows(folder.con, "pass_at_kt"), rows(duck.con, "pass_at_kt")
     assert [r[:3] + r[4:] for r in a] == [r[:3] + r[4:] for r in b]
     assert [r[3] for r in a] == pytest.approx([r[3] for r in b], abs=1e-12)
     root = tmp_path / "runs"
@@ -119,8 +120,8 @@ def test_tau_bench_in_a_folder_store(tmp_path: Path) -> None:
     if not TAU_AIRLINE.exists():
         pytest.skip("real data not found")
     duck, folder = both_stores(tmp_path, [TAU_AIRLINE])
-    assert snapshot(folder) == snapshot(duck)
-    assert folder.execute("SELECT count(*) FROM turns").fetchone()[0] == 2454
+    assert snapshot(folder.con) == snapshot(duck.con)
+    assert folder.con.execute("SELECT count(*) FROM turns").fetchone()[0] == 2454
 
 
 def test_reingest_adds_nothing(tmp_path: Path, sim_files: list[Path]) -> None:
@@ -286,13 +287,13 @@ def test_any_duckdb_client_reads_it(tmp_path: Path, sim_files: list[Path]) -> No
     duck, _ = both_stores(tmp_path, sim_files)
     plain = duckdb.connect()
     plain.execute(views_sql(tmp_path / "runs"))
-    assert rows(plain, "turns") == rows(duck, "turns")
+    assert rows(plain, "turns") == rows(duck.con, "turns")
     # or straight from the files, with the partition columns
     (n, runs) = plain.execute(
         f"SELECT count(*), count(DISTINCT run) FROM read_parquet("
         f"'{tmp_path}/runs/turns/*/*/*/*.parquet', hive_partitioning = true)"
     ).fetchone()
-    assert (n, runs) == (len(rows(duck, "turns")), 2)
+    assert (n, runs) == (len(rows(duck.con, "turns")), 2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,14 +318,14 @@ def test_mark_rewrites_partitions_like_a_duckdb_store(
 
 def test_step_scores_and_prm_marks(tmp_path: Path, sim_files: list[Path]) -> None:
     duck, folder = both_stores(tmp_path, sim_files)
-    for con in (duck, folder):
-        con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, (t % 3) / 2.0 AS score "
-                    "FROM turns WHERE t <= 3")
-        con.replace_step_scores("s", "m1")
-        con.replace_step_scores("(SELECT traj_id, t, 0.25 AS score FROM s WHERE t = 1)", "m1")
-        con.replace_step_scores("s", "m2")
-    assert rows(folder, "step_scores") == rows(duck, "step_scores")
-    assert folder.execute("SELECT count(DISTINCT model) FROM step_scores").fetchone() == (2,)
+    for store in (duck, folder):
+        store.con.execute("CREATE TEMP TABLE s AS SELECT traj_id, t, (t % 3) / 2.0 AS score "
+                          "FROM turns WHERE t <= 3")
+        store.replace_step_scores("s", "m1")
+        store.replace_step_scores("(SELECT traj_id, t, 0.25 AS score FROM s WHERE t = 1)", "m1")
+        store.replace_step_scores("s", "m2")
+    assert rows(folder.con, "step_scores") == rows(duck.con, "step_scores")
+    assert folder.con.execute("SELECT count(DISTINCT model) FROM step_scores").fetchone() == (2,)
     duck.close()
     folder.close()
     for store in (tmp_path / "s.duckdb", tmp_path / "runs"):

@@ -48,7 +48,7 @@ def expected_totals(files: list[Path]) -> tuple[int, int, int]:
     duck = open_store(None)
     for file in files:
         duck.ingest_file(file)
-    return totals(duck)
+    return totals(duck.con)
 
 
 def folder_store(root: Path, files: list[Path]) -> Path:
@@ -163,17 +163,17 @@ def test_glob_characters_in_the_store_name(
     root = tmp_path / name
     store = open_store(f"{root}/")
     assert store.ingest_file(sim[0]).status == "ingested"
-    assert totals(store) == expected_totals(sim[:1])
+    assert totals(store.con) == expected_totals(sim[:1])
     assert store.con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
     store.close()
-    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True).con) == expected_totals(sim[:1])
     plain = duckdb.connect()
     plain.execute(views_sql(root))
     assert totals(plain) == expected_totals(sim[:1])
     mark = run_cli("mark", "--store", root)
     assert mark.exit_code == 0, mark.output
-    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
-    assert totals(open_store(tmp_path / sibling, read_only=True)) == expected_totals(sim)
+    assert totals(open_store(root, read_only=True).con) == expected_totals(sim[:1])
+    assert totals(open_store(tmp_path / sibling, read_only=True).con) == expected_totals(sim)
 
 
 def test_recovery_sql_reads_a_store_with_glob_characters(tmp_path: Path, sim: list[Path]) -> None:
@@ -238,7 +238,7 @@ def test_a_failed_ingest_leaves_a_store_another_writer_is_writing(
     release.set()
     thread.join(10)
     assert not errors, errors
-    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True).con) == expected_totals(sim[:1])
 
 
 def test_a_failed_ingest_leaves_a_store_another_writer_committed_to(
@@ -260,7 +260,7 @@ def test_a_failed_ingest_leaves_a_store_another_writer_committed_to(
     result = run_cli("ingest", _bad_file(tmp_path), "--store", f"{root}/")
     assert result.exit_code == 1
     assert "not created" not in result.output
-    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True).con) == expected_totals(sim[:1])
 
 
 def test_a_writer_that_opened_a_store_a_failed_ingest_removed_still_writes(
@@ -283,8 +283,8 @@ def test_a_writer_that_opened_a_store_a_failed_ingest_removed_still_writes(
     assert not root.exists()
     (other,) = opened
     assert other.ingest_file(sim[0]).status == "ingested"
-    assert totals(other) == expected_totals(sim[:1])
-    assert totals(open_store(root, read_only=True)) == expected_totals(sim[:1])
+    assert totals(other.con) == expected_totals(sim[:1])
+    assert totals(open_store(root, read_only=True).con) == expected_totals(sim[:1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,5 +453,5 @@ def test_key_value_folders_above_the_store_are_not_read_as_partitions(
     root = folder_store(tmp_path / "run=evil" / "gen=7" / "traj_id=x", sim[:1])
     store = open_store(root, read_only=True)
     assert store.con.execute("SELECT DISTINCT run FROM trajectories").fetchall() == [("base",)]
-    assert totals(store) == expected_totals(sim[:1])
+    assert totals(store.con) == expected_totals(sim[:1])
     assert store.con.execute("SELECT count(*) FROM turns WHERE traj_id = 'x'").fetchone() == (0,)

@@ -43,7 +43,7 @@ def counts(root: Path | str) -> tuple[int, int]:
     """Ingested files and turns of a store, read afresh."""
     store = open_store(root, read_only=True)
     try:
-        return store.execute("SELECT (SELECT count(*) FROM ingests), "
+        return store.con.execute("SELECT (SELECT count(*) FROM ingests), "
                              "(SELECT count(*) FROM turns)").fetchone()
     finally:
         store.close()

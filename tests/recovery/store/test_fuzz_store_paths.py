@@ -58,7 +58,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         duck = open_store(None)
         for file in held:
             duck.ingest_file(file)
-        expected.append(totals(duck))
+        expected.append(totals(duck.con))
     return {"files": files, "template": out / "template", "sibling": out / "sibling",
             "one": expected[0], "both": expected[1]}
 
@@ -184,14 +184,14 @@ def _fuzz(base: dict, tmp_path_factory: pytest.TempPathFactory, data: st.DataObj
         assert planted is not None and str(planted) in str(err), (kind, str(err))
         read = False
     else:
-        assert totals(con) == base["one"]
+        assert totals(con.con) == base["one"]
         con.close()
         read = True
     ingest = CliRunner().invoke(main, ["ingest", str(base["files"][1]), "--store", str(root)])
     stored = check(ingest, planted)
     assert stored == read, (kind, ingest.output)
     if stored:
-        assert totals(open_store(root, read_only=True)) == base["both"]
+        assert totals(open_store(root, read_only=True).con) == base["both"]
         assert not (root / "turns" / "run=base" / f"sha256={FAKE_SHA}").exists()
     if not any(c in name for c in "*?["):  # recovery sql: see test_folder_hardening
         query = CliRunner().invoke(main, ["sql", "SELECT count(*) AS n FROM turns",

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import duckdb
 import pytest
 
 from recovery.formats import UnknownFormatError, known_formats
-from recovery.store import IngestError, IngestOptions, open_store
+from recovery.store import IngestError, IngestOptions, Store, open_store
 from tests.conftest import REPO, TAU_AIRLINE
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
@@ -51,11 +52,11 @@ def tau_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not TAU_AIRLINE.exists():
         pytest.skip(f"real data not found at {TAU_AIRLINE} (../shared/data is absent)")
     path = tmp_path_factory.mktemp("tau") / "s.duckdb"
-    con = open_store(path)
+    store = open_store(path)
     try:
-        con.ingest_file(TAU_AIRLINE)
+        store.ingest_file(TAU_AIRLINE)
     finally:
-        con.close()
+        store.close()
     return path
 
 
@@ -97,15 +98,15 @@ def test_tau_bench_counts(tau_store: Path) -> None:
 def test_second_ingest_adds_nothing(tau_store: Path, tmp_path: Path) -> None:
     path = tmp_path / "copy.duckdb"
     shutil.copy(tau_store, path)
-    con = open_store(path)
+    store = open_store(path)
     try:
-        before = snapshot(con)
-        result = con.ingest_file(TAU_AIRLINE)
+        before = snapshot(store.con)
+        result = store.ingest_file(TAU_AIRLINE)
         assert result.status == "skipped" and result.n_trajectories == 0
         assert "already ingested" in result.summary()
-        assert snapshot(con) == before
+        assert snapshot(store.con) == before
     finally:
-        con.close()
+        store.close()
 
 
 def test_plain_duckdb_can_read_the_store(tau_store: Path) -> None:
@@ -126,13 +127,13 @@ def test_plain_duckdb_can_read_the_store(tau_store: Path) -> None:
 def test_traj_ids_are_stable(tau_airline: Path) -> None:
     ids = []
     for _ in range(2):
-        con = open_store(None)
+        store = open_store(None)
         try:
-            con.ingest_file(tau_airline)
-            ids.append(con.execute(
+            store.ingest_file(tau_airline)
+            ids.append(store.con.execute(
                 "SELECT task_id, sample, traj_id FROM trajectories ORDER BY ALL").fetchall())
         finally:
-            con.close()
+            store.close()
     assert ids[0] == ids[1]
     traj_ids = [r[2] for r in ids[0]]
     assert len(set(traj_ids)) == 200
@@ -159,7 +160,7 @@ def test_tau_bench_error_observations_are_queryable(tau_store: Path) -> None:
     assert (n, n_traj) == (73, 36)
 
 
-def test_crashed_tau_bench_episodes_are_flagged(con: duckdb.DuckDBPyConnection,
+def test_crashed_tau_bench_episodes_are_flagged(con: duckdb.DuckDBPyConnection, memory_store,
                                                 tmp_path: Path) -> None:
     ok = {"task_id": 1, "trial": 0, "reward": 1.0, "info": {},
           "traj": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
@@ -167,7 +168,7 @@ def test_crashed_tau_bench_episodes_are_flagged(con: duckdb.DuckDBPyConnection,
                "info": {"error": "APIConnectionError", "traceback": "Traceback (most recent)"}}
     path = tmp_path / "crash.json"
     path.write_text(json.dumps([ok, crashed]))
-    con.ingest_file(path)
+    memory_store.ingest_file(path)
     rows = con.execute(
         "SELECT task_id, n_turns, success, meta->>'crashed', meta->>'$.info.error' "
         "FROM trajectories ORDER BY task_id"
@@ -197,114 +198,114 @@ def write_bad_file(path: Path, bad_line: str) -> Path:
 
 
 @pytest.fixture
-def store_with_data(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+def store_with_data(tmp_path: Path) -> Iterator[Store]:
     """A store that already holds another file (in memory; the CLI tests use files)."""
-    con = open_store(None)
-    con.ingest_file(write_jsonl(tmp_path / "earlier.jsonl",
+    store = open_store(None)
+    store.ingest_file(write_jsonl(tmp_path / "earlier.jsonl",
                                  [record("e1", 0), record("e2", 0, success=False)]))
-    yield con
-    con.close()
+    yield store
+    store.close()
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_LINES))
 def test_bad_line_fails_the_file_and_leaves_the_store(
-    store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path, kind: str
+    store_with_data: Store, tmp_path: Path, kind: str
 ) -> None:
     line, expected = BAD_LINES[kind]
     path = write_bad_file(tmp_path / "bad.jsonl", line)
-    before = snapshot(store_with_data)
+    before = snapshot(store_with_data.con)
     assert len(before["trajectories"]) == 2
     with pytest.raises(IngestError) as info:
         store_with_data.ingest_file(path)
     message = str(info.value)
     assert f"{path}:3:" in message and expected in message
-    assert snapshot(store_with_data) == before
+    assert snapshot(store_with_data.con) == before
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_LINES))
 def test_skip_bad_stores_the_good_lines(
-    store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path, kind: str
+    store_with_data: Store, tmp_path: Path, kind: str
 ) -> None:
     path = write_bad_file(tmp_path / "bad.jsonl", BAD_LINES[kind][0])
     result = store_with_data.ingest_file(path, IngestOptions(skip_bad=True))
     assert (result.n_trajectories, result.n_turns) == (3, 6)
     assert [e.line for e in result.skipped] == [3]
     assert "1 bad records skipped" in result.summary()
-    assert store_with_data.execute(
+    assert store_with_data.con.execute(
         "SELECT list(task_id ORDER BY task_id) FROM trajectories WHERE source_file = ?",
         [str(path)],
     ).fetchone()[0] == ["a", "b", "c"]
-    assert store_with_data.execute(
+    assert store_with_data.con.execute(
         "SELECT n_trajectories, n_skipped FROM ingests WHERE file = ?", [str(path)]
     ).fetchone() == (3, 1)
 
 
 def test_bad_record_in_other_formats_is_atomic_too(
-    store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path
+    store_with_data: Store, tmp_path: Path
 ) -> None:
     chat = {"task_id": "c", "success": True,
             "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
     path = write_jsonl(tmp_path / "chats.jsonl", [chat, chat | {"sample": 1},
                                                   {"task_id": "d", "messages": "oops"}])
-    before = snapshot(store_with_data)
+    before = snapshot(store_with_data.con)
     with pytest.raises(IngestError, match=rf"{re.escape(str(path))}:3: field 'messages'"):
         store_with_data.ingest_file(path)
-    assert snapshot(store_with_data) == before
+    assert snapshot(store_with_data.con) == before
     tau = tmp_path / "tau.json"
     tau.write_text(json.dumps([{"task_id": 1, "trial": 0, "reward": 1.0, "traj": []},
                                {"task_id": 1, "trial": "zero", "reward": 1.0, "traj": []}],
                               indent=1))
     with pytest.raises(IngestError, match=r"tau.json:\d+: field 'trial'"):
         store_with_data.ingest_file(tau)
-    assert snapshot(store_with_data) == before
+    assert snapshot(store_with_data.con) == before
 
 
 def test_duplicate_trajectories_name_both_lines(
-    store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path
+    store_with_data: Store, tmp_path: Path
 ) -> None:
     path = write_jsonl(tmp_path / "dup.jsonl", [record("a", 0), record("b", 0), record("a", 0)])
-    before = snapshot(store_with_data)
+    before = snapshot(store_with_data.con)
     with pytest.raises(IngestError) as info:
         store_with_data.ingest_file(path)
     assert f"{path}:3:" in str(info.value) and "line 1" in str(info.value)
-    assert snapshot(store_with_data) == before
+    assert snapshot(store_with_data.con) == before
 
 
 def test_trajectories_already_stored_from_another_file(
-    store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path
+    store_with_data: Store, tmp_path: Path
 ) -> None:
-    before = snapshot(store_with_data)
+    before = snapshot(store_with_data.con)
     # The same trajectories from another file (another sha256) clash with the stored ones.
     again = write_jsonl(tmp_path / "earlier-again.jsonl",
                         [record("e1", 0, run="earlier"), record("zz", 0, run="earlier")])
     with pytest.raises(IngestError, match=r"earlier-again.jsonl:1: .*already in the store"):
         store_with_data.ingest_file(again)
-    assert snapshot(store_with_data) == before
+    assert snapshot(store_with_data.con) == before
 
 
-def test_unknown_and_undetectable_formats(con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+def test_unknown_and_undetectable_formats(con: duckdb.DuckDBPyConnection, memory_store, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", [record("a")])
     with pytest.raises(UnknownFormatError) as info:
-        con.ingest_file(path, IngestOptions(format="nope"))
+        memory_store.ingest_file(path, IngestOptions(format="nope"))
     assert all(name in str(info.value) for name in known_formats())
     text = tmp_path / "notes.txt"
     text.write_text("just some notes\n")
     with pytest.raises(UnknownFormatError, match="could not detect"):
-        con.ingest_file(text)
+        memory_store.ingest_file(text)
     with pytest.raises(IngestError, match="no such file"):
-        con.ingest_file(tmp_path / "missing.jsonl")
+        memory_store.ingest_file(tmp_path / "missing.jsonl")
     assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "python-reader"])
 def test_line_larger_than_duckdb_json_default_ingests(
-    con: duckdb.DuckDBPyConnection, tmp_path: Path, fast: bool
+    con: duckdb.DuckDBPyConnection, memory_store, tmp_path: Path, fast: bool
 ) -> None:
     size = 17 * 1024 * 1024  # DuckDB's read_json maximum_object_size defaults to 16 MB
     big = record("big", 0) | {"turns": [{"action": "read", "observation": "é" * (size // 2)}]}
     path = write_jsonl(tmp_path / "big.jsonl", [record("small", 0), big])
     assert path.stat().st_size > size
-    result = con.ingest_file(path, IngestOptions(fast=fast))
+    result = memory_store.ingest_file(path, IngestOptions(fast=fast))
     assert (result.n_trajectories, result.n_turns) == (2, 3)
     assert con.execute(
         "SELECT length(observation) FROM turns JOIN trajectories USING (traj_id) "
@@ -320,17 +321,17 @@ def test_line_larger_than_duckdb_json_default_ingests(
     ],
 )
 def test_record_over_max_record_size_is_named(
-    store_with_data: duckdb.DuckDBPyConnection, tmp_path: Path, fast: bool
+    store_with_data: Store, tmp_path: Path, fast: bool
 ) -> None:
     big = record("big", 0) | {"turns": [{"action": "x" * 20_000}]}
     path = write_jsonl(tmp_path / "big.jsonl", [record("a", 0), big, record("b", 0)])
-    before = snapshot(store_with_data)
+    before = snapshot(store_with_data.con)
     with pytest.raises(IngestError) as info:
         store_with_data.ingest_file(path, IngestOptions(max_record_bytes=10_000, fast=fast))
     message = str(info.value)
     assert f"{path}:2:" in message and "larger than the limit" in message
     assert "--max-record-mb" in message
-    assert snapshot(store_with_data) == before
+    assert snapshot(store_with_data.con) == before
 
 
 def test_gzip_and_plain_canonical_store_the_same_rows(tmp_path: Path) -> None:
@@ -344,16 +345,16 @@ def test_gzip_and_plain_canonical_store_the_same_rows(tmp_path: Path) -> None:
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     rows = []
     for path in (plain, packed):
-        con = open_store(None)
+        store = open_store(None)
         try:
-            con.ingest_file(path)
+            store.ingest_file(path)
             rows.append({
-                "trajectories": con.execute(
+                "trajectories": store.con.execute(
                     "SELECT * EXCLUDE (source_file) FROM trajectories ORDER BY ALL").fetchall(),
-                "turns": con.execute("SELECT * FROM turns ORDER BY ALL").fetchall(),
+                "turns": store.con.execute("SELECT * FROM turns ORDER BY ALL").fetchall(),
             })
         finally:
-            con.close()
+            store.close()
     assert rows[0] == rows[1]
     assert len(rows[0]["turns"]) == 3
 

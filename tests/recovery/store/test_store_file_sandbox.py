@@ -159,16 +159,16 @@ def test_a_table_remade_with_expressions_is_refused(store: Path, score: str,
 def test_a_read_only_store_connection_reaches_no_other_file(store: Path, secret: Path) -> None:
     with open_store(store, read_only=True) as opened:
         with pytest.raises(duckdb.Error, match="disabled by configuration"):
-            opened.execute(f"SELECT * FROM read_text('{secret}')").fetchall()
+            opened.con.execute(f"SELECT * FROM read_text('{secret}')").fetchall()
         with pytest.raises(duckdb.Error):
-            opened.execute("SET enable_external_access = true")
-        assert opened.execute("SELECT count(*) FROM trajectories").fetchone() == (4,)
+            opened.con.execute("SET enable_external_access = true")
+        assert opened.con.execute("SELECT count(*) FROM trajectories").fetchone() == (4,)
 
 
 def test_every_store_file_is_opened_with_extension_loading_off(store: Path) -> None:
     for read_only in (True, False):
         with open_store(store, read_only=read_only) as opened:
-            settings = dict(opened.execute(
+            settings = dict(opened.con.execute(
                 "SELECT name, value FROM duckdb_settings() WHERE name IN "
                 "('autoload_known_extensions', 'autoinstall_known_extensions', "
                 "'allow_community_extensions', 'lock_configuration')").fetchall())

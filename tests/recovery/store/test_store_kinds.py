@@ -57,7 +57,7 @@ def _written(kind: str, tmp_path: Path, sim_files: list[Path]) -> dict[str, obje
         rl = store.trajectories_of_runs(["rl"])
         out["rule_counts"] = store.mark(rules=rules, traj_ids=rl)
         out["rule_marks"], out["rule_spells"] = _rows(store, TURNS), _rows(store, SPELLS)
-        first_turns = store.sql("SELECT traj_id, t FROM turns WHERE t <= 2 ORDER BY traj_id, t").df()
+        first_turns = store.con.sql("SELECT traj_id, t FROM turns WHERE t <= 2 ORDER BY traj_id, t").df()
         first_turns["score"] = [0.1 if i % 3 == 0 else 0.9 for i in range(len(first_turns))]
         assert write_step_scores(store, first_turns, "judge") == len(first_turns)
         out["prm_counts"] = store.mark(prm_model="judge", prm_threshold=0.5)
@@ -109,7 +109,7 @@ def test_a_read_only_store_refuses_every_write(
         for write in writes:
             with pytest.raises(InputProblem, match="read-only"):
                 write()
-        (n,) = store.execute("SELECT count(*) FROM step_scores").fetchone()
+        (n,) = store.con.execute("SELECT count(*) FROM step_scores").fetchone()
         assert n == 0
 
 
@@ -142,8 +142,8 @@ def test_recovery_mark_on_both_kinds(kind: str, tmp_path: Path, sim_files: list[
 def test_a_store_is_read_like_its_connection(tmp_path: Path, sim_files: list[Path]) -> None:
     with open_store(None) as store:
         store.ingest_file(sim_files[0])
-        assert store.execute("SELECT count(*) FROM trajectories").fetchall() == [(72,)]
-        assert store.sql("SELECT count(*) FROM trajectories").fetchall() == [(72,)]
+        assert store.con.execute("SELECT count(*) FROM trajectories").fetchall() == [(72,)]
+        assert store.con.sql("SELECT count(*) FROM trajectories").fetchall() == [(72,)]
         assert "DuckDBStore :memory:" in repr(store)
 
 

@@ -43,10 +43,10 @@ def _file(path: Path, pairs: list[tuple[str, str]]) -> Path:
 def test_trajectories_whose_parts_hold_the_old_separator_are_all_stored(
         tmp_path: Path, fast: bool) -> None:
     path = _file(tmp_path / "sep.jsonl", SEPARATED)
-    con = open_store(None)
-    result = con.ingest_file(path, IngestOptions(fast=fast))
+    store = open_store(None)
+    result = store.ingest_file(path, IngestOptions(fast=fast))
     assert result.n_trajectories == len(SEPARATED)
-    rows = con.execute("SELECT run, task_id FROM trajectories ORDER BY source_line").fetchall()
+    rows = store.con.execute("SELECT run, task_id FROM trajectories ORDER BY source_line").fetchall()
     assert rows == SEPARATED
 
 
@@ -63,9 +63,9 @@ def test_the_fast_path_takes_such_a_file_and_both_paths_agree(tmp_path: Path,
     fast = open_store(None)
     fast.ingest_file(path, IngestOptions(fast=True))
     query = "SELECT * FROM trajectories ORDER BY traj_id"
-    assert fast.execute(query).fetchall() == slow.execute(query).fetchall()
+    assert fast.con.execute(query).fetchall() == slow.con.execute(query).fetchall()
     turns = "SELECT traj_id, t, action FROM turns ORDER BY traj_id, t"
-    assert fast.execute(turns).fetchall() == slow.execute(turns).fetchall()
+    assert fast.con.execute(turns).fetchall() == slow.con.execute(turns).fetchall()
 
 
 PARTS = [

@@ -150,11 +150,11 @@ def test_an_older_store_is_upgraded_in_one_transaction(store: Path,
     assert con.execute("SELECT value FROM store_info").fetchall() == [("1",)]
     con.close()
     monkeypatch.undo()
-    con = open_store(store)
-    assert con.execute("SELECT count(*) FROM trajectories WHERE end_reason IS NULL").fetchone() \
+    opened = open_store(store)
+    assert opened.con.execute("SELECT count(*) FROM trajectories WHERE end_reason IS NULL").fetchone() \
         == (0,)
-    assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
-    con.close()
+    assert opened.con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
+    opened.close()
 
 
 def test_a_first_version_store_without_store_info_is_upgraded(store: Path) -> None:
@@ -164,9 +164,9 @@ def test_a_first_version_store_without_store_info_is_upgraded(store: Path) -> No
     con.execute("DROP TABLE store_info")
     con.close()
     rows = table_rows(store, ("trajectories", "turns"))
-    con = open_store(store)
-    assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
-    con.close()
+    opened = open_store(store)
+    assert opened.con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
+    opened.close()
     assert {t: r for t, r in table_rows(store, ("trajectories", "turns")).items()
             if t == "turns"} == {"turns": rows["turns"]}
 
@@ -185,17 +185,17 @@ def test_a_version_2_store_gets_the_new_ids_in_every_table(store: Path, tmp_path
     con.execute("UPDATE store_info SET value = '2' WHERE key = 'schema_version'")
     (n_spells,) = con.execute("SELECT count(*) FROM error_spells").fetchone()
     con.close()
-    con = open_store(store)
-    ids = con.execute("SELECT traj_id, run, task_id, budget, sample FROM trajectories").fetchall()
+    opened = open_store(store)
+    ids = opened.con.execute("SELECT traj_id, run, task_id, budget, sample FROM trajectories").fetchall()
     assert ids and all(tid == make_traj_id(run, task, budget, sample)
                        for tid, run, task, budget, sample in ids)
     for table in ("turns", "error_spells"):
-        (orphans,) = con.execute(f"SELECT count(*) FROM {table} WHERE traj_id NOT IN "
+        (orphans,) = opened.con.execute(f"SELECT count(*) FROM {table} WHERE traj_id NOT IN "
                                  "(SELECT traj_id FROM trajectories)").fetchone()
         assert orphans == 0
-    assert con.execute("SELECT count(*) FROM error_spells").fetchone() == (n_spells,)
-    assert con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
-    con.close()
+    assert opened.con.execute("SELECT count(*) FROM error_spells").fetchone() == (n_spells,)
+    assert opened.con.execute("SELECT value FROM store_info").fetchall() == [(str(SCHEMA_VERSION),)]
+    opened.close()
 
 
 def test_the_docs_give_the_schema_version_the_code_writes() -> None:
@@ -301,12 +301,12 @@ def test_a_store_cut_short_after_its_catalog_is_refused_at_open(tmp_path: Path) 
     """The catalog and store_info read fine; only a query reaching the lost blocks would
     fail, in the middle of an analysis."""
     path = tmp_path / "big.duckdb"
-    con = open_store(path)
+    store = open_store(path)
     for n in (2_000, 50_000):  # the second checkpoint's data lands after the catalog
-        con.execute("INSERT INTO turns (traj_id, t, observation) SELECT 'x' || i, i, "
+        store.con.execute("INSERT INTO turns (traj_id, t, observation) SELECT 'x' || i, i, "
                     "md5(i::VARCHAR) || md5((i + 1)::VARCHAR) FROM range(?) r(i)", [n])
-        con.execute("CHECKPOINT")
-    con.close()
+        store.con.execute("CHECKPOINT")
+    store.close()
     cut = tmp_path / "cut.duckdb"
     data = path.read_bytes()
     cut.write_bytes(data[: len(data) - 300_000])

@@ -39,9 +39,9 @@ def _compare(con, macro: str, reference) -> None:
 def sim_con():
     config = SimConfig(policies={"base": PRESETS["base"], "rl": PRESETS["rl"]},
                        n_tasks=40, n_samples=4, budgets=[30], seed=5)
-    con = simulated_store(config)
-    yield con
-    con.close()
+    store = simulated_store(config)
+    yield store.con
+    store.close()
 
 
 def test_pass_at_kt_at_any_limit_equals_analyses(sim_con) -> None:
@@ -64,8 +64,8 @@ def test_a_limit_off_a_runs_grid_keeps_the_run(sim_con) -> None:
 def test_macros_on_tau_bench() -> None:
     if not TAU_AIRLINE.exists():
         pytest.skip("real data not found")
-    con = open_store(None)
-    con.ingest_file(TAU_AIRLINE)
-    _compare(con, "pass_at_kt_at", pass_at_kt)
-    assert con.execute("SELECT round(value, 3) FROM pass_at_kt_at(10) WHERE k = 1").fetchall() \
+    store = open_store(None)
+    store.ingest_file(TAU_AIRLINE)
+    _compare(store.con, "pass_at_kt_at", pass_at_kt)
+    assert store.con.execute("SELECT round(value, 3) FROM pass_at_kt_at(10) WHERE k = 1").fetchall() \
         == [(0.255,)]

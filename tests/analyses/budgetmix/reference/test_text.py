@@ -13,11 +13,11 @@ torch = pytest.importorskip("torch")
 from tests.analyses.budgetmix.reference.scripted import run as _run  # noqa: E402
 
 
-def test_rendered_errors_are_marked_by_the_builtin_rules(con):
+def test_rendered_errors_are_marked_by_the_builtin_rules(con, memory_store):
     roll = _run([0.0, 0.0, 0.0, 0.0], EnvParams(), n=300, length=6, budget=10, seed=4)
     trajectories = [render_episode(roll, i, run="mixed", task_id=f"task{i // 3:03d}",
                                    sample=i % 3, seed=0) for i in range(len(roll))]
-    con.ingest_trajectories(trajectories)
+    memory_store.ingest_trajectories(trajectories)
     turns = con.execute(
         "SELECT is_error, json_extract_string(meta, '$.true_error') AS truth, "
         "json_extract_string(meta, '$.event') AS event, recovery_of FROM turns"

@@ -94,15 +94,15 @@ def test_train_sim_tiny_runs_and_its_outputs_analyse_cleanly(tmp_path):
         for t in (4, 8):
             assert cells[(1, t)] == pytest.approx(mode.eval_success[t])  # equal samples per task
     # the trainer's PRM scores the evaluation store, and the rewards join it one to one
-    con = open_store(store)
+    opened = open_store(store)
     try:
-        scored = score_store(con, prm_mode.prm, name="trainer-prm")
-        n_turns = con.execute("SELECT count(*) FROM turns").fetchone()[0]
+        scored = score_store(opened, prm_mode.prm, name="trainer-prm")
+        n_turns = opened.con.execute("SELECT count(*) FROM turns").fetchone()[0]
         assert scored.n_scores == n_turns
-        export = export_shaped_rewards(con, "trainer-prm", tmp_path / "r.parquet")
+        export = export_shaped_rewards(opened.con, "trainer-prm", tmp_path / "r.parquet")
         assert export.n_turns == n_turns
     finally:
-        con.close()
+        opened.close()
 
 
 def test_train_sim_is_reproducible_and_reads_a_schedule(tmp_path):
