@@ -137,6 +137,13 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
     return frame[list(FRAME_COLUMNS)]
 
 
+def _flags(column: pd.Series) -> np.ndarray:
+    """A column of flags (bool, nullable boolean, float 0/1 or object) as a bool array with
+    missing values false. ``fillna(False)`` on a float or object column is a downcast a future
+    pandas refuses, hence the nullable boolean in between."""
+    return column.astype("boolean").fillna(False).to_numpy(bool)
+
+
 def _check_setting(setting: str) -> None:
     if setting not in SETTINGS:
         raise UsageProblem(f"unknown setting {setting!r}; use blind or hindsight")
@@ -231,11 +238,11 @@ def _spell_membership(frame: pd.DataFrame, setting: str) -> np.ndarray:
 
     from recovery.marking.spells import in_spell
 
-    is_error = frame["is_error"].fillna(False).to_numpy(bool)
+    is_error = _flags(frame["is_error"])
     t = frame["t"].to_numpy(np.int64)
     if setting == "blind":
         return in_spell(is_error, t, np.zeros(len(t), bool), np.full(len(t), np.nan), t)
-    success = frame["success"].fillna(False).to_numpy(bool)
+    success = _flags(frame["success"])
     won_at = frame["success_turn"].to_numpy(float)
     return in_spell(is_error, t, success, won_at, frame["n_turns"].to_numpy(np.int64))
 
@@ -261,7 +268,7 @@ def turn_kind_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarra
         "message": (~tool).astype(float),
         "code_block": code.astype(float),
         "first_code_block": (code & (_cumcount_true(code, traj) == 1)).astype(float),
-        "error_mark": frame["is_error"].fillna(False).to_numpy(float),
+        "error_mark": _flags(frame["is_error"]).astype(float),
         "error_kind_named": frame["error_kind"].notna().to_numpy(float),
         "in_spell": spell.astype(float),
         "prev_in_spell": prev.astype(float),
