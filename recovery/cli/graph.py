@@ -57,6 +57,16 @@ class GraphConfig(CheckedOptions):
     score_model: str | None = opt(
         None, "Turn graph: the PRM model whose step score becomes the node's 'score'."
     )
+    max_turns: list[str] | None = opt(
+        None, "Step cap, RUN=N, ENV=N or RUN/ENV=N, as `recovery analyze --max-turns` takes it: "
+        "an unsuccessful episode that reached it ran out of turns (shown as such, not failed).",
+    )
+
+    def caps(self) -> dict[str, int] | None:
+        """``--max-turns`` parsed (names are resolved against the data later)."""
+        from recovery.caps_given import parse_max_turns
+
+        return parse_max_turns(self.max_turns) if self.max_turns else None
 
 
 def close_matches(wanted: str, candidates: list[str], n: int = 5) -> list[str]:
@@ -147,7 +157,8 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
             _write_task_view(con, config, echo)
             return
         try:
-            graph = turn_graph(con, config.traj_id, score_model=config.score_model)
+            graph = turn_graph(con, config.traj_id, score_model=config.score_model,
+                               max_turns=config.caps())
         except KeyError:
             raise click.ClickException(_unknown_trajectory(con, config.traj_id)) from None
     except KeyError as err:
@@ -177,7 +188,7 @@ def _write_task_view(con, config: GraphConfig, echo) -> None:
            if share == share else "")
     task = printable(config.task)
     if view == "timeline":
-        timeline = task_timeline(con, config.task, runs, config.normalise)
+        timeline = task_timeline(con, config.task, runs, config.normalise, config.caps())
         with atomic_output(config.out) as temp:
             write_timeline(timeline, str(temp))
         echo(f"timeline of task {task}{why}: {len(timeline.rows)} rows, {timeline.n_turns} "

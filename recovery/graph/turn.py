@@ -20,6 +20,7 @@ def turn_graph(
     *,
     score_model: str | None = None,
     excerpt: int = EXCERPT_CHARS,
+    max_turns: dict[str, int] | None = None,
 ) -> nx.DiGraph:
     """The turn graph of one trajectory.
 
@@ -34,7 +35,8 @@ def turn_graph(
     "recovers"`` and ``next = True``; every edge has boolean ``next`` and ``recovers``.
     The graph's own attributes: ``traj_id, run, task_id, sample, success, n_turns``, and
     ``end_reason`` as ``recovery analyze`` reads it (step caps applied,
-    :func:`recovery.graph.timeline.capped_ends`) with ``cap`` when it ran out of turns.
+    :func:`recovery.graph.timeline.capped_ends`, with the caps ``max_turns`` gives as
+    ``--max-turns`` does) with ``cap`` when it ran out of turns.
 
     Raises:
         KeyError: when the trajectory is not in the store.
@@ -56,7 +58,7 @@ def turn_graph(
         success=bool(head[4]) if head[4] is not None else None, n_turns=head[5],
         end_reason=str(head[6] or "unknown"),
     )
-    capped = capped_ends(con, str(head[2]))
+    capped = capped_ends(con, str(head[2]), max_turns=max_turns)
     if traj_id in capped:
         graph.graph["end_reason"] = "budget"
         if capped[traj_id] is not None:

@@ -180,3 +180,40 @@ def test_the_turn_graph_of_a_capped_episode_says_it_ran_out_of_turns(store: Path
     assert natural.graph["end_reason"] == "failure" and "cap" not in natural.graph
     figure = graph_figure(capped)
     assert figure._suptitle.get_text().endswith("ran out of turns (cap 64)")
+
+
+def test_graph_takes_max_turns_as_analyze_does(tmp_path: Path) -> None:
+    """A cap the data cannot show (two episodes of one task) given with --max-turns: the
+    timeline and the turn graph censor the episode that reached it, as analyze does."""
+    import json
+
+    from tests.cli_support import run_cli
+
+    path = tmp_path / "two.duckdb"
+    store = open_store(path)
+    store.ingest_trajectories([
+        Trajectory(run="a", task_id="solo", sample=s, success=False, end_reason="failure",
+                   turns=[Turn(action=f"a {s} {t}", observation=f"o {t}") for t in range(n)])
+        for s, n in ((0, 30), (1, 12))])
+    (capped_id,) = store.con.execute(
+        "SELECT traj_id FROM trajectories WHERE sample = 0").fetchone()
+    store.close()
+
+    def timeline_ends(*extra: str) -> list[str]:
+        out = tmp_path / "t.json"
+        result = run_cli("graph", "--task", "solo", "--view", "timeline", "--store", str(path),
+                         "--out", str(out), *extra)
+        assert result.exit_code == 0, result.output
+        rows = json.loads(out.read_text())["rows"]
+        return sorted(str(r["end_label"]) for r in rows)
+
+    def turn_graph_end(*extra: str) -> str:
+        out = tmp_path / "g.json"
+        result = run_cli("graph", capped_id, "--store", str(path), "--out", str(out), *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads(out.read_text())["graph"]["end_reason"]
+
+    assert not any("budget" in label for label in timeline_ends())
+    assert turn_graph_end() == "failure"
+    assert sum("budget" in label for label in timeline_ends("--max-turns", "a=30")) == 1
+    assert turn_graph_end("--max-turns", "a=30") == "budget"
