@@ -28,7 +28,9 @@ class TrainConfig(CheckedOptions):
     """Options of ``prm train`` (and of :func:`train`)."""
 
     store: Path | None = opt(None, "Store to train on (DuckDB file or Parquet folder).", required=True)
-    out: Path | None = opt(None, "Output directory (model, checkpoints, metrics).", required=True)
+    out: Path | None = opt(
+        None, "Output directory (model, checkpoints, metrics); default: beside the store, "
+        "named after it (runs.duckdb -> runs.prm/).")
     labels: str = opt(DEFAULT_LABELS, "Label source of the targets.", choices=LABEL_SOURCES)
     label_base: str = opt(
         "mc", "Base of the recovery labels for other turns.", choices=RECOVERY_BASES
@@ -208,3 +210,22 @@ def learning_rate(config: TrainConfig, mode: str) -> float:
     if config.backbone == "tiny":
         return 1e-3
     return 2e-4 if mode == "lora" else 3e-5
+
+
+def default_out(store: str | Path) -> Path:
+    """Where ``prm train`` writes when ``--out`` is not given: beside the store, named after
+    it (``runs.duckdb`` -> ``runs.prm``, a folder store ``runs/`` -> ``runs.prm``)."""
+    path = Path(str(store).rstrip("/"))
+    return path.with_name((path.stem if path.suffix == ".duckdb" else path.name) + ".prm")
+
+
+def with_default_out(config: TrainConfig, echo: Any = print) -> TrainConfig:
+    """``config`` with ``out`` set to :func:`default_out` of its store when not given (said
+    through ``echo``)."""
+    if config.out is not None or config.store is None:
+        return config
+    from dataclasses import replace
+
+    config = replace(config, out=default_out(config.store))
+    echo(f"no --out: the model goes to {config.out}")
+    return config

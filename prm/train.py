@@ -36,8 +36,11 @@ def train(config: TrainConfig, *, echo: Callable[[str], Any] = print) -> TrainRe
     """
     from recovery.store import open_store
 
-    if config.store is None or config.out is None:
-        raise UsageProblem("store and out are required")
+    if config.store is None:
+        raise UsageProblem("store is required")
+    from prm.config import with_default_out
+
+    config = with_default_out(config, echo)
     store = open_store(config.store, read_only=True, must_exist=True)
     con = store.con
     try:

@@ -26,8 +26,10 @@ def train(config: TrainConfig) -> None:
     transformers. --model-kind neural trains it (--mode full or lora), frozen fits a head
     over it as shipped.
     """
+    from prm.config import with_default_out
     from prm.train import train as run_train
 
+    config = with_default_out(config, click.echo)
     _clear_log_of_an_unsaved_run(config)
     # a Problem is reported by command_options on one line; anything else is a bug
     result = run_train(config, echo=click.echo)

@@ -99,3 +99,17 @@ def test_prm_option_classes_refuse_a_value_the_command_line_refuses(
     cls(store=Path("s"), **given)                      # the defaults are allowed
     with pytest.raises(UsageProblem, match="is not one of"):
         cls(store=Path("s"), **given, **bad)
+
+
+def test_train_with_only_a_store_writes_beside_it(unlabelled_store: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from prm.config import default_out
+
+    store = tmp_path / "runs.duckdb"
+    shutil.copy(unlabelled_store, store)
+    train = prm("train", "--store", store)
+    assert train.exit_code == 0, train.output
+    assert f"no --out: the model goes to {tmp_path / 'runs.prm'}" in train.output
+    assert (tmp_path / "runs.prm").is_dir() and any((tmp_path / "runs.prm").iterdir())
+    assert default_out("runs/") == Path("runs.prm") == default_out("runs.duckdb")
