@@ -20,6 +20,7 @@ from analyses.frames import is_in
 from analyses.hazards import N_COUNTS, event_counts, rates_from_counts, turn_table
 from analyses.passkt import task_counts
 from analyses.strata import check_strata_by, key_counts, strata_weights
+from analyses.tgrid import normalise_ts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,18 +46,6 @@ class _EngineResult:
     empirical: np.ndarray   # (R, n_runs, n_t)
     model: np.ndarray       # (R, n_runs [single], n_runs [recovery], n_t)
     n_tasks: int
-
-
-def normalise_ts(ts: Sequence[int | None]) -> list[int | None]:
-    out: list[int | None] = []
-    for t in ts:
-        if t is None or (isinstance(t, float) and np.isnan(t)):
-            out.append(None)
-        else:
-            if int(t) < 0:
-                raise ValueError(f"turn budgets must be >= 0, got {t}")
-            out.append(int(t))
-    return out
 
 
 def _engine(
@@ -315,7 +304,7 @@ def decompose(
     check_strata_by(strata_by)
     if baseline == candidate:
         raise ValueError("baseline and candidate must be different runs")
-    ts = normalise_ts(ts)
+    ts = normalise_ts(ts, mode)
     known = set(traj["run"].unique())
     for run in (baseline, candidate):
         if run not in known:
@@ -431,7 +420,7 @@ def model_fit(
 
     check_mode(mode)
     check_strata_by(strata_by)
-    ts = normalise_ts(ts)
+    ts = normalise_ts(ts, mode)
     if run not in set(traj["run"].unique()):
         raise ValueError(f"run {run!r} not found")
     rows = []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.decompose import check_mode, normalise_ts
+from analyses.decompose import check_mode
 from analyses.frames import is_in, success_turns
 from analyses.hazards import (
     FIRST_INDEX,
@@ -19,6 +19,7 @@ from analyses.hazards import (
     fit_hazards,
 )
 from analyses.strata import task_strata
+from analyses.tgrid import normalise_ts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,9 +49,7 @@ def descriptive(
     import pandas as pd
 
     check_mode(mode)
-    ts = normalise_ts(ts)
-    if mode == "budgeted" and None in ts:
-        raise ValueError("budgeted mode needs integer budgets in ts, not None")
+    ts = normalise_ts(ts, mode)
     first_error = _first_error_turn(traj, flags)
     success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
     sturn = success_turns(traj)

@@ -471,8 +471,6 @@ def test_t_grid_consumers_agree_and_a_t_beyond_the_longest_episode_means_no_limi
         assert curve.value[-1] == pytest.approx(p1["value"].iloc[-1])
 
 
-@pytest.mark.xfail(strict=True, reason="decompose keeps its own T rule (accepts T = 0, keeps "
-                   "the order) until it calls analyses.tgrid.normalise_ts")
 def test_t_grid_decompose_follows_the_rule() -> None:
     from recovery.errors import UsageProblem
 

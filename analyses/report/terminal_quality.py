@@ -30,12 +30,12 @@ def _cells(text: str) -> int:
 
 
 def quality_widths(columns: Columns, width: int) -> tuple[int, int]:
-    """The labels' column width, and the most a run's column takes: half of what the labels
-    leave of ``width``, so that two runs always fit side by side."""
+    """The labels' column width, and the most a run's column takes: what the labels leave of
+    ``width`` for one run, half of it for more, so that two runs always fit side by side."""
     labels = next(iter(columns.values())).keys() if columns else []
     label_width = min(max((_cells(label) for label in labels), default=0), width // 2)
     # the table's two edges and a gap of 2 before each run's column
-    return label_width, max(12, (width - label_width - 6) // 2)
+    return label_width, max(12, (width - label_width - 6) // (1 if len(columns) == 1 else 2))
 
 
 def quality_groups(columns: Columns, width: int) -> list[Columns]:

@@ -108,7 +108,8 @@ def test_a_balrog_folder_whose_failures_stop_at_the_cap(tmp_path: Path) -> None:
     quality = json.loads(out.read_text())["data_quality"]["gpt"]
     assert quality["step_cap"] == 10 and quality["step_cap_source"] == "detected"
     assert quality["end_reasons"]["budget"] == 6 and quality["end_reasons"]["failure"] == 2
-    assert "10 turns (detected: 6 of 8 unsuccessful episodes end there)" in result.stdout
+    table = " ".join(" ".join(line.split()) for line in result.stdout.splitlines())
+    assert "step cap 10 turns (detected: 6 of 8 unsuccessful episodes end there)" in table
     # the user's word wins
     out2 = tmp_path / "r2.json"
     result = run_cli("analyze", folder, "--n-boot", "0", "--json", out2, "--max-turns", "gpt=9")
@@ -155,5 +156,5 @@ def test_a_balrog_folder_where_some_capped_episodes_lack_done(tmp_path: Path) ->
     assert quality["step_cap"] == 10 and quality["step_cap_source"] == "data"
     assert quality["end_reasons"]["budget"] == quality["n_budget_hit"] == 8
     assert quality["end_reasons"]["failure"] == 2
-    assert "10 turns (written in the data: 8 of 10 unsuccessful episodes end there)" in (
-        result.stdout)
+    table = " ".join(" ".join(line.split()) for line in result.stdout.splitlines())
+    assert "10 turns (written in the data: 8 of 10 unsuccessful episodes end there)" in table

@@ -14,6 +14,7 @@ from analyses.decompose import COMPONENTS, decompose, gain_components, model_fit
 from analyses.dp import model_success
 from analyses.hazards import Hazards, fit_hazards
 from analyses.sampling import sample_two_clock
+from recovery.errors import UsageProblem
 from tests.analyses.helpers import stacked, two_runs
 
 # ------------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_budgeted_mode_uses_only_the_runs_at_that_budget():
     assert out["delta"].iloc[0] > 0.3              # at 5, B is the good policy
     assert abs(out["delta"].iloc[1]) < 0.15         # at 10 both are bad
     assert abs(out["model_delta"].iloc[1]) < 0.15
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageProblem, match="no limit"):
         decompose(traj, flags, "A", "B", [None], mode="budgeted")
     fit = model_fit(traj, flags, "B", [5, 10], mode="budgeted", strata=1)
     np.testing.assert_allclose(fit["model"], fit["empirical"], atol=0.08)
