@@ -171,3 +171,22 @@ class PRMKind:
             n_train=len(split.select(examples, "train")) if n_train is None else n_train,
             n_validation=len(split.select(examples, "validation")),
             n_test=len(split.select(examples, "test")))
+
+
+class SpecKind(PRMKind):
+    """A kind whose settings are a :class:`prm.spec.PRMSpec` (``self.spec``): TF-IDF and the
+    neural kinds, whose folders hold ``prm_config.json``."""
+
+    spec: Any
+
+    @property
+    def labels(self) -> str:
+        return self.spec.labels
+
+    @property
+    def label_base(self) -> str:
+        return self.spec.label_base
+
+    @property
+    def error_threshold(self) -> float:
+        return self.spec.error_threshold

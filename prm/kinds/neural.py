@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.kinds.base import FitData, PRMKind
+from prm.kinds.base import FitData, SpecKind
 from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def model_spec(config: TrainConfig, examples: list[StepExample],
     )
 
 
-class NeuralKind(PRMKind):
+class NeuralKind(SpecKind):
     """A neural PRM (``full`` or ``lora``) behind the kind contract."""
 
     name = "neural"
@@ -86,20 +86,8 @@ class NeuralKind(PRMKind):
         return self.loaded.spec
 
     @property
-    def labels(self) -> str:
-        return self.spec.labels
-
-    @property
-    def label_base(self) -> str:
-        return self.spec.label_base
-
-    @property
     def head(self) -> str:
         return self.spec.head
-
-    @property
-    def error_threshold(self) -> float:
-        return self.spec.error_threshold
 
     def describe(self) -> str:
         return f"neural PRM ({self.spec.backbone}, {self.spec.mode}, {self.spec.head})"

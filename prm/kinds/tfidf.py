@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.kinds.base import FitData, PRMKind
+from prm.kinds.base import FitData, SpecKind
 from recovery.errors import InputProblem
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ INNER_FOLDS = 3
 """Grouped folds of the training tasks that choose the error threshold."""
 
 
-class TfidfKind(PRMKind):
+class TfidfKind(SpecKind):
     """The TF-IDF baseline behind the kind contract."""
 
     name = "tfidf"
@@ -38,18 +38,6 @@ class TfidfKind(PRMKind):
         """Vocabulary size per text field (``None``: the baseline's default)."""
         self.baseline: Any = None
         self.spec: PRMSpec | None = None
-
-    @property
-    def labels(self) -> str:
-        return self.spec.labels
-
-    @property
-    def label_base(self) -> str:
-        return self.spec.label_base
-
-    @property
-    def error_threshold(self) -> float:
-        return self.spec.error_threshold
 
     def describe(self) -> str:
         return "TF-IDF baseline"
