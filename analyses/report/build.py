@@ -755,17 +755,19 @@ def _descriptive(
     trajectories without any error out of ``e`` (``descriptive(..., [None])`` counts them as
     erring at an infinite turn, which ``inf <= inf`` lets through).
     """
+    import pandas as pd
+
     longest = int(traj["n_turns"].max())
     asked = [longest if t is None else t for t in ts]
     frame = dec.descriptive(traj, flags, asked, mode=mode)
-    if None in ts:
-        # Rows come per run in the order of `asked`; put the labels back.
-        n_ts = len(ts)
-        labels = [ts[i % n_ts] for i in range(len(frame))]
-        import pandas as pd
-
-        frame = frame.assign(t=pd.array(labels, dtype="Int64"))
-    return frame
+    if None not in ts:
+        return frame
+    # The grid comes back sorted and unique (no limit may equal a finite T): one row per run
+    # and asked T, labelled with the T it stands for.
+    rows = [frame[(frame["run"] == run) & (frame["t"] == at)].assign(t=label)
+            for run in pd.unique(frame["run"]) for label, at in zip(ts, asked, strict=True)]
+    out = pd.concat(rows, ignore_index=True)
+    return out.assign(t=pd.array(out["t"].tolist(), dtype="Int64"))
 
 
 def _error_kinds(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
