@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.config import TrainConfig
-from prm.labels import no_target_message
+from prm.labels import no_target_message, unused_labels_note
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 
@@ -256,6 +256,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
         examples = [e for e in examples if any(x == x for x in e.targets)]
         if not examples:
             raise InputProblem(no_target_message(config.store, config.labels, con))
+        unused = unused_labels_note(con, config.labels)
         fold = fold_of_tasks(examples, config.folds, config.seed)
         rows = _turn_table(examples, fold)
         what = config.backbone or config.model_kind
@@ -264,6 +265,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     finally:
         store.close()
     pooled, head, notes = _fold_predictions(config, examples, fold, rows, echo)
+    notes = [*([unused] if unused else []), *notes]
     mode = config.mode if config.backbone is not None else config.model_kind
     pooled = _with_outcomes(pooled, rows)
     report = CVReport(backbone=what, mode=mode, head=head, labels=config.labels,

@@ -331,3 +331,16 @@ def recovery_targets(
             """
         ).df()
     return frame
+
+
+def unused_labels_note(con: duckdb.DuckDBPyConnection, labels: str) -> str | None:
+    """A note when the store carries step labels (``turns.label``) that ``labels`` does not
+    read: the default (``recovery``) works on any store, and on a labelled one the user most
+    likely wants ``--labels data``."""
+    if labels in ("data", "advantage"):
+        return None
+    (labelled,) = con.execute("SELECT count(label) FROM turns").fetchone()
+    if not labelled:
+        return None
+    return (f"{labelled} turns of this store carry step labels that --labels {labels} does not "
+            "read; --labels data trains and scores on them")

@@ -15,7 +15,7 @@ from typing import Any
 
 from prm.config import TrainConfig, TrainResult
 from prm.data import StepExample, TaskSplit, load_step_examples
-from prm.labels import no_target_message
+from prm.labels import no_target_message, unused_labels_note
 from prm.spec import SPLIT_FILE
 from recovery.errors import InputProblem, UsageProblem
 
@@ -47,6 +47,9 @@ def train(config: TrainConfig, *, echo: Callable[[str], Any] = print) -> TrainRe
         examples = load_step_examples(con, config.labels, base=config.label_base)
         if examples and not any(x == x for e in examples for x in e.targets):
             raise InputProblem(no_target_message(config.store, config.labels, con))
+        unused = unused_labels_note(con, config.labels)
+        if unused:
+            echo(f"note: {unused}")
     finally:
         store.close()
     return train_examples(config, examples, echo=echo)

@@ -113,3 +113,22 @@ def test_train_with_only_a_store_writes_beside_it(unlabelled_store: Path, tmp_pa
     assert f"no --out: the model goes to {tmp_path / 'runs.prm'}" in train.output
     assert (tmp_path / "runs.prm").is_dir() and any((tmp_path / "runs.prm").iterdir())
     assert default_out("runs/") == Path("runs.prm") == default_out("runs.duckdb")
+
+
+def test_a_labelled_store_read_with_another_source_says_so(
+    ternary_store: Path, unlabelled_store: Path,
+) -> None:
+    from prm.labels import unused_labels_note
+    from recovery.store import open_store
+
+    for path, expected in ((ternary_store, True), (unlabelled_store, False)):
+        store = open_store(path, read_only=True)
+        try:
+            note = unused_labels_note(store.con, "recovery")
+            assert (note is not None) == expected
+            assert unused_labels_note(store.con, "data") is None
+        finally:
+            store.close()
+    cv = prm("cv", "--store", ternary_store, "--n-boot", "10", "--folds", "3")
+    assert cv.exit_code == 0, cv.output
+    assert "carry step labels that --labels recovery does not read; --labels data" in cv.output
