@@ -382,7 +382,9 @@ HOSTILE_REFS = st.one_of(
 )
 
 
-def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
+def atif_continuation_run(root: Path, ref: str) -> Path:
+    """A run folder beside hostile places (a link out of it, a dangling link, a named pipe, a
+    continuation file) whose ATIF trajectory continues at ``ref``; returns the trajectory."""
     outside = _outside(root)
     run = root / "run"
     (run / "sub").mkdir(parents=True)
@@ -394,9 +396,14 @@ def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
     cont = copy.deepcopy(head)
     cont.pop("final_metrics", None)
     (run / "cont.json").write_text(json.dumps(cont), encoding="utf-8")
-    head["continued_trajectory_ref"] = data.draw(HOSTILE_REFS, label="ref")
+    head["continued_trajectory_ref"] = ref
     path = run / "self.json"
     path.write_text(json.dumps(head), encoding="utf-8")
+    return path
+
+
+def _fuzz_atif_continuation(root: Path, data: st.DataObject) -> None:
+    path = atif_continuation_run(root, data.draw(HOSTILE_REFS, label="ref"))
     store = open_store(None)
     try:
         store.ingest_file(FIXTURES / "atif.json", IngestOptions(format="atif"))

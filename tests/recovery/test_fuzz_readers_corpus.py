@@ -31,6 +31,7 @@ from tests.recovery.test_fuzz_readers import (
     _outside,
     _paths,
     _write_entry,
+    atif_continuation_run,
     check_ingest,
     dumps,
     format_of,
@@ -218,22 +219,7 @@ def test_hostile_balrog_folder(entries: list[tuple], tmp_path: Path) -> None:
                                  "dangling.json", "pipe.json", "x" * 5000, "a\x00b.json",
                                  "self.json", "\u202e.json", "é" * 300])
 def test_hostile_continuation_reference(ref: str, tmp_path: Path) -> None:
-    import os
-
-    outside = _outside(tmp_path)
-    run = tmp_path / "run"
-    (run / "sub").mkdir(parents=True)
-    (run / "link.json").symlink_to(outside / "cont.json")
-    (run / "dangling.json").symlink_to(outside / "nothing.json")
-    if hasattr(os, "mkfifo"):
-        os.mkfifo(run / "pipe.json")
-    head = json.loads((FIXTURES / "atif.json").read_text(encoding="utf-8"))
-    cont = copy.deepcopy(head)
-    cont.pop("final_metrics", None)
-    (run / "cont.json").write_text(json.dumps(cont), encoding="utf-8")
-    head["continued_trajectory_ref"] = ref
-    path = run / "self.json"
-    path.write_text(json.dumps(head), encoding="utf-8")
+    path = atif_continuation_run(tmp_path, ref)
     store = open_store(None)
     try:
         store.ingest_file(FIXTURES / "atif.json", IngestOptions(format="atif"))
