@@ -60,7 +60,7 @@ class BenchConfig:
     """Size of one run of the bench (``--quick`` and ``--pilot`` change the counts)."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "Seeds."})
-    budgets: list[int] = field(default_factory=lambda: [3, 6, 9, 12],
+    budgets: list[int] = field(default_factory=lambda: [3, 6, 12],
                                metadata={"help": "Evaluation budgets (first = short, last = long)."})
     train_tasks: int = field(default=64, metadata={"help": "Training tasks per seed."})
     steps: int = field(default=60, metadata={"help": "GRPO steps per policy."})
@@ -73,11 +73,15 @@ class BenchConfig:
     prm_tasks: int = field(default=32, metadata={"help": "Tasks the PRM is fitted on."})
     plan_tasks: int = field(default=32, metadata={"help": "Tasks the adaptive plan reads."})
     bank_tasks: int = field(default=48, metadata={"help": "Tasks of the pilot's state bank."})
-    eval_tasks: int = field(default=100, metadata={"help": "Held-out tasks per seed."})
+    eval_tasks: int = field(default=200, metadata={"help": "Held-out tasks per seed."})
     eval_samples: int = field(default=4, metadata={"help": "Rollouts per task and budget."})
     learning_rate: float | None = field(default=None, metadata={
         "help": "GRPO learning rate (default: 5e-4 tiny; 1e-4 smollm2 LoRA; 1e-5 full)."})
     beta: float = field(default=0.04, metadata={"help": "KL coefficient of GRPO."})
+    checkpoint_every: int = field(default=20, metadata={
+        "help": "GRPO steps between checkpoint rollouts (for recovery analyze --series)."})
+    checkpoint_tasks: int = field(default=64, metadata={
+        "help": "Held-out tasks each checkpoint is rolled out on (one sample per budget)."})
     n_boot: int = field(default=200, metadata={"help": "Bootstrap resamples of analyze."})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda."})
     policy: str = field(default="tiny", metadata={"help": "tiny (built here) or smollm2."})
@@ -98,8 +102,8 @@ class BenchConfig:
 
 QUICK = dict(budgets=[3, 6, 12], train_tasks=8, steps=2, batch=4, generations=2, sft_tasks=48,
              warmup_steps=100, warmup_batch=8, prm_tasks=4, plan_tasks=4, bank_tasks=4,
-             eval_tasks=6, eval_samples=2, n_boot=20)
-PILOT = dict(seeds=[0], budgets=[3, 12])
+             eval_tasks=6, eval_samples=2, n_boot=20, checkpoint_every=1, checkpoint_tasks=2)
+PILOT = dict(seeds=[0], budgets=[3, 12], eval_tasks=100)  # the pilot as it was run
 
 
 def tool_schemas() -> list[dict[str, Any]]:
@@ -184,9 +188,10 @@ def grpo_learning_rate(config: BenchConfig, model: Any) -> float:
 
 def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any]],
                  config: BenchConfig, seed: int, work: Path,
-                 scorer: Any = None) -> tuple[Any, list[dict[str, float]]]:
-    """One GRPO run from a copy of the warm-started model (``scorer`` = per-turn credit);
-    returns the trained model and its per-step log."""
+                 scorer: Any = None,
+                 callbacks: list | None = None) -> tuple[Any, list[dict[str, float]]]:
+    """One GRPO run from a copy of the warm-started model (``scorer`` = per-turn credit,
+    ``callbacks`` = TRL callbacks of the run); returns the trained model and its per-step log."""
     import datasets
     from trl import GRPOTrainer
 
@@ -212,7 +217,8 @@ def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any
     base = TurnCreditGRPOTrainer if scorer is not None else GRPOTrainer
     trainer = moving_trainer(base)(model=model, args=args, processing_class=tokenizer,
                                    train_dataset=datasets.Dataset.from_list(rows),
-                                   environment_factory=rollout_factory(env_cls))
+                                   environment_factory=rollout_factory(env_cls),
+                                   callbacks=callbacks)
     trainer.train()
     return trainer.model, trainer.bench_log
 
@@ -294,9 +300,63 @@ def mode_budgets(mode: str, config: BenchConfig, seed: int, n: int, schedules: d
     return schedules[mode].sample(np.random.default_rng([seed, 7]), n).tolist()
 
 
+def checkpoint_callbacks(mode: str, tokenizer: Any, tools: list, rows: list,
+                         config: BenchConfig, seed: int, out: Path) -> tuple[list, Any]:
+    """A TRL callback that rolls the policy in training out on ``rows`` (held-out tasks, one
+    sample per budget) every ``config.checkpoint_every`` steps into
+    ``out/series/<mode>/<mode>-<step>.jsonl`` (``meta.step`` = the step), and its writer."""
+    from analyses.budgetmix.adapters.checkpoints import CheckpointWriter, trl_checkpoint_callback
+    from bench.budgetmix_lm.rollout import rollouts
+
+    holder: dict[str, Any] = {}
+    name = mode.replace(":", "-").replace("+", "-")
+    folder = out / "series" / name
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def roll() -> list:
+        import torch
+
+        model, rng = holder["trainer_model"], torch.get_rng_state()
+        trajectories, _ = rollouts(model, tokenizer, tools, rows, config.budgets, 1, name,
+                                   seed + 3000)
+        torch.set_rng_state(rng)  # the checkpoint's sampling leaves training's stream alone
+        model.train()
+        return trajectories
+
+    writer = CheckpointWriter(roll, folder, every=config.checkpoint_every, prefix=name)
+    callback = trl_checkpoint_callback(writer)
+    original = callback.on_train_begin
+
+    def on_train_begin(args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        holder["trainer_model"] = kwargs["model"]
+        original(args, state, control, **kwargs)
+
+    callback.on_train_begin = on_train_begin
+    return [callback], writer
+
+
+def mechanism(model: Any, tokenizer: Any, tools: list, rows: list, budgets: list[int],
+              seed: int) -> dict[str, float]:
+    """Teacher-forced P(fast | T turns left) at the first turn of each budget, over ``rows``
+    (bank tasks)."""
+    from bench.budgetmix_lm.probe import p_fast
+
+    return {str(b): p_fast(model, tokenizer, tools, _first_turns(rows, b)) for b in budgets}
+
+
+def _first_turns(rows: list, budget: int) -> list:
+    """Each task's opening message at ``budget`` (``budget`` turns left)."""
+    from analyses.budgetmix.reference.budget_task import BudgetUnitsEnv
+
+    return [[{"role": "user", "content": row["prompt"][0]["content"]
+              + BudgetUnitsEnv().reset(**dict(row, max_turns=budget))}] for row in rows]
+
+
 def seed_results(config: BenchConfig, seed: int, work: Path) -> dict[str, Any]:
-    """Train the five policies of a seed, roll them out, analyse."""
+    """Train the five policies of a seed, roll them out, analyse; also written to
+    ``WORK/seed-S/result.json``."""
     from analyses.budgetmix.assign import with_budgets
+    from bench.budgetmix_lm.pilot import cpu_seconds
     from bench.budgetmix_lm.rollout import rollouts
     from bench.budgetmix_lm.splits import split_rows
     from recovery.schema import write_jsonl
@@ -307,28 +367,37 @@ def seed_results(config: BenchConfig, seed: int, work: Path) -> dict[str, Any]:
     splits = split_rows(seed, config.sizes())
     tokenizer, start, tools = warm_start(config, seed, splits["warmup"])
     walls: dict[str, float] = {}
+    cpus: dict[str, float] = {}
     files: dict[str, Path] = {}
     schedules: dict[str, Any] = {}
     plan_file: Path | None = None
     logs: dict[str, list] = {}
+    p_fast: dict[str, dict[str, float]] = {
+        "warm start": mechanism(start, tokenizer, tools, splits["bank"], config.budgets, seed)}
+    checkpoint_rows = splits["eval"][: config.checkpoint_tasks]
     for mode in config.modes:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         budgets = mode_budgets(mode, config, seed, len(splits["train"]), schedules, plan_file, out)
         scorer = (fit_prm(start, tokenizer, tools, splits["prm"], config, seed)
                   if mode == "budgetmix+prm" else None)
         rows = with_budgets(splits["train"], budgets, trainer="trl")
-        policy, logs[mode] = train_policy(mode, start, tokenizer, rows, config, seed, out, scorer)
+        callbacks, _ = checkpoint_callbacks(mode, tokenizer, tools, checkpoint_rows, config,
+                                            seed, out)
+        policy, logs[mode] = train_policy(mode, start, tokenizer, rows, config, seed, out, scorer,
+                                          callbacks)
         trajectories, _ = rollouts(policy, tokenizer, tools, splits["eval"], config.budgets,
                                    config.eval_samples, mode, seed + 1000)
         files[mode] = out / f"{mode.replace(':', '-')}.jsonl"
         write_jsonl(trajectories, files[mode])
+        p_fast[mode] = mechanism(policy, tokenizer, tools, splits["bank"], config.budgets, seed)
         if mode == f"fixed:{long_}":  # the adaptive plan reads training-side tasks only
             planning, _ = rollouts(policy, tokenizer, tools, splits["plan"], config.budgets,
                                    config.eval_samples, mode, seed + 2000)
             plan_file = out / "plan-rollouts.jsonl"
             write_jsonl(planning, plan_file)
-        walls[mode] = time.perf_counter() - started
-        print(f"  seed {seed}: {mode} trained and evaluated in {walls[mode]:.0f} s", flush=True)
+        walls[mode], cpus[mode] = time.perf_counter() - started, cpu_seconds() - cpu
+        print(f"  seed {seed}: {mode} trained and evaluated in {walls[mode]:.0f} s "
+              f"({cpus[mode]:.0f} CPU s); P(fast | T left) {p_fast[mode]}", flush=True)
     report = analyse(list(files.values()), f"fixed:{long_}", config, seed, out)
     pass1 = {run: {str(c["t"]): c["value"] for c in entry["pass_at_kt"] if c["k"] == 1}
              for run, entry in report["runs"].items()}
@@ -336,10 +405,13 @@ def seed_results(config: BenchConfig, seed: int, work: Path) -> dict[str, Any]:
         "delta", "single_step", "recovery")} for r in comp["by_t"]}
         for comp in report.get("comparisons", [])}
     adaptive = schedules["budgetmix-adaptive"]
-    return {"seed": seed, "pass_at_1": pass1, "decomposition": decomposition, "wall_s": walls,
-            "adaptive_schedule": dict(zip(map(str, adaptive.budgets), adaptive.weights,
-                                          strict=True)), "short": config.budgets[0],
-            "train_log": logs}
+    result = {"seed": seed, "pass_at_1": pass1, "decomposition": decomposition, "wall_s": walls,
+              "cpu_s": cpus, "p_fast": p_fast,
+              "adaptive_schedule": dict(zip(map(str, adaptive.budgets), adaptive.weights,
+                                            strict=True)), "short": config.budgets[0],
+              "train_log": logs}
+    (out / "result.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    return result
 
 
 def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, BenchConfig]:
@@ -349,6 +421,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, BenchConfig]:
     size.add_argument("--pilot", action="store_true",
                       help="The go / no-go pilot: fixed:S against fixed:L, one seed.")
     parser.add_argument("--seeds", default=None, help="Comma-separated seeds (default 0,1,2).")
+    parser.add_argument("--tables", action="store_true",
+                      help="Print the tables of the seeds already run in --work "
+                           "(seed-S/result.json; seeds may run as separate processes).")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per policy.")
     parser.add_argument("--work", type=Path, default=Path("bench-out/budgetmix-trl"),
                         help="Folder for rollouts, reports and results.json.")
@@ -385,6 +460,15 @@ def main(argv: list[str] | None = None) -> int:
         from bench.budgetmix_lm.pilot import run_pilot
 
         return run_pilot(config, args.work)
+    if args.tables:
+        results = [json.loads((args.work / f"seed-{seed}" / "result.json").read_text())
+                   for seed in config.seeds
+                   if (args.work / f"seed-{seed}" / "result.json").is_file()]
+        if not results:
+            print(f"no seed-S/result.json in {args.work}", file=sys.stderr)
+            return 1
+        print(tables(results, config))
+        return 0
     started, cpu = time.perf_counter(), time.process_time()
     results = []
     for seed in config.seeds:

@@ -63,6 +63,7 @@ def tables(results: list[dict[str, Any]], config: Any) -> str:
                      else math.nan for k in ("delta", "single_step", "recovery")]
             cells.append(f"{parts[0]:+.3f} ({parts[1]:+.3f} / {parts[2]:+.3f})")
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += paired_table(results, ts, modes) + mechanism_table(results, ts, modes)
     weights = {b: np.mean([r["adaptive_schedule"][b] for r in results])
                for b in results[0]["adaptive_schedule"]}
     lines += ["", "`budgetmix-adaptive` schedule (mean weights over seeds): "
@@ -70,4 +71,49 @@ def tables(results: list[dict[str, Any]], config: Any) -> str:
     walls = {m: np.mean([r["wall_s"][m] for r in results]) for m in modes}
     lines.append("Wall time per mode (training and evaluation, mean over seeds): "
                  + ", ".join(f"{m} {s:.0f} s" for m, s in walls.items()) + ".")
+    cpus = {m: np.mean([r["cpu_s"][m] for r in results if "cpu_s" in r]) for m in modes}
+    lines.append("CPU time per mode (mean over seeds): "
+                 + ", ".join(f"{m} {s:.0f} s" for m, s in cpus.items()) + ".")
     return "\n".join(lines)
+
+
+def paired_table(results: list[dict[str, Any]], ts: list[str], modes: list[str]) -> list[str]:
+    """Paired differences against ``modes[1]`` (the long fixed budget), per budget: mean over
+    seeds of (mode - baseline) on the same seed's tasks, 95% t-interval over seeds; and the
+    smallest difference the size can detect (the interval's half-width)."""
+    base = modes[1]
+    lines = ["", f"Paired difference against `{base}` (same seed, same held-out tasks), mean over "
+             f"{len(results)} seeds [95% t-interval]; * where the interval excludes 0.", "",
+             "| mode | " + " | ".join(f"T={t}" for t in ts) + " |", "|---|" + "---|" * len(ts)]
+    halves = []
+    for mode in modes:
+        if mode == base:
+            continue
+        cells = []
+        for t in ts:
+            diffs = [r["pass_at_1"][mode][t] - r["pass_at_1"][base][t] for r in results]
+            mean, lo, hi = t_interval(diffs)
+            halves.append((hi - lo) / 2)
+            star = "*" if lo > 0 or hi < 0 else ""
+            cells.append(f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]{star}")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    finite = [h for h in halves if not math.isnan(h)]
+    if finite:
+        lines += ["", "Smallest detectable paired difference at this size (median interval "
+                  f"half-width): {np.median(finite):.3f}."]
+    else:
+        lines += ["", "One seed: no interval over seeds."]
+    return lines
+
+
+def mechanism_table(results: list[dict[str, Any]], ts: list[str], modes: list[str]) -> list[str]:
+    """Teacher-forced P(fast | T turns left) at the first turn, per mode, mean over seeds."""
+    if not all("p_fast" in r for r in results):
+        return []
+    lines = ["", "Mechanism: P(fast tool | T turns left) at the first turn (bank tasks, "
+             "teacher-forced), mean over seeds [95% t-interval].", "",
+             "| policy | " + " | ".join(f"T={t}" for t in ts) + " |", "|---|" + "---|" * len(ts)]
+    for mode in ["warm start", *modes]:
+        lines.append(f"| {mode} | " + " | ".join(
+            _cell([r["p_fast"][mode][t] for r in results]) for t in ts) + " |")
+    return lines
