@@ -45,7 +45,7 @@ BASELINES = ("fixed:24", "fixed:8")
 
 def run_cli(args: list[str]) -> None:
     """Run ``recovery ARGS`` in this process (the same code path as the console script)."""
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     try:
         main(args, standalone_mode=False)

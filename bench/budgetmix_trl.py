@@ -251,7 +251,7 @@ class _ConstantScorer:
 
 def run_cli(args: list[str]) -> None:
     """``recovery ARGS`` in this process."""
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     try:
         main(args, standalone_mode=False)

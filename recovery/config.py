@@ -2,7 +2,7 @@
 
 Each command's options are a dataclass whose fields carry their help text, as TRL's configs do.
 Python users fill the dataclass and call the library function; the command line
-(:mod:`recovery.cli.options`) turns the same fields into click options. Keeping the field
+(:mod:`agent_recovery_cli.recovery.options`) turns the same fields into click options. Keeping the field
 helper here means a library module can declare its options without importing click.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 from click.testing import CliRunner, Result
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 
 STORE_TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores")
 

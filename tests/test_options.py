@@ -13,9 +13,9 @@ from recovery.config import CheckedOptions
 from recovery.errors import UsageProblem
 from tests.test_layers import library_modules
 
-CLI_MODULES = ("recovery.cli.sql", "recovery.cli.graph", "recovery.cli.mark",
-               "recovery.cli.ingest", "recovery.cli.export", "recovery.cli.simulate",
-               "prm.cli.evaluate", "prm.cli.score", "prm.cli.export_trl")
+CLI_MODULES = ("agent_recovery_cli.recovery.sql", "agent_recovery_cli.recovery.graph", "agent_recovery_cli.recovery.mark",
+               "agent_recovery_cli.recovery.ingest", "agent_recovery_cli.recovery.export", "agent_recovery_cli.recovery.simulate",
+               "agent_recovery_cli.prm.evaluate", "agent_recovery_cli.prm.score", "agent_recovery_cli.prm.export_trl")
 
 
 def configs_with_choices() -> list[type]:

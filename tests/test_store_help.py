@@ -8,8 +8,8 @@ import pytest
 
 
 def commands_with_store() -> list[tuple[str, click.Command]]:
-    from prm.cli import main as prm_main
-    from recovery.cli import main as recovery_main
+    from agent_recovery_cli.prm import main as prm_main
+    from agent_recovery_cli.recovery import main as recovery_main
 
     found = []
 

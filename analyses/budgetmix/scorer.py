@@ -2,7 +2,7 @@
 
 ``analyses`` never imports the ``prm`` package: the reference trainer and the TRL adapter take
 a :class:`StepScorer` object, and the command that joins the two (``recovery budgetmix
-train-sim``, in ``recovery/cli/budgetmix.py``) builds one from ``prm`` and passes it in. Any
+train-sim``, in ``agent_recovery_cli/recovery/budgetmix/train_sim.py``) builds one from ``prm`` and passes it in. Any
 object with these methods works, e.g. a stub in a test or a scorer around your own PRM.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from prm.cli import main
+from agent_recovery_cli.prm import main
 from recovery.store import open_store
 
 TINY = ["--backbone", "tiny", "--vocab-size", "320", "--hidden-size", "32", "--num-layers", "2", "--num-heads", "2",
@@ -82,7 +82,7 @@ def test_ddp_two_cpu_processes_train_and_save_one_model(store, tmp_path):
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "prm.cli", "train", "--store", str(store),
+               "--nproc_per_node=2", "-m", "agent_recovery_cli.prm", "train", "--store", str(store),
                "--out", str(out), "--epochs", "1", "--batch-tokens", "2048", "--device", "cpu",
                "--save-every", "5", *TINY]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600,

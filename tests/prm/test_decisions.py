@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from prm.cli import main
+from agent_recovery_cli.prm import main
 from prm.labels import ternary_classes
 from prm.metrics import (
     choose_error_threshold,

@@ -17,7 +17,7 @@ def prm(*args: object):
     """``prm ARGS...`` in-process; a mistake must be a message, never a traceback."""
     from click.testing import CliRunner
 
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exception is None or isinstance(result.exception, SystemExit), (
@@ -40,7 +40,7 @@ def unlabelled_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_train_cv_and_export_share_one_default_label_source() -> None:
-    from prm.cli.export_trl import ExportTrlConfig
+    from agent_recovery_cli.prm.export_trl import ExportTrlConfig
     from prm.config import TrainConfig
     from prm.cv import CVConfig
     from prm.labels import DEFAULT_LABELS
@@ -86,9 +86,9 @@ def test_sources_with_targets_follow_the_store(unlabelled_store: Path) -> None:
 
 
 @pytest.mark.parametrize("module, name, given, bad", [
-    ("prm.cli.evaluate", "EvalConfig", {"model": Path("m")}, {"setting": "nonsense"}),
-    ("prm.cli.score", "ScoreConfig", {"model": Path("m")}, {"setting": "nonsense"}),
-    ("prm.cli.export_trl", "ExportTrlConfig", {"out": Path("o")}, {"labels": "nonsense"}),
+    ("agent_recovery_cli.prm.evaluate", "EvalConfig", {"model": Path("m")}, {"setting": "nonsense"}),
+    ("agent_recovery_cli.prm.score", "ScoreConfig", {"model": Path("m")}, {"setting": "nonsense"}),
+    ("agent_recovery_cli.prm.export_trl", "ExportTrlConfig", {"out": Path("o")}, {"labels": "nonsense"}),
 ])
 def test_prm_option_classes_refuse_a_value_the_command_line_refuses(
     module: str, name: str, given: dict, bad: dict,

@@ -19,7 +19,7 @@ from recovery.errors import InputProblem, UsageProblem
 
 
 def _run(*args: str):
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     return CliRunner().invoke(main, list(args))
 

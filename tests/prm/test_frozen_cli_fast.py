@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from prm.cli import main
+from agent_recovery_cli.prm import main
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,7 @@ def ternary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def structured_model(ternary: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from click.testing import CliRunner
 
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     out = tmp_path_factory.mktemp("fuzz-structured") / "model"
     result = CliRunner().invoke(main, ["train", "--store", str(ternary), "--out",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from prm.cli import main
+from agent_recovery_cli.prm import main
 from prm.train import train
 from tests.prm.conftest import tiny_train_config
 

@@ -2,7 +2,7 @@
 transformers, peft, scikit-learn, safetensors) are imported inside functions only, and importing
 the library modules loads neither click nor torch.
 
-What prm may import from outside (recovery, analyses.passkt; click in prm/cli only) is an
+What prm may import from outside (recovery, analyses.passkt; click in agent_recovery_cli/prm only) is an
 import-linter contract in pyproject.toml; the no-cycle rule is tests/test_layers.py."""
 
 from __future__ import annotations

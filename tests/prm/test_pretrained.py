@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from prm.cli import main
+from agent_recovery_cli.prm import main
 from prm.data import StepExample
 from tests.prm.conftest import tiny_train_config
 

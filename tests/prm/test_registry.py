@@ -94,7 +94,7 @@ def test_options_a_kind_does_not_take_are_refused_on_one_line(overrides, sim_sto
 def test_prm_train_takes_model_kind_and_the_old_spelling_with_a_note(sim_store, tmp_path):
     from click.testing import CliRunner
 
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     common = ["train", "--store", str(sim_store), "--labels", "outcome", "--label-base",
               "outcome", "--no-progress"]

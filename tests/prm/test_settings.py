@@ -70,7 +70,7 @@ def test_blind_scores_of_earlier_turns_do_not_move(ternary_store):
 
 
 def _invoke(*args: str):
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     return CliRunner().invoke(main, list(args))
 

@@ -22,7 +22,7 @@ INTERVAL_KEYS = ("step_acc_minus_floor", "first_error_acc_minus_floor")
 
 
 def _invoke(*args: str):
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     return CliRunner().invoke(main, list(args))
 
@@ -185,8 +185,8 @@ def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
 
 
 def test_marking_prm_errors_with_a_structured_folder(folders, store):
+    from agent_recovery_cli.recovery.mark import MarkConfig, run_mark
     from prm.score import score_store
-    from recovery.cli.mark import MarkConfig, run_mark
     from recovery.store import open_store
 
     opened = open_store(store, must_exist=True)

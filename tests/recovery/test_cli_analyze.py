@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
+from agent_recovery_cli.recovery import main
 from analyses.decompose import decompose
 from analyses.frames import trajectories_frame, turn_flags_frame
 from analyses.passkt import pass_at_kt, pass_hat_kt
-from recovery.cli import main
 from recovery.simulate import PRESETS, SimConfig, write_runs
 from recovery.store import open_store
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner, Result
 
 import analyses.report.build
 import prm.train
+from agent_recovery_cli.prm import main as prm_main
+from agent_recovery_cli.recovery import main as recovery_main
 from analyses.budgetmix.reference.train import parse_mode
-from prm.cli import main as prm_main
-from recovery.cli import main as recovery_main
 from recovery.errors import InputProblem, Problem, UsageProblem
 from recovery.formats import UnknownFormatError
 from recovery.marking import RuleError

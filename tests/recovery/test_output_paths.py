@@ -80,7 +80,7 @@ def test_file_outputs_are_checked_first(store, traj_id, tmp_path, command, case)
 
 
 def test_export_trl_out_is_checked_first(store, tmp_path):
-    from prm.cli import main
+    from agent_recovery_cli.prm import main
 
     for out, fragment in _bad_files(tmp_path, ".jsonl").values():
         before = _entries(tmp_path)

@@ -126,7 +126,7 @@ def test_an_empty_store_has_no_runs(con):
 
 
 def test_ingest_prints_the_summary_line(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
     from recovery.schema import write_jsonl
 
     path = tmp_path / "bad.jsonl"

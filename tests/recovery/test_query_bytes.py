@@ -46,7 +46,7 @@ def test_a_reader_that_pauses_the_output_counts_against_the_timeout(store: Path)
 
     query = WIDE.format(size=1_000_000, n=200)
     child = subprocess.Popen(
-        [sys.executable, "-c", "from recovery.cli import main; main()", "sql", query,
+        [sys.executable, "-c", "from agent_recovery_cli.recovery import main; main()", "sql", query,
          "--store", str(store), "--format", "csv", "--max-rows", "0", "--timeout", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     got = len(child.stdout.read(65536))  # the output has started

@@ -95,7 +95,7 @@ def test_a_query_past_its_time_limit_is_stopped(store: Path) -> None:
 
 
 def test_the_limits_have_defaults() -> None:
-    from recovery.cli.sql import SqlConfig
+    from agent_recovery_cli.recovery.sql import SqlConfig
 
     config = SqlConfig(query="SELECT 1", store=Path("s.duckdb"))
     assert config.timeout == DEFAULT_TIMEOUT > 0
@@ -213,7 +213,7 @@ def test_csv_to_a_file_keeps_exact_text(store: Path, tmp_path: Path) -> None:
 def test_the_terminal_table_takes_no_markup_and_no_escapes() -> None:
     from rich.console import Console
 
-    from recovery.cli.sql import rich_table
+    from agent_recovery_cli.recovery.sql import rich_table
 
     table = rich_table(["a[bold]", "b"], [("[link=http://evil.example/]x[/link]", LINK)])
     buffer = io.StringIO()

@@ -177,7 +177,7 @@ def test_bad_inputs_are_named(tmp_path):
 
 
 def test_cli_assign(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     schedule = mixture_schedule([3, 6], [1, 1]).save(tmp_path / "schedule.json")
     dataset = _write_jsonl(tmp_path / "train.jsonl", _verl_rows(10))
@@ -212,7 +212,7 @@ def test_a_row_that_cannot_take_its_budget_is_a_problem_not_a_value_error(tmp_pa
 
 
 def test_cli_reports_a_row_that_cannot_take_its_budget_on_one_line(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     schedule = mixture_schedule([3, 6], [1, 1]).save(tmp_path / "s.json")
     dataset = _write_jsonl(tmp_path / "d.jsonl",

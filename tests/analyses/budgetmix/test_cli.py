@@ -21,7 +21,7 @@ def scored_store(memory_store):
 
 
 def test_cli_plan_and_rewards_round_trip(scored_store, tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     store = copy_to_file(scored_store, tmp_path / "s.duckdb")
     runner = CliRunner()
@@ -97,7 +97,7 @@ def tau_store(tmp_path_factory):
 
 
 def _run(*args):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     result = CliRunner().invoke(main, ["budgetmix", *map(str, args)])
     # a clean message or success, never a traceback

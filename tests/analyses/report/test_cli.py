@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 from recovery.simulate import PRESETS, SimConfig, write_runs
 
 

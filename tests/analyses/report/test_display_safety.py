@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 
 # Clear screen, an OSC 8 link, a window title, a bare CR, a one-byte CSI, a bidi override and
 # a label that matplotlib would read as mathtext with an unknown macro.

@@ -72,7 +72,7 @@ def test_older_fallback_wording_is_marked_too(tmp_path: Path) -> None:
 
 
 def test_analyze_reads_the_folder_as_it_is_on_disk() -> None:
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     result = CliRunner().invoke(main, ["analyze", f"{FOLDER}/"])
     assert result.exit_code == 0, result.output

@@ -307,7 +307,7 @@ def test_write_graph_formats(marked_con, sim_con, tmp_path):
 
 
 def test_cli_graph(marked_con, tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     con, traj_id = marked_con
     store = tmp_path / "s.duckdb"
@@ -395,7 +395,7 @@ def test_state_graph_drawing_is_page_sized_labelled_and_has_a_legend(sim_con, tm
 def test_cli_graph_suggests_close_task_ids(tmp_path):
     """The README's `recovery graph --task airline/17` on a store whose task ids are plain
     numbers (as tau-bench's are) names the close matches, and `--task 17` works."""
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     store = tmp_path / "s.duckdb"
     con = connect_store(store)

@@ -109,7 +109,7 @@ def test_timeline_rows_cells_and_end_reasons(game_store):
 
 
 def test_cli_graph_task_view_auto_timeline_and_states(game_store, tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     con, path = game_store
     con.close()

@@ -649,7 +649,7 @@ def test_every_simulator_error_template_gets_its_kind(con, memory_store):
 
 
 def test_cli_mark_prints_counts_and_rejects_bad_rules(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     store = tmp_path / "s.duckdb"
     con = open_store(store)

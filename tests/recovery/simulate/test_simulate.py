@@ -664,7 +664,7 @@ def test_packaged_configs_load():
 
 
 def test_cli_writes_files_that_ingest_accepts(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
     from recovery.store import open_store
 
     runner = CliRunner()
@@ -698,7 +698,7 @@ def test_cli_writes_files_that_ingest_accepts(tmp_path):
 
 
 def test_cli_config_policies_and_errors(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     config = tmp_path / "sim.toml"
     config.write_text(TOML_CONFIG)
@@ -846,7 +846,7 @@ def test_mc_rollouts_label_turns_without_changing_the_trajectories():
 
 
 def test_cli_mc_rollouts_and_config_key(tmp_path):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     result = CliRunner().invoke(main, ["simulate", "--out", str(tmp_path / "a"), "--tasks", "5",
                                        "--samples", "2", "--mc-rollouts", "4"])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 from recovery.store import (
     IngestError,
     IngestOptions,

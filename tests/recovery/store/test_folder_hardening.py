@@ -15,7 +15,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 from recovery.errors import InputProblem
 from recovery.store import open_store, views_sql
 from recovery.store.ddl import SCHEMA_VERSION

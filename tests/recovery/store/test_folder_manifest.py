@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 from recovery.errors import InputProblem
 from recovery.store import open_store
 from recovery.store.folder import JOURNAL, MARKER
@@ -25,7 +25,7 @@ from tests.cli_support import run_cli
 from tests.conftest import REPO
 
 FAKE_SHA = "ab" * 32
-CLI = "import sys; from recovery.cli import main; sys.exit(main())"
+CLI = "import sys; from agent_recovery_cli.recovery import main; sys.exit(main())"
 
 
 @pytest.fixture(scope="module")

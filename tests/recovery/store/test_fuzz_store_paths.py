@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery.cli import main
+from agent_recovery_cli.recovery import main
 from recovery.errors import InputProblem
 from recovery.store import open_store
 from recovery.store.folder import MARKER

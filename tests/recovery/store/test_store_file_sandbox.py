@@ -78,7 +78,7 @@ def commands(store: Path, tmp_path: Path) -> list[tuple[object, ...]]:
 def refused_everywhere(store: Path, tmp_path: Path, named: str) -> None:
     """Every command exits 1 with one line naming the store and ``named``, shows no secret
     and leaves the file as it was."""
-    from prm.cli import main as prm_main
+    from agent_recovery_cli.prm import main as prm_main
 
     before = table_rows(store, ("turns", "ingests", "store_info"))
     for args in commands(store, tmp_path):

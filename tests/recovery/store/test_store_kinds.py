@@ -124,7 +124,7 @@ def test_a_missing_store_is_one_clear_problem(kind: str, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_recovery_mark_on_both_kinds(kind: str, tmp_path: Path, sim_files: list[Path]) -> None:
-    from recovery.cli.mark import MarkConfig, run_mark
+    from agent_recovery_cli.recovery.mark import MarkConfig, run_mark
 
     location = _location(kind, tmp_path)
     with open_store(location) as store:
@@ -152,7 +152,7 @@ def test_prm_score_writes_the_same_scores_to_both_kinds(
 ) -> None:
     from click.testing import CliRunner
 
-    from prm.cli import main as prm_main
+    from agent_recovery_cli.prm import main as prm_main
 
     locations = {kind: _location(kind, tmp_path / kind) for kind in KINDS}
     for kind, location in locations.items():

@@ -274,7 +274,7 @@ def test_a_store_another_process_is_writing_is_one_line(store: Path, tmp_path: P
 def test_two_ingests_racing_to_create_a_store(tmp_path: Path) -> None:
     store = tmp_path / "new.duckdb"
     start = (
-        "import sys, time; from recovery.cli import main; "
+        "import sys, time; from agent_recovery_cli.recovery import main; "
         "t = float(sys.argv[1]); time.sleep(max(0, t - time.time())); "
         "main(sys.argv[2:])"
     )

@@ -94,7 +94,7 @@ def test_trl_callback_writes_at_train_begin_and_step_end(tmp_path):
 
 @pytest.mark.parametrize("key", ["run", "meta.step"])
 def test_written_checkpoints_make_a_series(tmp_path, key):
-    from recovery.cli import main
+    from agent_recovery_cli.recovery import main
 
     policy = FakePolicy()
     writer = CheckpointWriter(policy.rollout, tmp_path / "ckpts", every=30, prefix="bm")

@@ -59,9 +59,9 @@ def _tiny(tmp_path, **overrides) -> TrainSimConfig:
 
 
 def test_train_sim_tiny_runs_and_its_outputs_analyse_cleanly(tmp_path):
+    from agent_recovery_cli.recovery import main
     from analyses.budgetmix.rewards import export_shaped_rewards
     from prm.score import score_store
-    from recovery.cli import main
     from recovery.store import open_store
 
     result = train_sim(_tiny(tmp_path), scorer_factory=tfidf_scorer_factory(),

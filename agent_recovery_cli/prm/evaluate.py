@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
+from agent_recovery_cli.recovery.options import command_options
 from prm.device import DEVICES
 from prm.features import SETTINGS
 from prm.labels import LABEL_SOURCES
-from recovery.cli.options import command_options
 from recovery.config import CheckedOptions, opt
 from recovery.jsonsafe import json_safe
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from recovery.cli.options import command_options, opt
+from agent_recovery_cli.recovery.options import command_options, opt
 from recovery.config import CheckedOptions
 from recovery.display import printable
 from recovery.outputs import atomic_output, check_output_path

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from agent_recovery_cli.recovery.options import command_options
 from prm.cv import CVConfig
-from recovery.cli.options import command_options
 
 
 @click.command()

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli.lazy import LazyGroup
+from agent_recovery_cli.lazy import LazyGroup
 
 COMMANDS = {
-    "ingest": "recovery.cli.ingest:ingest",
-    "sql": "recovery.cli.sql:sql",
-    "export": "recovery.cli.export:export",
-    "simulate": "recovery.cli.simulate:simulate",
-    "mark": "recovery.cli.mark:mark",
-    "graph": "recovery.cli.graph:graph",
-    "analyze": "recovery.cli.analyze:analyze",
-    "budgetmix": "recovery.cli.budgetmix:budgetmix",
+    "ingest": "agent_recovery_cli.recovery.ingest:ingest",
+    "sql": "agent_recovery_cli.recovery.sql:sql",
+    "export": "agent_recovery_cli.recovery.export:export",
+    "simulate": "agent_recovery_cli.recovery.simulate:simulate",
+    "mark": "agent_recovery_cli.recovery.mark:mark",
+    "graph": "agent_recovery_cli.recovery.graph:graph",
+    "analyze": "agent_recovery_cli.recovery.analyze:analyze",
+    "budgetmix": "agent_recovery_cli.recovery.budgetmix:budgetmix",
 }
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
+from agent_recovery_cli.recovery.options import command_options
 from prm.device import DEVICES
 from prm.features import SETTINGS
-from recovery.cli.options import command_options
 from recovery.config import CheckedOptions, opt
 
 

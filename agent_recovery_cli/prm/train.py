@@ -1,6 +1,6 @@
 """``prm train --store S --out DIR``: train a PRM of any kind (:mod:`prm.kinds`).
 
-Launch with ``torchrun --nproc_per_node=N -m prm.cli train ...`` for several GPUs (or CPU
+Launch with ``torchrun --nproc_per_node=N -m agent_recovery_cli.prm train ...`` for several GPUs (or CPU
 processes with gloo); every process runs this same command.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import click
 
+from agent_recovery_cli.recovery.options import command_options
 from prm.train import TrainConfig
-from recovery.cli.options import command_options
 
 
 @click.command()

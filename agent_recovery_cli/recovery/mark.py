@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from recovery.cli.options import command_options, opt
+from agent_recovery_cli.recovery.options import command_options, opt
 from recovery.display import printable
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from recovery.cli.lazy import LazyGroup
+from agent_recovery_cli.lazy import LazyGroup
 
 COMMANDS = {
-    "train": "prm.cli.train:train",
-    "score": "prm.cli.score:score",
-    "eval": "prm.cli.evaluate:evaluate",
-    "cv": "prm.cli.cv:cv",
-    "export-trl": "prm.cli.export_trl:export_trl",
+    "train": "agent_recovery_cli.prm.train:train",
+    "score": "agent_recovery_cli.prm.score:score",
+    "eval": "agent_recovery_cli.prm.evaluate:evaluate",
+    "cv": "agent_recovery_cli.prm.cv:cv",
+    "export-trl": "agent_recovery_cli.prm.export_trl:export_trl",
 }
 
 

@@ -15,8 +15,8 @@ import sys
 
 import click
 
+from agent_recovery_cli.recovery.options import command_options
 from analyses.report.analyze import AnalyzeConfig
-from recovery.cli.options import command_options
 from recovery.display import printable
 
 PIPED_TABLE_WIDTH = 100_000

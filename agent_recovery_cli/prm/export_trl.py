@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from agent_recovery_cli.recovery.options import command_options
 from prm.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
-from recovery.cli.options import command_options
 from recovery.config import CheckedOptions, opt
 
 

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from recovery.cli.options import command_options, opt
+from agent_recovery_cli.recovery.options import command_options, opt
 from recovery.config import CheckedOptions
 from recovery.query import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
 

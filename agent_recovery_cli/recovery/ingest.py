@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from recovery.cli.options import command_options
+from agent_recovery_cli.recovery.options import command_options
 from recovery.display import printable
 from recovery.store.command import IngestConfig
 
