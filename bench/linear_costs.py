@@ -107,7 +107,7 @@ def bench_long(workdir: Path, sizes: list[int]) -> None:
 
 
 def bench_siblings(ks: list[int], old_up_to: int) -> None:
-    from prm.features import sibling_features
+    from prm.data.features import sibling_features
     from tests.prm.test_sibling_vectorised import reference_sibling_features, same_prompt_frame
 
     print("2. sibling features of K samples of one task, 8 turns each (CPU s: new / old)")

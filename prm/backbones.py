@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.data.tokenize import STEP_TOKEN
 from prm.spec import PRETRAINED, Pretrained, backbone_folder_problem
-from prm.tokenize import STEP_TOKEN
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:

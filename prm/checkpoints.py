@@ -28,7 +28,7 @@ from prm.spec import (
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
-    from prm.data import TaskSplit
+    from prm.data.examples import TaskSplit
     from prm.distributed import Distributed
 
 STATE_KEYS = ("step", "epoch", "group", "world_size", "optimizer", "scheduler")

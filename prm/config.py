@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prm.data import DEFAULT_FRACTIONS
+from prm.data.examples import DEFAULT_FRACTIONS
+from prm.data.features import SETTINGS
+from prm.data.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from prm.device import DEVICES
-from prm.features import SETTINGS
 from prm.kinds.names import KIND_NAMES
-from prm.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from prm.model import POOLS
 from prm.spec import TinyConfig
 from recovery.config import CheckedOptions, opt

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.config import TrainConfig
-from prm.labels import no_target_message, unused_labels_note
+from prm.data.labels import no_target_message, unused_labels_note
 from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prm.data import StepExample, TaskSplit
+    from prm.data.examples import StepExample, TaskSplit
 
 METRICS = ("step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
            "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")
@@ -173,7 +173,7 @@ def _split_of_fold(config: CVConfig, train: list[StepExample], test: list[StepEx
                    ) -> TaskSplit:
     """Fold ``k``'s split: its test tasks, the others' tasks train, less a validation share
     of them (which only the neural kind holds out)."""
-    from prm.data import TaskSplit, split_tasks
+    from prm.data.examples import TaskSplit, split_tasks
 
     v = config.val_fraction
     tasks = split_tasks((e.task_id for e in train), seed=config.seed,
@@ -238,7 +238,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     """
     import json
 
-    from prm.data import fold_of_tasks, load_step_examples
+    from prm.data.examples import fold_of_tasks, load_step_examples
     from prm.kinds import resolve_options
     from prm.metrics import decision_metrics, floor_report
     from recovery.store import open_store

@@ -212,7 +212,7 @@ def evaluate_model(
     import numpy as np
     import pandas as pd
 
-    from prm.data import TaskSplit, load_step_examples
+    from prm.data.examples import TaskSplit, load_step_examples
     from prm.kinds import check_setting_name, load_model
     from prm.metrics import floor_report
     from prm.spec import SPLIT_FILE, read_json

@@ -22,10 +22,10 @@ VERSION = 3
 """3: ``call_failed_last`` and ``call_neutral`` (version 2 folders read as the threshold
 deciding alone; 1 also without text)."""
 TEXT_BITS = 15
-"""Each text field (:data:`prm.features.TEXT_COLUMNS`) is hashed into ``2 ** TEXT_BITS``
+"""Each text field (:data:`prm.data.features.TEXT_COLUMNS`) is hashed into ``2 ** TEXT_BITS``
 columns of word unigrams and bigrams."""
 TEXT_FIELDS = 4
-"""Text fields scored: :data:`prm.features.TEXT_COLUMNS`."""
+"""Text fields scored: :data:`prm.data.features.TEXT_COLUMNS`."""
 TEXT_WIDTH = TEXT_FIELDS * 2 ** TEXT_BITS
 """Hashed columns of the text fields side by side."""
 MAX_EMBEDDING_WIDTH = 4096
@@ -182,11 +182,11 @@ STRUCTURED_LIMITS = {"coef": (-MAX_WEIGHT, MAX_WEIGHT), "intercept": (-MAX_WEIGH
 
 
 def known_feature_names(setting: str) -> set[str]:
-    """The feature columns :func:`prm.features.step_features` computes in ``setting`` (read
+    """The feature columns :func:`prm.data.features.step_features` computes in ``setting`` (read
     off a one-turn frame: the names do not depend on the data)."""
     import pandas as pd
 
-    from prm.features import FRAME_COLUMNS, step_features
+    from prm.data.features import FRAME_COLUMNS, step_features
 
     turn = {"traj_id": "a", "run": "r", "task_id": "q", "t": 1, "n_turns": 1, "success": 1.0,
             "success_turn": float("nan"), "action": "", "observation": "", "is_tool": False,
@@ -204,8 +204,8 @@ def _number(v: Any, low: float, high: float) -> bool:
 
 def _structured_checks(record: dict[str, Any]) -> dict[str, Any]:
     """Field name -> whether its value is usable (``structured.json``)."""
-    from prm.features import SETTINGS
-    from prm.labels import LABEL_SOURCES, RECOVERY_BASES
+    from prm.data.features import SETTINGS
+    from prm.data.labels import LABEL_SOURCES, RECOVERY_BASES
     from prm.spec import NEVER_AN_ERROR
 
     return {

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.labels import class_index
+from prm.data.labels import class_index
 from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
 from recovery.errors import InputProblem
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from prm.config import TrainConfig, TrainResult
-    from prm.data import StepExample, TaskSplit
+    from prm.data.examples import StepExample, TaskSplit
 
 HEAD_CS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 """Inverse regularisation strengths the head's inner cross-validation tries (on whitened
@@ -91,8 +91,8 @@ def extract_features(
     import torch
     from tqdm import tqdm
 
-    from prm.tokenize import TokenIds
-    from prm.windows import collate, encode_examples, token_budget_batches
+    from prm.data.tokenize import TokenIds
+    from prm.data.windows import collate, encode_examples, token_budget_batches
 
     cache = cache if cache is not None else FeatureCache()
     cached = cache.get(examples)

@@ -2,7 +2,7 @@
 
 AdamW (weight decay on matrices only), linear warm-up then cosine or linear decay, gradient
 accumulation, gradient clipping, bf16 autocast and TF32 on CUDA, optional gradient
-checkpointing. Batches are length-bucketed by a token budget (:func:`prm.windows.epoch_batches`);
+checkpointing. Batches are length-bucketed by a token budget (:func:`prm.data.windows.epoch_batches`);
 the padding fraction is logged.
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in DistributedDataParallel (NCCL on
@@ -39,8 +39,8 @@ from prm.checkpoints import (
     save_checkpoint,
     unflatten_optimizer,
 )
+from prm.data.labels import class_index
 from prm.distributed import Distributed, barrier, init_distributed
-from prm.labels import class_index
 from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
 from recovery.errors import InputProblem
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     import torch
 
     from prm.config import TrainConfig, TrainResult
-    from prm.data import StepExample, TaskSplit
+    from prm.data.examples import StepExample, TaskSplit
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
@@ -112,7 +112,7 @@ def shared_tokenizer(
     config: TrainConfig, train_examples: list[StepExample], info: Distributed, out: Path
 ) -> Any:
     """Train the tiny tokenizer on rank 0; other ranks load rank 0's, so all share one vocabulary."""
-    from prm.tokenize import load_tokenizer, train_tokenizer
+    from prm.data.tokenize import load_tokenizer, train_tokenizer
 
     staging = out / ".tokenizer"
     if info.is_main:
@@ -215,7 +215,7 @@ class _Run:
 
     def epoch_groups(self, epoch: int) -> list[list[list[int]]]:
         """This process's batches of ``epoch``, ``grad_accum`` to an optimizer step."""
-        from prm.windows import epoch_batches
+        from prm.data.windows import epoch_batches
 
         config, info = self.config, self.info
         batches = epoch_batches([len(w) for w in self.train_windows], config.batch_tokens,
@@ -316,8 +316,8 @@ def _setup(
     from torch.nn.parallel import DistributedDataParallel
 
     from prm.config import learning_rate
-    from prm.tokenize import TokenIds
-    from prm.windows import encode_examples
+    from prm.data.tokenize import TokenIds
+    from prm.data.windows import encode_examples
 
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -442,8 +442,8 @@ def _train_step(run: _Run, group: list[list[int]], counters: torch.Tensor, autoc
     once, clipped); ``counters`` take each micro-batch's loss, tokens and scored turns."""
     import torch
 
+    from prm.data.windows import collate
     from prm.model import step_loss
-    from prm.windows import collate
 
     info = run.info
     for j, batch_ids in enumerate(group):

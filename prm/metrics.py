@@ -351,7 +351,7 @@ def decision_frame(frame: pd.DataFrame, threshold: float | None) -> pd.DataFrame
     :data:`ALWAYS_ERROR`) with ``true`` and ``pred`` classes; rows without a target are left
     out. ``threshold=None`` reads each row's own from a ``threshold`` column (pooled folds,
     each with its threshold)."""
-    from prm.labels import ternary_classes
+    from prm.data.labels import ternary_classes
 
     known = frame.loc[frame["target"].notna()].copy()
     p_neutral = known.get("p_neutral")

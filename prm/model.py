@@ -1,6 +1,6 @@
 """The neural PRM: a causal backbone and a head that scores every turn at its step marker.
 
-A trajectory is read once, left to right (:mod:`prm.windows`). The score of turn ``t`` is read
+A trajectory is read once, left to right (:mod:`prm.data.windows`). The score of turn ``t`` is read
 at turn ``t``'s marker: a linear head on the hidden state there (``pool="marker"``), or on that
 and the mean hidden state over the turn's own tokens (``pool="marker+mean"``). Causal attention
 means those states are functions of the tokens up to the marker only, so no turn sees a later
@@ -14,7 +14,7 @@ everywhere downstream (``step_scores``, ``prm`` marking, BudgetMix).
 
 Word-novelty inputs (on by default for ``tiny``): each token also carries whether it belongs
 to an action and whether its word is one the window's prompt and observations never showed
-(:func:`prm.novelty.novelty_codes`), the comparison a silent error (a wrong id or amount) needs.
+(:func:`prm.data.novelty.novelty_codes`), the comparison a silent error (a wrong id or amount) needs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.novelty import novelty_codes, word_piece_tables
+from prm.data.novelty import novelty_codes, word_piece_tables
+from prm.data.tokenize import TokenIds, load_tokenizer
+from prm.data.tokenize import train_tokenizer as train_tokenizer  # re-exported for older imports
+from prm.data.windows import collate, token_budget_batches
 from prm.spec import (
     BACKBONE_DIR,
     POOLS,
@@ -35,9 +38,6 @@ from prm.spec import (
     WEIGHTS_FILE,
     PRMSpec,
 )
-from prm.tokenize import TokenIds, load_tokenizer
-from prm.tokenize import train_tokenizer as train_tokenizer  # re-exported for older imports
-from prm.windows import collate, token_budget_batches
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from prm.windows import Window
+    from prm.data.windows import Window
 
 SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "intermediate_size", "max_position_embeddings")
@@ -68,7 +68,7 @@ def _torch_module() -> type:
         """A causal backbone and a linear head read at the step markers.
 
         With ``novelty`` each token's input embedding gets a learned vector for its
-        :func:`prm.novelty.novelty_codes` and its role: whether the word it belongs to, up to
+        :func:`prm.data.novelty.novelty_codes` and its role: whether the word it belongs to, up to
         it, is new to what the prompt and the observations of the window said, and whether the
         token is part of an action. A wrong id or amount is a word the history never showed;
         finding that by attention alone takes a previous-token head, an induction head and a
@@ -191,7 +191,7 @@ def step_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if logits.dim() == 2:
         import torch
 
-        from prm.labels import class_index
+        from prm.data.labels import class_index
 
         classes = torch.from_numpy(class_index(targets[known].detach().cpu().numpy())).to(
             logits.device)

@@ -43,7 +43,7 @@ class TfidfStepScorer:
         last_fit: What the last :meth:`fit` did: ``fitted``, or why it kept the previous model.
 
     Args:
-        labels: Label source of the targets (see ``prm.labels``).
+        labels: Label source of the targets (see ``prm.data.labels``).
         max_features: Vocabulary size per text field.
     """
 
@@ -91,7 +91,7 @@ class TfidfStepScorer:
         import pandas as pd
 
         from prm.baseline import FIELDS, turn_frame
-        from prm.data import StepExample
+        from prm.data.examples import StepExample
 
         if self._baseline is None:
             raise ValueError("the scorer has not been fitted")
@@ -121,7 +121,7 @@ class StructuredStepScorer:
     ``fit`` / ``score`` interface as :class:`TfidfStepScorer`.
 
     :meth:`fit` ingests the trajectories into an in-memory store, reads ``labels`` targets,
-    computes the turn features of ``setting`` (:func:`prm.features.step_features`) and fits the
+    computes the turn features of ``setting`` (:func:`prm.data.features.step_features`) and fits the
     model (its ``C``, text block and threshold chosen by its inner grouped folds). The sibling
     (self-consistency) features are left out: BudgetMix scores each finished episode alone
     (the TRL adapter scores an episode when it ends, before its siblings may have), where they
@@ -131,7 +131,7 @@ class StructuredStepScorer:
     hands the scorer finished episodes without their outcome.
 
     Args:
-        labels: Label source of the targets (see ``prm.labels``).
+        labels: Label source of the targets (see ``prm.data.labels``).
         setting: ``blind`` (default: a turn's score reads that turn and earlier ones only) or
             ``hindsight`` (the episode's length and end, and the outcome when given, are
             features: for analysing finished episodes; NOT a valid baseline for policy
@@ -148,7 +148,7 @@ class StructuredStepScorer:
 
     def __init__(self, labels: str = "outcome", setting: str = "blind", seed: int = 0,
                  outcome_at_scoring: bool = False):
-        from prm.features import SETTINGS
+        from prm.data.features import SETTINGS
         from recovery.errors import UsageProblem
 
         if setting not in SETTINGS:
@@ -222,7 +222,7 @@ def _kept(had_model: bool, n_turns: int) -> str:
 
 def _every_task_trains(examples: Sequence[Any], seed: int = 0) -> Any:
     """A task split with every task of ``examples`` in train (an online fit holds none out)."""
-    from prm.data import TaskSplit
+    from prm.data.examples import TaskSplit
 
     return TaskSplit(seed=seed, fractions=(1.0, 0.0, 0.0),
                      tasks={e.task_id: "train" for e in examples})
@@ -244,8 +244,8 @@ def _from_store(trajectories: Sequence[Trajectory], labels: str | None, setting:
     ingesting them without it gives, in one store."""
     import numpy as np
 
-    from prm.data import load_step_examples
-    from prm.features import load_turn_frame, step_features
+    from prm.data.examples import load_step_examples
+    from prm.data.features import load_turn_frame, step_features
     from recovery.store import open_store
 
     with open_store(None) as store:

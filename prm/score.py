@@ -70,7 +70,7 @@ class ModelScorer:
         import numpy as np
         import pandas as pd
 
-        from prm.data import load_step_examples
+        from prm.data.examples import load_step_examples
         from recovery.store import open_store
 
         # Sample numbers made distinct, so that episodes of one task and budget can be stored
@@ -171,7 +171,7 @@ def score_store(store: Store, model: str | Path | PRMKind, *, name: str | None =
         UsageProblem: a model of another setting (and what :func:`prm.kinds.load_model`
             refuses).
     """
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
     from prm.kinds import check_setting_name, load_model
 
     if isinstance(model, (str, Path)):

@@ -48,7 +48,7 @@ HEADS = ("binary", "ternary")
 POOLS = ("marker", "marker+mean")
 """What the head reads per turn (:class:`prm.model.StepScorer`)."""
 MIN_LENGTH = 16
-"""The shortest window (:func:`prm.windows.encode_examples`)."""
+"""The shortest window (:func:`prm.data.windows.encode_examples`)."""
 MAX_LENGTH = 1 << 20
 """The longest window a model folder may ask for, whatever its backbone."""
 MAX_STEP_TOKEN_CHARS = 64
@@ -285,7 +285,7 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
     """
     import math
 
-    from prm.labels import LABEL_SOURCES, RECOVERY_BASES
+    from prm.data.labels import LABEL_SOURCES, RECOVERY_BASES
 
     _choice(path, "kind", spec.kind, KINDS)
     if not isinstance(spec.backbone, str) or not spec.backbone.strip():

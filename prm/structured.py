@@ -1,6 +1,6 @@
 """The ``structured`` PRM: structural features of each turn into a logistic regression.
 
-The features are those of :mod:`prm.features` (position, marks and spells, repeats, empty or
+The features are those of :mod:`prm.data.features` (position, marks and spells, repeats, empty or
 error observations, tool calls so far, lengths, hedging words, agreement with sibling samples;
 in hindsight also the episode's end and outcome). They are standardised (training mean and
 scale; an unknown feature is filled with its mean, so it is neutral) and read by a
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from prm.data import StepExample
+    from prm.data.examples import StepExample
 
 STRUCTURED_FILE = "structured.json"
 ARRAYS_FILE = "structured.npz"
@@ -67,7 +67,7 @@ TEXT_ARRAYS = ("ratios", "text_means", "text_scales")
 def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
     import numpy as np
 
-    from prm.labels import ternary_classes
+    from prm.data.labels import ternary_classes
 
     if not ternary:
         return (targets >= 0.5).astype(float) * 2 - 1
@@ -76,7 +76,7 @@ def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
 
 
 def text_counts(table: pd.DataFrame) -> Any:
-    """The text block's raw counts: each of :data:`prm.features.TEXT_COLUMNS` hashed
+    """The text block's raw counts: each of :data:`prm.data.features.TEXT_COLUMNS` hashed
     (scikit-learn's ``HashingVectorizer``: lower case, word unigrams and bigrams, ``2 **``
     :data:`TEXT_BITS` columns, no sign flipping), ``log(1 + count)``, side by side. Needs no
     fitting, so it can be computed once for every fold.
@@ -88,7 +88,7 @@ def text_counts(table: pd.DataFrame) -> Any:
     import scipy.sparse as sp
     from sklearn.feature_extraction.text import HashingVectorizer
 
-    from prm.features import TEXT_COLUMNS
+    from prm.data.features import TEXT_COLUMNS
 
     missing = [c for c in TEXT_COLUMNS if c not in table]
     if missing:
@@ -173,7 +173,7 @@ class StructuredStepModel:
     :meth:`fit` returns the model, fitted state ends in ``_``).
 
     Attributes:
-        setting: ``blind`` or ``hindsight``: which features it reads (:mod:`prm.features`).
+        setting: ``blind`` or ``hindsight``: which features it reads (:mod:`prm.data.features`).
         head: ``auto`` (ternary when the targets are 0 / 0.5 / 1 with each of them), ``binary``
             or ``ternary``.
         C: Inverse regularisation; ``None`` = chosen from :data:`C_GRID` by grouped
@@ -367,7 +367,7 @@ class StructuredStepModel:
 
         Args:
             table: ``traj_id, t, task_id``, the feature columns and (for the text block) the
-                text columns (a :class:`prm.features.FeatureTable`'s table with ``task_id``
+                text columns (a :class:`prm.data.features.FeatureTable`'s table with ``task_id``
                 added).
             targets: One target in [0, 1] per row; NaN rows are left out.
             feature_names: The feature columns (default: every numeric column but ``traj_id,
@@ -379,8 +379,8 @@ class StructuredStepModel:
         """
         import numpy as np
 
-        from prm.features import TEXT_COLUMNS
-        from prm.labels import ternary_classes
+        from prm.data.features import TEXT_COLUMNS
+        from prm.data.labels import ternary_classes
 
         if self.text not in ("auto", "on", "off"):
             raise UsageProblem(f"text must be auto, on or off, not {self.text!r}")
@@ -572,7 +572,7 @@ def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], An
 def with_embeddings(table: pd.DataFrame, con: duckdb.DuckDBPyConnection, *,
                     echo: Callable[[str], Any] = print, progress: bool = False) -> pd.DataFrame:
     """``table`` (``traj_id, t`` and features) with the turns' embeddings joined."""
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
 
     examples = load_step_examples(con, None, table["traj_id"].unique().tolist())
     echo(f"MiniLM features of {len(examples)} trajectories for the structured PRM")
@@ -584,7 +584,7 @@ def feature_rows(con: duckdb.DuckDBPyConnection, setting: str,
                  traj_ids: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[str],
                                                                  list[str]]:
     """Features of the store's turns: the table (with ``task_id``), names and notes."""
-    from prm.features import load_turn_frame, step_features
+    from prm.data.features import load_turn_frame, step_features
 
     frame = load_turn_frame(con, traj_ids)
     features = step_features(frame, setting)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from prm.config import TrainConfig, TrainResult
-from prm.data import StepExample, TaskSplit, load_step_examples
-from prm.labels import no_target_message, unused_labels_note
+from prm.data.examples import StepExample, TaskSplit, load_step_examples
+from prm.data.labels import no_target_message, unused_labels_note
 from prm.spec import SPLIT_FILE
 from recovery.errors import InputProblem, UsageProblem
 

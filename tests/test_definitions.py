@@ -341,7 +341,7 @@ def test_label_scale_and_class_index_have_one_home() -> None:
     import duckdb
     import torch
 
-    from prm.labels import class_index, label_target, label_target_sql, ternary_classes
+    from prm.data.labels import class_index, label_target, label_target_sql, ternary_classes
     from prm.model import step_loss
 
     labels = np.array([-1.0, -0.4, 0.0, 0.2, 1.0])
@@ -489,7 +489,7 @@ def test_ternary_class_is_minus_one_zero_plus_one_with_nan_unknown() -> None:
     """prm.labels.ternary_classes is the one home: soft targets fall on either side of 0.5,
     exact data labels -1 / 0 / +1 come back as themselves, NaN is unknown (never a class);
     the heads' index, the metrics and the structured model read it."""
-    from prm.labels import class_index, label_target, ternary_classes
+    from prm.data.labels import class_index, label_target, ternary_classes
     from prm.metrics import decision_frame
     from prm.structured import _classes_of
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from agent_recovery_cli.recovery.options import command_options
+from prm.data.features import SETTINGS
+from prm.data.labels import LABEL_SOURCES
 from prm.device import DEVICES
-from prm.features import SETTINGS
-from prm.labels import LABEL_SOURCES
 from recovery.config import CheckedOptions, opt
 from recovery.jsonsafe import json_safe
 

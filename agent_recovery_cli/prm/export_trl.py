@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from agent_recovery_cli.recovery.options import command_options
-from prm.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
+from prm.data.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from recovery.config import CheckedOptions, opt
 
 
@@ -33,7 +33,7 @@ def export_trl(config: ExportTrlConfig) -> None:
     One row per trajectory; a step's boolean label is target >= 0.5. Trajectories with a step
     whose label is unknown are left out and counted.
     """
-    from prm.data import export_trl as run_export
+    from prm.data.examples import export_trl as run_export
     from recovery.outputs import atomic_output, check_output_path
     from recovery.store import open_store
 

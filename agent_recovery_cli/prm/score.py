@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from agent_recovery_cli.recovery.options import command_options
+from prm.data.features import SETTINGS
 from prm.device import DEVICES
-from prm.features import SETTINGS
 from recovery.config import CheckedOptions, opt
 
 

@@ -78,7 +78,7 @@ def folder_kind(folder: str | Path, *, trust_remote_code: bool = False) -> str:
 
 def check_setting_name(setting: str | None) -> None:
     """Refuse a setting that is neither ``blind`` nor ``hindsight`` (``None``: the model's)."""
-    from prm.features import SETTINGS
+    from prm.data.features import SETTINGS
 
     if setting is not None and setting not in SETTINGS:
         raise UsageProblem(f"unknown setting {setting!r}; use blind or hindsight")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from prm.config import TrainConfig, TrainResult
-    from prm.data import StepExample, TaskSplit
+    from prm.data.examples import StepExample, TaskSplit
 
 
 @dataclass

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from prm.config import TrainConfig
-    from prm.data import StepExample
+    from prm.data.examples import StepExample
     from prm.spec import PRMSpec
 
 
@@ -38,8 +38,8 @@ def model_spec(config: TrainConfig, examples: list[StepExample],
                echo: Callable[[str], Any] = print) -> PRMSpec:
     """The spec a run of ``config`` builds: its mode, head, pooling and window resolved."""
     from prm.backbones import PRETRAINED
+    from prm.data.windows import MIN_WINDOW
     from prm.spec import PRMSpec
-    from prm.windows import MIN_WINDOW
 
     pretrained = config.backbone in PRETRAINED
     mode = config.mode if config.mode != "auto" else ("frozen" if pretrained else "full")
@@ -123,9 +123,9 @@ class NeuralKind(SpecKind):
         import pandas as pd
         from tqdm import tqdm
 
+        from prm.data.tokenize import TokenIds
+        from prm.data.windows import encode_examples
         from prm.model import score_windows, step_frame
-        from prm.tokenize import TokenIds
-        from prm.windows import encode_examples
 
         spec, tokenizer = self.spec, self.loaded.tokenizer
         with tqdm(total=sum(e.n_steps for e in examples), unit="turn", desc="prm score",

@@ -19,7 +19,7 @@ from recovery.errors import UsageProblem
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prm.data import StepExample
+    from prm.data.examples import StepExample
 
 
 class StructuredKind(PRMKind):
@@ -87,7 +87,7 @@ class StructuredKind(PRMKind):
     def _features(self, data: FitData) -> tuple[pd.DataFrame, list[str]]:
         """The features of every example's turns, computed once for the folds of one
         cross-validation (they read no label), with their names; the notes are printed."""
-        from prm.labels import outcome_targets_note
+        from prm.data.labels import outcome_targets_note
         from prm.structured import feature_rows, with_embeddings
         from recovery.store import open_store
 

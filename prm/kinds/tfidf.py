@@ -18,7 +18,7 @@ from recovery.errors import InputProblem
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prm.data import StepExample
+    from prm.data.examples import StepExample
     from prm.spec import PRMSpec
 
 INNER_FOLDS = 3
@@ -98,7 +98,7 @@ def _inner_threshold(train: list[StepExample], seed: int) -> float:
     import pandas as pd
 
     from prm.baseline import TfidfStepBaseline, turn_frame
-    from prm.data import fold_of_tasks
+    from prm.data.examples import fold_of_tasks
     from prm.metrics import choose_error_threshold
 
     if len({e.task_id for e in train}) < INNER_FOLDS:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from prm.baseline import FIELDS, TfidfStepBaseline, turn_frame
-from prm.data import StepExample
+from prm.data.examples import StepExample
 
 
 def _rows(n: int, seed: int) -> tuple[pd.DataFrame, np.ndarray]:

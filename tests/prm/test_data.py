@@ -1,4 +1,4 @@
-"""Step datasets, task splits and the TRL export (prm.data)."""
+"""Step datasets, task splits and the TRL export (prm.data.examples)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from prm.data import (
+from prm.data.examples import (
     TaskSplit,
     export_trl,
     load_step_examples,
@@ -113,7 +113,7 @@ def test_trl_prm_trainer_tokenises_an_exported_row(sim_store, tmp_path):
         "trl.experimental.prm", reason="trl==1.13.0 (the bench extra)"
     ).PRMTrainer
 
-    from prm.tokenize import train_tokenizer
+    from prm.data.tokenize import train_tokenizer
 
     store = open_store(sim_store, read_only=True)
     export_trl(store.con, tmp_path / "trl.jsonl")

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent_recovery_cli.prm import main
-from prm.labels import ternary_classes
+from prm.data.labels import ternary_classes
 from prm.metrics import (
     choose_error_threshold,
     decision_intervals,
@@ -140,7 +140,7 @@ def test_a_row_called_an_error_whatever_its_score_is_decided_minus_one():
 
 
 def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, tmp_path):
-    from prm.data import fold_of_tasks, load_step_examples
+    from prm.data.examples import fold_of_tasks, load_step_examples
     from recovery.store import open_store
 
     store = open_store(sim_store, read_only=True)
@@ -169,9 +169,9 @@ def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, 
 
 def test_an_action_holding_the_separator_stays_whole(tmp_path):
     from prm.baseline import turn_frame
-    from prm.data import OBSERVATION_SEPARATOR, load_step_examples
-    from prm.tokenize import train_tokenizer
-    from prm.windows import encode_examples
+    from prm.data.examples import OBSERVATION_SEPARATOR, load_step_examples
+    from prm.data.tokenize import train_tokenizer
+    from prm.data.windows import encode_examples
     from recovery.schema import Trajectory, Turn
     from recovery.store import open_store
 

@@ -43,7 +43,7 @@ def test_train_cv_and_export_share_one_default_label_source() -> None:
     from agent_recovery_cli.prm.export_trl import ExportTrlConfig
     from prm.config import TrainConfig
     from prm.cv import CVConfig
-    from prm.labels import DEFAULT_LABELS
+    from prm.data.labels import DEFAULT_LABELS
 
     assert DEFAULT_LABELS == "recovery"          # the one that needs no step labels
     assert TrainConfig().labels == CVConfig().labels == DEFAULT_LABELS
@@ -75,7 +75,7 @@ def test_a_label_source_without_targets_names_those_that_have_some(
 def test_sources_with_targets_follow_the_store(unlabelled_store: Path) -> None:
     import duckdb
 
-    from prm.labels import sources_with_targets
+    from prm.data.labels import sources_with_targets
 
     con = duckdb.connect(str(unlabelled_store), read_only=True)
     try:
@@ -118,7 +118,7 @@ def test_train_with_only_a_store_writes_beside_it(unlabelled_store: Path, tmp_pa
 def test_a_labelled_store_read_with_another_source_says_so(
     ternary_store: Path, unlabelled_store: Path,
 ) -> None:
-    from prm.labels import unused_labels_note
+    from prm.data.labels import unused_labels_note
     from recovery.store import open_store
 
     for path, expected in ((ternary_store, True), (unlabelled_store, False)):

@@ -1,4 +1,4 @@
-"""Every feature family of prm.features against hand-computed cases."""
+"""Every feature family of prm.data.features against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prm import features as F
+from prm.data import features as F
 
 
 def frame_of(trajs: dict[str, list[tuple[str, str]]], *, task: str = "q1", run: str = "p",

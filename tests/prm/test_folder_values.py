@@ -263,7 +263,7 @@ def test_a_tokenizer_not_of_the_toolkit_s_kind_is_refused_before_loading(
         trained_tiny, sim_store, tmp_path, monkeypatch, case):
     from transformers import AutoTokenizer
 
-    from prm.tokenize import load_tokenizer
+    from prm.data.tokenize import load_tokenizer
 
     folder = _copy(trained_tiny[0], tmp_path)
     field, value = HOSTILE_TOKENIZERS[case]
@@ -284,7 +284,7 @@ def test_the_tokenizers_the_toolkit_writes_pass(trained_tiny, tmp_path):
     from transformers import AutoTokenizer
 
     from prm.backbones import resolve_backbone
-    from prm.tokenize import load_tokenizer, train_tokenizer
+    from prm.data.tokenize import load_tokenizer, train_tokenizer
 
     assert len(load_tokenizer(trained_tiny[0])) > 0
     train_tokenizer(["lookup(id=12) found 345"] * 3, 280, split_digits=True).save_pretrained(
@@ -309,7 +309,7 @@ def test_deep_model_folder_json_is_one_line(trained_tiny, sim_store, tmp_path, n
 
 
 def test_deep_structured_json_and_split_are_one_line(structured_dir, ternary_store, tmp_path):
-    from prm.data import TaskSplit
+    from prm.data.examples import TaskSplit
     from prm.structured import StructuredStepModel
 
     folder = _copy(structured_dir, tmp_path)
@@ -324,7 +324,7 @@ def test_deep_structured_json_and_split_are_one_line(structured_dir, ternary_sto
 
 
 def test_a_split_that_is_not_a_split_is_named(tmp_path):
-    from prm.data import TaskSplit
+    from prm.data.examples import TaskSplit
 
     path = tmp_path / "split.json"
     path.write_text(json.dumps({"seed": 0, "fractions": [0.8, 0.1, 0.1],

@@ -25,7 +25,7 @@ def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from prm.tokenize import train_tokenizer
+    from prm.data.tokenize import train_tokenizer
 
     lm = tmp_path_factory.mktemp("frozen-lm") / "lm"
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
@@ -42,7 +42,7 @@ def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_frozen_head_trains_scores_and_cross_validates_ternary(ternary_store: Path,
                                                                tiny_lm: Path,
                                                                tmp_path: Path) -> None:
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
     from prm.kinds import load_model
     from recovery.store import open_store
 

@@ -3,7 +3,7 @@ its files hold, the scorer either works (finite scores in [0, 1]) or refuses it 
 
 Two valid starting points are made once per module: a structured model trained on a small
 simulator store (``prm train --backbone structured``), and a tokenizer of the kind ``prm
-train`` writes (:func:`prm.tokenize.train_tokenizer`, saved as a folder). Hypothesis then
+train`` writes (:func:`prm.data.tokenize.train_tokenizer`, saved as a folder). Hypothesis then
 changes them:
 
 - ``structured.json``: a value replaced (0, negatives, 1e308, NaN and infinities as JSON
@@ -206,7 +206,7 @@ def _fuzz_structured(source: Path, store: Path, work: Path, data: st.DataObject)
 @pytest.fixture(scope="module")
 def tokenizer_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tokenizer as ``prm train`` writes it (the ``tiny`` backbone's)."""
-    from prm.tokenize import train_tokenizer
+    from prm.data.tokenize import train_tokenizer
 
     out = tmp_path_factory.mktemp("fuzz-tokenizer") / "tok"
     train_tokenizer(["lookup(id=12) found 345", "Error: record not found", "buy(8) ok"] * 3,
@@ -259,7 +259,7 @@ def _tokenizer_change(value: dict[str, Any], data: st.DataObject) -> dict[str, A
 
 
 def _fuzz_tokenizer(source: Path, work: Path, data: st.DataObject) -> None:
-    from prm.tokenize import load_tokenizer, tokenise
+    from prm.data.tokenize import load_tokenizer, tokenise
 
     folder = work / "tok"
     shutil.copytree(source, folder)
@@ -291,8 +291,8 @@ SLOW = settings(max_examples=400, deadline=None, phases=PHASES, suppress_health_
 def test_the_valid_folders_load_and_score(structured_model: Path, tokenizer_folder: Path,
                                           ternary: Path) -> None:
     """Unchanged, both pass (so a refusal in the fuzz is the change's)."""
+    from prm.data.tokenize import load_tokenizer, tokenise
     from prm.structured import StructuredStepModel, score_structured
-    from prm.tokenize import load_tokenizer, tokenise
     from recovery.store import open_store
 
     model, _ = StructuredStepModel.load(structured_model)

@@ -1,4 +1,4 @@
-"""Per-turn training targets (prm.labels)."""
+"""Per-turn training targets (prm.data.labels)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from prm.labels import LABEL_SOURCES, mc_targets, step_targets
+from prm.data.labels import LABEL_SOURCES, mc_targets, step_targets
 from recovery.schema import Trajectory, Turn
 from tests.prm.conftest import make_trajectory
 
@@ -109,7 +109,7 @@ def test_recovery_labels_take_other_turns_from_mc(con, memory_store):
 
 
 def test_advantage_labels_are_the_squashed_change_in_monte_carlo_value(con, memory_store):
-    from prm.labels import ADVANTAGE_TEMPERATURE
+    from prm.data.labels import ADVANTAGE_TEMPERATURE
 
     def traj(run: str, sample: int, values: list[float | None]) -> Trajectory:
         turns = [Turn(f"a{i}", "o", label=None if v is None else 2 * v - 1)

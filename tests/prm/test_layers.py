@@ -34,6 +34,17 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def prm_modules() -> list[str]:
+    """Every module of the prm package, its subfolders' included."""
+    return sorted(_module(p) for p in PRM.rglob("*.py"))
+
+
+def test_every_module_of_the_subfolders_is_covered():
+    modules = prm_modules()
+    assert {"prm.kinds.base", "prm.data.features", "prm.config"} <= set(modules)
+    assert len(modules) == len(list(PRM.rglob("*.py")))
+
+
 def test_heavy_libraries_are_imported_inside_functions_only():
     for path in PRM.rglob("*.py"):
         for imported, at_top in _imports(path):
@@ -42,7 +53,7 @@ def test_heavy_libraries_are_imported_inside_functions_only():
 
 
 def test_importing_prm_library_modules_loads_neither_click_nor_torch():
-    names = sorted(_module(p) for p in PRM.glob("*.py"))
+    names = prm_modules()
     code = (f"import sys\nfor m in {names!r}: __import__(m)\n"
             "print(sorted(m for m in ('click', 'torch', 'transformers') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -8,11 +8,11 @@ import math
 import pytest
 
 from prm.backbones import check_causal, tiny_backbone
-from prm.data import StepExample
+from prm.data.examples import StepExample
+from prm.data.tokenize import STEP_TOKEN, TokenIds, train_tokenizer
+from prm.data.windows import collate, encode_examples, token_budget_batches
 from prm.model import build_scorer, score_windows
 from prm.spec import TinyConfig
-from prm.tokenize import STEP_TOKEN, TokenIds, train_tokenizer
-from prm.windows import collate, encode_examples, token_budget_batches
 from recovery.errors import UsageProblem
 
 ACTIONS = [f"get_order(id=\"#W{i:07d}\")" for i in range(60)]
@@ -133,7 +133,7 @@ def _reference_novelty(pieces: list[str], evidence: list[bool]) -> list[int]:
 def test_novelty_codes_mark_word_pieces_that_continue_no_earlier_word(tokenizer):
     import torch
 
-    from prm.novelty import novelty_codes, word_piece_tables
+    from prm.data.novelty import novelty_codes, word_piece_tables
 
     parts = [('Observation: order #W0000012 has "balance": 52.', True),
              (' Action: get(order_id="#W0000012", amount=52)', False),

@@ -259,8 +259,8 @@ def test_a_frozen_head_over_a_local_transformers_folder_trains_and_loads(sim_sto
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from prm.data.tokenize import train_tokenizer
     from prm.model import load_scorer
-    from prm.tokenize import train_tokenizer
     from prm.train import train
     from tests.prm.conftest import tiny_train_config
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent_recovery_cli.prm import main
-from prm.data import StepExample
+from prm.data.examples import StepExample
 from tests.prm.conftest import tiny_train_config
 
 ACTIONS = [f'get_order(order_id="#W{1000 + i}")' for i in range(12)]
@@ -43,9 +43,9 @@ def test_minilm_loads_offline_and_a_turn_never_sees_later_turns(minilm):
     from transformers import AutoModel
 
     from prm.backbones import PRETRAINED, is_causal, package_dir
+    from prm.data.tokenize import TokenIds
+    from prm.data.windows import encode_examples
     from prm.model import build_scorer, score_windows
-    from prm.tokenize import TokenIds
-    from prm.windows import encode_examples
 
     backbone, tokenizer, step_token = minilm
     assert step_token == "[SEP]" and backbone.config.is_decoder
@@ -75,7 +75,7 @@ def test_frozen_minilm_trains_scores_and_cross_validates_ternary(ternary_store, 
 
     Slow (about 100 s on 2 cores): the fast suite runs the same commands over a tiny backbone
     (tests/prm/test_frozen_cli_fast.py)."""
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
     from prm.kinds import load_model
     from recovery.store import open_store
 
@@ -122,8 +122,8 @@ def test_lora_trains_adapters_only_and_saves_plain_merged_weights(sim_store, tmp
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from prm.data.tokenize import train_tokenizer
     from prm.model import load_scorer
-    from prm.tokenize import train_tokenizer
 
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
                                 vocab_size=280)
@@ -199,7 +199,7 @@ def test_smollm2_converts_once_and_trains_a_frozen_head(tmp_path):
     """SmolLM2-135M from its GGUF file: converted and cached on first use, causal, and a
     frozen head trained on it scores every turn (about a minute and a half on 2 CPU cores)."""
     from prm.backbones import is_causal, load_backbone, pretrained_cache_dir
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
     from prm.kinds import load_model
     from recovery.simulate import PRESETS, SimConfig
     from tests.conftest import simulated_store

@@ -18,7 +18,7 @@ def frozen_backbone(tmp_path_factory: pytest.TempPathFactory) -> str:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from prm.tokenize import train_tokenizer
+    from prm.data.tokenize import train_tokenizer
 
     folder = tmp_path_factory.mktemp("lm") / "lm"
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
@@ -39,7 +39,7 @@ BACKBONES = {"structured": None, "tfidf": None, "neural": "tiny", "frozen": "lm"
 @pytest.mark.parametrize("kind", KIND_NAMES)
 def test_every_kind_round_trips_its_scores_exactly(kind, setting, sim_store, frozen_backbone,
                                                    tmp_path):
-    from prm.data import TaskSplit, load_step_examples
+    from prm.data.examples import TaskSplit, load_step_examples
     from recovery.store import open_store
 
     backbone = frozen_backbone if BACKBONES[kind] == "lm" else BACKBONES[kind]

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from prm.data import load_step_examples
+from prm.data.examples import load_step_examples
 from prm.kinds import load_model
 from prm.score import model_name, score_store, write_step_scores
 from recovery.store import DuckDBStore, open_store

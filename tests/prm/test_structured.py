@@ -14,7 +14,7 @@ from recovery.errors import InputProblem, UsageProblem
 
 
 def _fitted(ternary_store: Path, setting: str = "blind"):
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
     from prm.frozen import turn_rows
     from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store
@@ -110,7 +110,7 @@ def test_scores_thousands_of_steps_per_second(ternary_store):
     """Features and scores of every turn, one core: well over a thousand turns a second."""
     import pandas as pd
 
-    from prm.features import load_turn_frame, step_features
+    from prm.data.features import load_turn_frame, step_features
     from recovery.store import open_store
 
     model, _ = _fitted(ternary_store)
@@ -148,7 +148,7 @@ def test_embedding_components_are_fitted_saved_and_checked(ternary_store, tmp_pa
     signal = (rows["target"].to_numpy() < 0.5).astype(float)
     for i in range(6):
         rows[f"emb_{i}"] = rng.normal(size=len(rows)) + (2.0 * signal if i == 0 else 0.0)
-    from prm.features import TEXT_COLUMNS
+    from prm.data.features import TEXT_COLUMNS
 
     names = [c for c in rows.columns if c not in ("traj_id", "t", "task_id", "target",
                                                   *TEXT_COLUMNS) and not c.startswith("emb_")]
@@ -256,7 +256,7 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
 
 
 def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, ternary_store):
-    from prm.data import load_step_examples
+    from prm.data.examples import load_step_examples
     from prm.frozen import turn_rows
     from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store

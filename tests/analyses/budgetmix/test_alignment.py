@@ -33,7 +33,7 @@ def test_last_token_indices_by_hand():
 
 
 def test_last_token_indices_with_a_real_fast_tokenizer():
-    from prm.tokenize import train_tokenizer
+    from prm.data.tokenize import train_tokenizer
 
     actions = ["lookup(order_id=W123)", "refund(order_id=W123, amount=40)"]
     observations = ["status: shipped, amount 40", "Error: refund window closed"]

@@ -225,7 +225,7 @@ def test_the_trainer_refuses_an_environment_scored_in_hindsight(scorers):
 def _group_features(episodes, setting):
     """Features of one GRPO group (the episodes as samples of one task, outcomes known),
     sibling features included, indexed by (sample, t); and the feature names."""
-    from prm.features import load_turn_frame, step_features
+    from prm.data.features import load_turn_frame, step_features
     from recovery.store import open_store
     from recovery.store.digest import make_traj_id
 

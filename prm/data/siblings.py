@@ -1,6 +1,6 @@
 """The sibling (self-consistency) features, computed with array operations over all groups.
 
-What each feature means is in :func:`prm.features.sibling_features`. Counts replace the
+What each feature means is in :func:`prm.data.features.sibling_features`. Counts replace the
 loops over sibling pairs: the share of siblings whose final answer equals a turn's action is
 (trajectories of the task whose final answer is that action, less the turn's own) / (K - 1),
 and likewise for the answers at the same turn, the lengths and the outcomes. The word-set
@@ -199,7 +199,7 @@ def _expand(position: np.ndarray, which: np.ndarray,
 
 
 def sibling_columns(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """The columns of :func:`prm.features.sibling_features` (see there), in its order."""
+    """The columns of :func:`prm.data.features.sibling_features` (see there), in its order."""
     import numpy as np
 
     n = len(frame)
@@ -255,7 +255,7 @@ def _success_rate(u: _Units, frame: pd.DataFrame, unit: np.ndarray,
 
 
 def _answers(actions: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Each action's answer (:func:`prm.features.normalise_answer`) as a code, and the
+    """Each action's answer (:func:`prm.data.features.normalise_answer`) as a code, and the
     distinct answers; each distinct action is normalised once."""
     import numpy as np
     import pandas as pd

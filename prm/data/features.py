@@ -410,7 +410,7 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     """Self-consistency among the samples of the same run and task (siblings).
 
     Blind (a turn's own future is never read; siblings' outcomes never):
-    ``sib_agree_final`` (share of siblings whose final answer, :func:`prm.siblings.normalise_answer` of
+    ``sib_agree_final`` (share of siblings whose final answer, :func:`prm.data.siblings.normalise_answer` of
     their last action, equals this turn's action), ``sib_similarity_final`` (mean word-set
     Jaccard similarity of this turn's action with the siblings' final answers),
     ``sib_same_turn`` (share of the siblings that have a turn ``t`` whose action there equals
@@ -421,10 +421,10 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     Hindsight adds ``own_final_agree`` (share of siblings whose final answer equals this
     trajectory's) and ``sib_success_rate`` (the siblings' success rate, known outcomes only).
     With one sample (K = 1) every share is NaN: neutral. Computed with counts over each task's
-    samples (:mod:`prm.siblings`); the similarity reads at most 64 siblings (above that many,
+    samples (:mod:`prm.data.siblings`); the similarity reads at most 64 siblings (above that many,
     a fixed sample of them).
     """
-    from prm.siblings import sibling_columns
+    from prm.data.siblings import sibling_columns
 
     return sibling_columns(frame, setting)
 
@@ -477,7 +477,7 @@ def step_features(frame: pd.DataFrame, setting: str = "blind", *,
     """
     import pandas as pd
 
-    from prm.siblings import MAX_SIMILARITY_SIBLINGS
+    from prm.data.siblings import MAX_SIMILARITY_SIBLINGS
 
     _check_setting(setting)
     frame = frame.sort_values(["traj_id", "t"], ignore_index=True)

@@ -68,7 +68,7 @@ def train_tokenizer(
 
 def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
     """The tokenizer saved in a model folder or checkpoint (never with remote code), once
-    its files pass :func:`prm.tokenizer_checks.check_tokenizer_folder`.
+    its files pass :func:`prm.data.tokenizer_checks.check_tokenizer_folder`.
 
     Raises:
         InputProblem: naming the folder's tokenizer file when it cannot be read.
@@ -76,7 +76,7 @@ def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
     """
     from transformers import AutoTokenizer
 
-    from prm.tokenizer_checks import check_tokenizer_folder
+    from prm.data.tokenizer_checks import check_tokenizer_folder
 
     directory = Path(directory)
     check_tokenizer_folder(directory)

@@ -30,7 +30,7 @@ Soft values stay floats end to end. The sources:
   (or from ``outcome`` with ``base="outcome"``, or where the state graph has no value).
 
 Example:
-    >>> from prm.labels import step_targets
+    >>> from prm.data.labels import step_targets
     >>> step_targets(con, "recovery").head()  # traj_id, t, target
 """
 

@@ -12,7 +12,7 @@ and the seed, and every split with a positive fraction gets at least one task wh
 enough tasks.
 
 Example:
-    >>> from prm.data import load_step_examples, split_tasks
+    >>> from prm.data.examples import load_step_examples, split_tasks
     >>> examples = load_step_examples(con, labels="recovery")
     >>> splits = split_tasks([e.task_id for e in examples], seed=0)
 """
@@ -92,10 +92,10 @@ def load_step_examples(
 
     Args:
         con: The store.
-        labels: A label source of :data:`prm.labels.LABEL_SOURCES`, or ``None`` for no targets
+        labels: A label source of :data:`prm.data.labels.LABEL_SOURCES`, or ``None`` for no targets
             (all NaN: for scoring).
         traj_ids: Trajectories to read; ``None`` = all.
-        base: Base of the ``recovery`` labels (see :func:`prm.labels.step_targets`).
+        base: Base of the ``recovery`` labels (see :func:`prm.data.labels.step_targets`).
 
     Returns:
         Examples ordered by ``(task_id, run, traj_id)``.
@@ -116,7 +116,7 @@ def load_step_examples(
     if labels is None:
         turns["target"] = math.nan
     else:
-        from prm.labels import step_targets
+        from prm.data.labels import step_targets
 
         targets = step_targets(con, labels, traj_ids, base=base)
         turns = turns.merge(targets, on=["traj_id", "t"], how="left", validate="one_to_one")
@@ -316,7 +316,7 @@ def export_trl(
     Args:
         con: The store.
         out: Output ``.jsonl`` file.
-        labels: Label source (see :mod:`prm.labels`).
+        labels: Label source (see :mod:`prm.data.labels`).
         soft: Float labels instead of booleans.
         base: Base of the ``recovery`` labels.
 

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prm.data import ACTION_PREFIX, OBSERVATION_SEPARATOR
-from prm.tokenize import STEP_TOKEN, TokenIds, tokenise
+from prm.data.examples import ACTION_PREFIX, OBSERVATION_SEPARATOR
+from prm.data.tokenize import STEP_TOKEN, TokenIds, tokenise
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from prm.data import StepExample
+    from prm.data.examples import StepExample
 
 MIN_WINDOW = 16
 """The fewest tokens a window may hold (``--max-length``)."""
