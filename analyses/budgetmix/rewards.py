@@ -8,6 +8,13 @@ the store's ``turns`` one to one.
 Duplicate scores: when ``step_scores`` holds several rows for one ``(traj_id, t, model)``,
 their mean is the turn's score (the store's ``step_score_means`` view): a duplicate is a second estimate of
 the same probability, and the mean does not move with the number of copies.
+
+The outcome ``R`` is the episode's success as 1/0: the store's ``success``, made at ingest by
+the one rule (:func:`recovery.schema.derive_success`: the record's flag wins over its reward,
+else ``reward >= threshold``), the same column analyze and the PRM's ``outcome`` targets read.
+A graded reward does not pass through. The exported episodes are those every analysis counts
+(:mod:`recovery.population`): an unknown outcome or end, and a crash (the harness's failure, not
+the agent's), are left out of the file and counted, never given ``R = 0`` as failures.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 from recovery.outputs import atomic_output, check_output_path
+from recovery.population import counted_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -75,8 +83,10 @@ class RewardsExport:
         n_trajectories: Trajectories written.
         n_turns: Turns written.
         n_unscored: Trajectories left out because a turn had no score (``skip_unscored``).
-        n_unknown_outcome: Trajectories left out because neither reward nor success is known.
+        n_unknown_outcome: Trajectories left out because their outcome (neither flag nor
+            reward) or their end is unknown.
         initial_potential: ``phi(s_1)`` used.
+        n_crashed: Trajectories left out because the harness crashed.
     """
 
     path: Path
@@ -86,6 +96,7 @@ class RewardsExport:
     n_unscored: int
     n_unknown_outcome: int
     initial_potential: float
+    n_crashed: int = 0
 
     def summary(self) -> str:
         """One line saying what was written and what was left out."""
@@ -95,6 +106,8 @@ class RewardsExport:
             line += f"; {self.n_unscored} trajectories with unscored turns left out"
         if self.n_unknown_outcome:
             line += f"; {self.n_unknown_outcome} with an unknown outcome left out"
+        if self.n_crashed:
+            line += f"; {self.n_crashed} crashed left out"
         return line
 
 
@@ -110,8 +123,9 @@ def shaped_rewards_frame(
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Shaped per-turn rewards of the store's trajectories from PRM ``model``'s scores.
 
-    The outcome ``R`` is the trajectory's ``reward`` when stored, else ``success`` as 1/0;
-    trajectories with neither are left out and counted.
+    The outcome ``R`` is the trajectory's ``success`` as 1/0 (see the module's docstring);
+    trajectories every analysis leaves out (unknown outcome or end, crash) are left out here
+    too and counted.
 
     Long because most of it is one SQL text (the turns with their PRM scores and episode
     outcomes) and the counts of what it left out.
@@ -128,7 +142,7 @@ def shaped_rewards_frame(
 
     Returns:
         The frame (columns :data:`REWARD_COLUMNS`, ordered by ``traj_id, t``) and counts
-        ``n_unscored``, ``n_unknown_outcome``, ``initial_potential``.
+        ``n_unscored``, ``n_unknown_outcome``, ``n_crashed``, ``initial_potential``.
 
     Raises:
         InputProblem: when the store has no scores of the model, or a turn is unscored and not
@@ -154,8 +168,8 @@ def shaped_rewards_frame(
         ),
         chosen AS (
             SELECT traj_id, run, task_id, sample, budget, n_turns, coalesce(prompt, '') AS prompt,
-                   coalesce(reward, CASE WHEN success THEN 1.0 WHEN NOT success THEN 0.0 END)
-                       AS episode_outcome
+                   success, coalesce({counted_sql('tr')}, FALSE) AS counted,
+                   success IS NOT NULL AND end_reason = 'crash' AS crashed
             FROM trajectories tr WHERE {run_filter}
         ),
         scored AS (
@@ -168,7 +182,7 @@ def shaped_rewards_frame(
             FROM chosen c LEFT JOIN scored sc ON sc.traj_id = c.traj_id
         )
         SELECT f.traj_id, u.t, f.run, f.task_id, f.sample, f.budget, f.n_turns,
-               f.episode_outcome, f.n_scored, length(f.prompt) AS prompt_chars,
+               f.success, f.counted, f.crashed, f.n_scored, length(f.prompt) AS prompt_chars,
                s.score, length(coalesce(u.action, '')) AS action_chars,
                length(coalesce(u.observation, '')) AS observation_chars
         FROM flagged f
@@ -178,9 +192,7 @@ def shaped_rewards_frame(
         """,
         params,
     ).df()
-    unknown = frame["episode_outcome"].isna().to_numpy(dtype=bool)
-    n_unknown = int(frame.loc[unknown, "traj_id"].nunique())
-    frame = frame[~unknown]
+    frame, left_out = _counted_only(frame)
     unscored = (frame["n_scored"] < frame["n_turns"]).to_numpy(dtype=bool)
     n_unscored = int(frame.loc[unscored, "traj_id"].nunique())
     if n_unscored and not skip_unscored:
@@ -203,7 +215,7 @@ def shaped_rewards_frame(
     is_first, is_last = t == 1, t == n_turns
     shaped = shape_rewards(
         frame["score"].to_numpy(dtype=float), is_first, is_last,
-        frame["episode_outcome"].to_numpy(dtype=float),
+        frame["success"].to_numpy(dtype=bool).astype(float),
         lam=lam, gamma=gamma, initial_potential=phi0,
     )
     check_finite_rewards(frame, shaped.total, lam, gamma)
@@ -220,8 +232,19 @@ def shaped_rewards_frame(
         reward=shaped.total,
         **offsets,
     )
-    info = {"n_unscored": n_unscored, "n_unknown_outcome": n_unknown, "initial_potential": phi0}
+    info = {"n_unscored": n_unscored, **left_out, "initial_potential": phi0}
     return frame[list(REWARD_COLUMNS)], info
+
+
+def _counted_only(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The turns of the episodes every analysis counts, and how many episodes were left out
+    (``n_crashed``; ``n_unknown_outcome``: unknown outcome or end)."""
+    counted = frame["counted"].to_numpy(dtype=bool)
+    left = frame[~counted]
+    n_crashed = int(left.loc[left["crashed"].to_numpy(dtype=bool), "traj_id"].nunique())
+    counts = {"n_unknown_outcome": int(left["traj_id"].nunique()) - n_crashed,
+              "n_crashed": n_crashed}
+    return frame[counted], counts
 
 
 def check_probabilities(frame: pd.DataFrame, model: str) -> None:
@@ -242,17 +265,12 @@ def check_probabilities(frame: pd.DataFrame, model: str) -> None:
 
 def check_finite_rewards(frame: pd.DataFrame, total: np.ndarray, lam: float,
                          gamma: float) -> None:
-    """Refuse rewards that overflowed (JSON has no Infinity; a trainer cannot use one).
+    """Refuse rewards that overflowed (JSON has no Infinity; a trainer cannot use one; the
+    outcome is 1/0, so only the weights can overflow).
 
     Raises:
-        InputProblem: for a stored outcome that is not finite, naming the trajectory.
         UsageProblem: for ``lam`` and ``gamma`` whose product overflows.
     """
-    outcome = frame["episode_outcome"].to_numpy(dtype=float)
-    if not np.isfinite(outcome).all():
-        row = frame.iloc[int(np.argmax(~np.isfinite(outcome)))]
-        raise InputProblem(f"trajectory {row['traj_id']} has outcome {row['episode_outcome']}, "
-                           "not a finite number")
     if not np.isfinite(total).all():
         row = frame.iloc[int(np.argmax(~np.isfinite(total)))]
         raise UsageProblem(
@@ -345,6 +363,7 @@ def export_shaped_rewards(
         n_unscored=info["n_unscored"],
         n_unknown_outcome=info["n_unknown_outcome"],
         initial_potential=info["initial_potential"],
+        n_crashed=info["n_crashed"],
     )
 
 

@@ -95,3 +95,30 @@ def test_rewards_options_a_python_caller_gets_wrong_are_usage_problems(scored_st
     with pytest.raises(UsageProblem, match="initial_potential must be a number or 'mean'"):
         shaped_rewards_frame(scored_store, "m", initial_potential="high")
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_rewards_outcome_is_success_and_crashes_are_left_out(scored_store, tmp_path):
+    """R is the episode's success by the one rule (the flag over the reward), and a crashed
+    episode or one of unknown outcome is left out of the file and counted, not given R = 0."""
+    con = scored_store
+    ids = [r[0] for r in con.execute(
+        "SELECT traj_id FROM trajectories WHERE NOT success ORDER BY traj_id LIMIT 3").fetchall()]
+    crashed, unknown, flagged = ids
+    con.execute("UPDATE trajectories SET end_reason = 'crash' WHERE traj_id = ?", [crashed])
+    con.execute("UPDATE trajectories SET success = NULL, end_reason = 'unknown' "
+                "WHERE traj_id = ?", [unknown])
+    # a success flag beside a failing reward: the flag wins, as at ingest and in analyze
+    con.execute("UPDATE trajectories SET success = TRUE, end_reason = 'success', reward = 0.0 "
+                "WHERE traj_id = ?", [flagged])
+    result = export_shaped_rewards(con, "m", tmp_path / "t.parquet", layout="trajectories")
+    assert (result.n_crashed, result.n_unknown_outcome) == (1, 1)
+    assert "1 crashed left out" in result.summary()
+    assert "1 with an unknown outcome left out" in result.summary()
+    frame = pd.read_parquet(tmp_path / "t.parquet")
+    assert not {crashed, unknown} & set(frame["traj_id"])
+    n_traj = con.execute("SELECT count(*) FROM trajectories").fetchone()[0]
+    assert result.n_trajectories == len(frame) == n_traj - 2
+    success = dict(con.execute("SELECT traj_id, success::DOUBLE FROM trajectories").fetchall())
+    assert dict(zip(frame["traj_id"], frame["episode_outcome"], strict=True)) == {
+        t: success[t] for t in frame["traj_id"]}
+    assert success[flagged] == 1.0
