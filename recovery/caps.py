@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from recovery.caps_given import parse_max_turns, resolve_max_turns
+from recovery.config import need
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -210,8 +211,8 @@ def capped_frame(traj: pd.DataFrame, given: Mapping[str, int] | None = None) -> 
     moved = (reason == "failure") & ~success & (n_turns >= np.nan_to_num(cap, nan=np.inf))
     frame = traj.assign(end_reason=np.where(moved, "budget", reason))
     out = CappedFrame(frame=frame, cap=cap, source=source, moved=moved)
-    out.by_run = {run: _run_caps(run, runs == run, envs, success, n_turns, cap, source)
-                  for run in sorted(set(runs))}
+    rows = _Rows(envs=envs, success=success, n_turns=n_turns, cap=cap, source=source)
+    out.by_run = {run: _run_caps(run, runs == run, rows) for run in sorted(set(runs))}
     return out
 
 
@@ -304,12 +305,22 @@ def _task_detections(
     return np.where(keep, found, -1)
 
 
-def _run_caps(
-    run: str, mine: np.ndarray, envs: np.ndarray, success: np.ndarray, n_turns: np.ndarray,
-    cap: np.ndarray, source: np.ndarray,
-) -> list[StepCap]:
-    """The caps of one run: one for the whole run when its capped episodes share one cap and
-    source, else one per environment, cap and source."""
+@dataclass(frozen=True)
+class _Rows:
+    """The per-row arrays :func:`_run_caps` reads (one entry per trajectory)."""
+
+    envs: np.ndarray = need("Each row's environment.")
+    success: np.ndarray = need("Whether each row succeeded.")
+    n_turns: np.ndarray = need("Each row's turns.")
+    cap: np.ndarray = need("Each row's cap (NaN: none).")
+    source: np.ndarray = need("Where each row's cap came from.")
+
+
+def _run_caps(run: str, mine: np.ndarray, rows: _Rows) -> list[StepCap]:
+    """The caps of one run (its rows: ``mine``): one for the whole run when its capped
+    episodes share one cap and source, else one per environment, cap and source."""
+    envs, success, n_turns = rows.envs, rows.success, rows.n_turns
+    cap, source = rows.cap, rows.source
     has = mine & ~np.isnan(cap)
     failed = ~success
     reached = failed & (n_turns >= np.nan_to_num(cap, nan=np.inf))

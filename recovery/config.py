@@ -10,43 +10,58 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class CliSpec(TypedDict, total=False):
+    """How an :func:`opt` field shows on the command line (every key optional)."""
+
+    flag: str | None
+    """The option's name (default: ``--field-name``); ``--x/--no-x`` for a switch."""
+    short: str | None
+    """A one-letter alias such as ``-o``."""
+    choices: tuple[str, ...] | None
+    """Allowed values."""
+    argument: bool
+    """A positional argument instead of an option (lists take any number)."""
+    required: bool
+    """The option must be given."""
 
 
 def opt(
     default: Any = None,
     help: str = "",
     *,
-    flag: str | None = None,
-    short: str | None = None,
-    choices: tuple[str, ...] | None = None,
-    argument: bool = False,
-    required: bool = False,
     default_factory: Callable[[], Any] | None = None,
+    **cli: Unpack[CliSpec],
 ) -> Any:
-    """A dataclass field that is also a command-line option.
-
-    Args:
-        default: Default value.
-        help: Help text shown by ``--help``.
-        flag: The option's name (default: ``--field-name``); ``--x/--no-x`` for a switch.
-        short: A one-letter alias such as ``-o``.
-        choices: Allowed values.
-        argument: A positional argument instead of an option (lists take any number).
-        required: The option must be given.
-        default_factory: For mutable defaults.
-    """
+    """A dataclass field that is also a command-line option: ``default`` (or
+    ``default_factory``, for a mutable default), the ``help`` text shown by ``--help``, and
+    how it shows on the command line (:class:`CliSpec`)."""
+    unknown = set(cli) - set(CliSpec.__annotations__)
+    if unknown:
+        raise TypeError(f"opt() got unexpected keyword arguments {sorted(unknown)}")
     metadata = {
         "help": help,
-        "flag": flag,
-        "short": short,
-        "choices": choices,
-        "argument": argument,
-        "required": required,
+        "flag": cli.get("flag"),
+        "short": cli.get("short"),
+        "choices": cli.get("choices"),
+        "argument": cli.get("argument", False),
+        "required": cli.get("required", False),
     }
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def need(help: str) -> Any:
+    """A dataclass field without a default, carrying its ``help`` text as :func:`opt` does
+    (for an options dataclass of the library that the command line does not build)."""
+    return dataclasses.field(metadata={"help": help, "flag": None, "short": None,
+                                       "choices": None, "argument": False, "required": True})
 
 
 def check_choices(config: Any) -> None:

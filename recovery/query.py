@@ -33,10 +33,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
@@ -345,37 +347,33 @@ def _guard(call: Callable[[], T], deadline: _Deadline, store: Path) -> T:
         ) from None
 
 
+@dataclass(frozen=True)
+class QueryOptions:
+    """What a query may read, and how long and how much of its result (``recovery sql``'s
+    limits)."""
+
+    read_dirs: Sequence[str | Path] = opt((), "Folders whose files the query may read.")
+    timeout: float = opt(DEFAULT_TIMEOUT, "Seconds before the query is interrupted, its rows' "
+                                          "reading included; 0 = no limit.")
+    max_rows: int = opt(DEFAULT_MAX_ROWS, "Rows read at most; 0 = all (``QueryRows.cut`` "
+                                          "says whether rows were left).")
+    max_bytes: int = opt(DEFAULT_MAX_BYTES, "Bytes of the result (its Arrow size) read at "
+                                            "most; 0 = all (``QueryRows.cut_bytes``).")
+    batch_rows: int = opt(BATCH_ROWS, "Rows DuckDB hands over at a time (each cut into pieces "
+                                      "of at most PIECE_BYTES).")
+
+
 @contextmanager
 def open_query(
-    store: str | Path,
-    query: str,
-    *,
-    read_dirs: Sequence[str | Path] = (),
-    timeout: float = DEFAULT_TIMEOUT,
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    batch_rows: int = BATCH_ROWS,
+    store: str | Path, query: str, options: QueryOptions = QueryOptions(),
 ) -> Iterator[QueryRows]:
-    """Run one read-only ``SELECT`` on the sandboxed store; its rows stream from the result.
+    """Run one read-only ``SELECT`` on the sandboxed store; its rows stream from the result
+    (read them with :meth:`QueryRows.batches` or :meth:`QueryRows.frame`).
 
     The clock runs from the start of the query until the block ends, so reading (and
     writing out) the rows counts too: DuckDB is interrupted when the time is up, and the
     reading stops at the next batch. DuckDB may spill to a fresh private temp folder,
     removed afterwards.
-
-    Args:
-        store: The store.
-        query: One ``SELECT`` statement.
-        read_dirs: Folders whose files the query may read.
-        timeout: Seconds before the query is interrupted; 0 = no limit.
-        max_rows: Rows read at most; 0 = all. ``QueryRows.cut`` says whether rows were left.
-        max_bytes: Bytes of the result (its Arrow size) read at most; 0 = all.
-            ``QueryRows.cut_bytes`` says whether rows were left.
-        batch_rows: Rows DuckDB hands over at a time (each cut into pieces of at most
-            :data:`PIECE_BYTES`).
-
-    Yields:
-        The result, to read with :meth:`QueryRows.batches` or :meth:`QueryRows.frame`.
 
     Raises:
         UsageProblem: for a negative limit.
@@ -383,6 +381,8 @@ def open_query(
         InputProblem: when the store cannot be opened, DuckDB rejects the query (the message
             is DuckDB's), or the time limit stops it (``query stopped after N s``).
     """
+    read_dirs, timeout, batch_rows = options.read_dirs, options.timeout, options.batch_rows
+    max_rows, max_bytes = options.max_rows, options.max_bytes
     import shutil
     import tempfile
 
@@ -450,6 +450,6 @@ def run_query(
         InputProblem: when the store cannot be opened, DuckDB rejects the query (the
             message is DuckDB's), or the time limit stops it.
     """
-    with open_query(store, query, read_dirs=read_dirs, timeout=timeout,
-                    max_rows=max_rows, max_bytes=max_bytes) as rows:
+    with open_query(store, query, QueryOptions(read_dirs=read_dirs, timeout=timeout,
+                                               max_rows=max_rows, max_bytes=max_bytes)) as rows:
         return rows.frame()

@@ -232,16 +232,16 @@ def sql(config: SqlConfig) -> None:
     store (and the --read folders) can be touched. The query stops after --timeout seconds
     and shows at most --max-rows rows and --max-bytes bytes.
     """
-    from recovery.query import open_query
+    from recovery.query import QueryOptions, open_query
 
     if config.out is not None:
         from recovery.outputs import check_output_path
 
         _check_out(config.out, config.store)
         check_output_path(config.out, "--out")  # a folder, or under a file: before the query
-    with open_query(config.store, config.query, read_dirs=config.read,
-                    timeout=config.timeout, max_rows=config.max_rows,
-                    max_bytes=config.max_bytes) as result:
+    limits = QueryOptions(read_dirs=config.read, timeout=config.timeout,
+                          max_rows=config.max_rows, max_bytes=config.max_bytes)
+    with open_query(config.store, config.query, limits) as result:
         if config.out is not None:
             n = _write_file(config, result.columns, result.batches())
         else:

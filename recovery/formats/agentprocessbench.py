@@ -14,7 +14,7 @@ from typing import Any
 from recovery.formats._chat import read_records
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, stem
-from recovery.formats.openai_chat import KNOWN_KEYS, chat_trajectory
+from recovery.formats.openai_chat import KNOWN_KEYS, ChatContext, chat_trajectory
 from recovery.schema import RecordError, Trajectory, coerce_label, coerce_optional_float
 
 APB_KEYS = KNOWN_KEYS | {"step_labels", "final_label"}
@@ -83,16 +83,14 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
     def build(raw: Any, line: int) -> Trajectory:
         if not isinstance(raw, dict):
             raise RecordError(f"expected a JSON object, got {type(raw).__name__}")
-        traj = chat_trajectory(
-            raw,
-            options=options,
-            default_run=default_run,
+        traj = chat_trajectory(raw, options=options, context=ChatContext(
             file=str(path),
             line=line,
+            default_run=default_run,
             labels=step_labels(raw.get("step_labels"), raw.get("messages")),
             known_keys=APB_KEYS,
             success=final_success(raw.get("final_label")),
-        )
+        ))
         if raw.get("final_label") is not None:
             traj.meta["final_label"] = raw["final_label"]
         return traj

@@ -7,9 +7,11 @@ unknown), ``run``, ``budget``; anything else goes to ``meta``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recovery.config import need, opt
 from recovery.formats._chat import read_records, split_turns, task_id_from_prompt
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, stem
@@ -33,18 +35,24 @@ def sniff(path: Path, head: bytes) -> bool:
     )
 
 
-def chat_trajectory(
-    raw: Any,
-    *,
-    options: ReadOptions,
-    default_run: str,
-    file: str,
-    line: int,
-    labels: dict[int, float] | None = None,
-    known_keys: frozenset[str] = KNOWN_KEYS,
-    success: Any = None,
-) -> Trajectory:
+@dataclass(frozen=True)
+class ChatContext:
+    """Where a chat record came from, and what a format built on this one adds to it."""
+
+    file: str = need("The file (``source_file``, and named in errors).")
+    line: int = need("The record's line (``source_line``, and named in errors).")
+    default_run: str = need("Run label of a record without one (the file's stem).")
+    labels: dict[int, float] | None = opt(None, "Turn labels by message index.")
+    known_keys: frozenset[str] = opt(KNOWN_KEYS, "Record keys that do not go to ``meta``.")
+    success: Any = opt(
+        None, "The outcome when the format gives it elsewhere; None = the record's own "
+        "``success``, else its reward against the threshold.")
+
+
+def chat_trajectory(raw: Any, *, options: ReadOptions, context: ChatContext) -> Trajectory:
     """Build a trajectory from one chat record (shared with AgentProcessBench)."""
+    file, line, default_run = context.file, context.line, context.default_run
+    labels, known_keys, success = context.labels, context.known_keys, context.success
     try:
         if not isinstance(raw, dict):
             raise RecordError(f"expected a JSON object, got {type(raw).__name__}")
@@ -90,9 +98,8 @@ def read(path: Path, options: ReadOptions) -> ReadResult:
     return read_records(
         path,
         options,
-        lambda raw, line: chat_trajectory(
-            raw, options=options, default_run=default_run, file=str(path), line=line
-        ),
+        lambda raw, line: chat_trajectory(raw, options=options, context=ChatContext(
+            file=str(path), line=line, default_run=default_run)),
     )
 
 

@@ -26,6 +26,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from recovery.config import opt
 from recovery.marking.compile import applicable, compile_rules, rule_condition
 from recovery.marking.rules import Rule, RuleSet, builtin_rules
 from recovery.scope import traj_scope
@@ -41,32 +42,37 @@ def _formats(con: duckdb.DuckDBPyConnection, scope: str) -> set[str]:
     return {row[0] for row in rows}
 
 
-def _kinds_query(
-    con: duckdb.DuckDBPyConnection,
-    rules: RuleSet,
-    scope: str,
-    *,
-    labels: bool = True,
-    prm_model: str | None = None,
-    keep: Sequence[tuple[str, str]] = (),
-    source: str = "turns",
-    key: str = "traj_id",
-    formats: Collection[str] | None = None,
-    hashes_given: bool = False,
-) -> str:
-    """A query giving ``<key>, t, kind`` (``NULL`` = no error) for every turn in ``scope``.
+@dataclass(frozen=True)
+class _KindsOptions:
+    """What :func:`_kinds_query` reads and returns besides the kinds."""
 
-    Explicit marks, process labels (``labels``), content rules, then ``repeat`` and ``prm``.
-    ``keep`` adds turn columns as ``(expression, alias)`` pairs. ``source`` is the relation of
-    turns (the ``turns`` table, or turns staged before they are stored, identified by
-    ``key``); ``formats`` are the formats of its trajectories when the caller knows them.
-    The ``repeat`` rule compares ``hash(action, observation)`` of a turn with the previous
-    turn's: found by ``lag`` over the trajectory's turns, or, with ``hashes_given``, read from
-    the source's ``step_hash`` and ``prev_hash`` columns.
+    labels: bool = opt(True, "Process labels below 0 mark ``labelled`` errors.")
+    prm_model: str | None = opt(None, "Mark ``prm`` errors from this model's scores.")
+    keep: Sequence[tuple[str, str]] = opt((), "Turn columns to pass through, as "
+                                              "``(expression, alias)`` pairs.")
+    source: str = opt("turns", "The relation of turns: the ``turns`` table, or turns staged "
+                               "before they are stored, identified by ``key``.")
+    key: str = opt("traj_id", "The column naming a trajectory in ``source``.")
+    formats: Collection[str] | None = opt(
+        None, "The formats of the source's trajectories; None = read from the store.")
+    hashes_given: bool = opt(
+        False, "The ``repeat`` rule reads the source's ``step_hash`` and ``prev_hash`` "
+               "columns (else it compares a turn's hash with the one before by ``lag``).")
+
+
+def _kinds_query(
+    con: duckdb.DuckDBPyConnection, rules: RuleSet, scope: str,
+    options: _KindsOptions = _KindsOptions(),
+) -> str:
+    """A query giving ``<key>, t, kind`` (``NULL`` = no error) for every turn in ``scope``:
+    explicit marks, process labels, content rules, then ``repeat`` and ``prm``.
 
     Long because it assembles one SQL text from pieces (marks, labels, each content rule,
     repeat, prm) that only make sense in the order the query takes them.
     """
+    labels, prm_model, keep = options.labels, options.prm_model, options.keep
+    source, key, formats = options.source, options.key, options.formats
+    hashes_given = options.hashes_given
     formats = _formats(con, scope) if formats is None else set(formats)
     all_rules = list(rules.rules) + (builtin_rules() if rules.builtin else [])
     compiled = compile_rules(all_rules, formats, labels=labels)
@@ -148,7 +154,7 @@ def rule_marks(
         Columns ``traj_id, t, kind`` (``None`` where no rule fires), one row per turn.
     """
     with traj_scope(con, list(traj_ids)) as scope:
-        kinds = _kinds_query(con, rules or RuleSet(), scope, labels=False)
+        kinds = _kinds_query(con, rules or RuleSet(), scope, _KindsOptions(labels=False))
         frame = con.execute(f"SELECT * FROM ({kinds}) ORDER BY traj_id, t").df()
     frame["kind"] = frame["kind"].astype(object).where(frame["kind"].notna(), None)
     return frame
@@ -182,11 +188,11 @@ def marks_query(
         The query and its named parameters: :data:`MARK_COLUMNS`, one row per turn that is,
         or was, marked (the others need no write).
     """
-    kinds = _kinds_query(
-        con, rules, scope, prm_model=prm_model,
+    kinds = _kinds_query(con, rules, scope, _KindsOptions(
+        prm_model=prm_model,
         keep=(("error_kind", "old_kind"), ("is_error", "old_is_error"),
               ("recovery_of", "old_recovery_of")),
-    )
+    ))
     query = (f"SELECT * FROM ({kinds}) WHERE kind IS NOT NULL OR old_kind IS NOT NULL "
              "OR old_is_error OR old_recovery_of IS NOT NULL")
     params: dict[str, object] = {}
@@ -226,10 +232,8 @@ def staged_kinds_sql(
     Returns:
         SQL giving ``<key>, t, kind`` and the ``keep`` columns, one row per staged turn.
     """
-    return _kinds_query(
-        con, rules or RuleSet(), "TRUE", source=source, key=key, formats=formats,
-        hashes_given=True, keep=keep,
-    )
+    return _kinds_query(con, rules or RuleSet(), "TRUE", _KindsOptions(
+        source=source, key=key, formats=formats, hashes_given=True, keep=keep))
 
 
 def mark_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -82,8 +82,8 @@ def test_batches_are_bounded_in_bytes(store: Path, monkeypatch: pytest.MonkeyPat
     import recovery.query as query
 
     monkeypatch.setattr(query, "PIECE_BYTES", 300_000)
-    with query.open_query(store, WIDE.format(size=100_000, n=30), max_bytes=0,
-                          max_rows=0) as result:
+    with query.open_query(store, WIDE.format(size=100_000, n=30),
+                          query.QueryOptions(max_bytes=0, max_rows=0)) as result:
         sizes = [len(batch) for batch in result.batches()]
     assert sum(sizes) == 30 and max(sizes) <= 3 and not result.cut_bytes
 
