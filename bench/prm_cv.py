@@ -203,7 +203,7 @@ def print_paired(predictions: dict[tuple[str, int], object], names: list[str],
                  seeds: list[int]) -> dict[str, dict]:
     """Each backbone against every one listed before it, per fold seed; with several seeds
     also the mean difference and AUROC over them (the folds' luck averaged out)."""
-    from prm.metrics import paired_auroc_difference
+    from prm.evaluation.metrics import paired_auroc_difference
 
     paired: dict[str, dict] = {}
     for j, x in enumerate(names):
@@ -246,7 +246,7 @@ def main() -> None:
              else [args.seed])
     names = args.backbones.split(",")
 
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
     from prm.kinds import KIND_NAMES
 
     import_shared_libraries()

@@ -138,7 +138,7 @@ class HeadFit:
             logits of -1, 0, +1).
         intercept: ``(outputs,)``.
         C: The chosen inverse regularisation strength.
-        error_threshold: The chosen error threshold (:func:`prm.metrics.choose_error_threshold`).
+        error_threshold: The chosen error threshold (:func:`prm.evaluation.metrics.choose_error_threshold`).
     """
 
     coef: Any
@@ -222,7 +222,7 @@ def fit_head(
     import numpy as np
     from sklearn.model_selection import GroupKFold
 
-    from prm.metrics import choose_error_threshold
+    from prm.evaluation.metrics import choose_error_threshold
 
     known = rows["target"].notna().to_numpy()
     rows, X = rows.loc[known].reset_index(drop=True), np.asarray(features, float)[known]

@@ -83,7 +83,7 @@ def validate(scorer: Any, windows: list[Any], pad_id: int, device: str, batch_to
     """Validation loss (of the training objective), AUROC and ECE, and the prediction frame."""
     import numpy as np
 
-    from prm.metrics import expected_calibration_error, step_auroc
+    from prm.evaluation.metrics import expected_calibration_error, step_auroc
     from prm.model import score_windows, step_frame
 
     if not windows:
@@ -162,7 +162,7 @@ def _log(path: Path, record: dict[str, Any]) -> None:
 
 def _save_model(out: Path, scorer: Any, tokenizer: Any, spec: PRMSpec, split: TaskSplit,
                 val_frame: pd.DataFrame | None) -> PRMSpec:
-    from prm.metrics import choose_error_threshold
+    from prm.evaluation.metrics import choose_error_threshold
     from prm.model import save_scorer
 
     if val_frame is not None and len(val_frame):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from agent_recovery_cli.recovery.options import command_options
-from prm.cv import CVConfig
+from prm.evaluation.cv import CVConfig
 
 
 @click.command()
@@ -19,7 +19,7 @@ def cv(config: CVConfig) -> None:
     default, structured (features of each turn and its sibling samples, a logistic head),
     runs in seconds on one core.
     """
-    from prm.cv import cross_validate
+    from prm.evaluation.cv import cross_validate
 
     report = cross_validate(config, echo=lambda line: click.echo(line, err=True))
     for line in report.lines():

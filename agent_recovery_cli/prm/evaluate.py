@@ -54,7 +54,7 @@ class EvalConfig(CheckedOptions):
 @command_options(EvalConfig)
 def evaluate(config: EvalConfig) -> None:
     """Evaluate a PRM on a split of the store's tasks (default: the test tasks)."""
-    from prm.evaluate import evaluate_model
+    from prm.evaluation.evaluate import evaluate_model
     from prm.kinds import load_model
     from recovery.store import open_store
 

@@ -1,9 +1,9 @@
 """Evaluation of a trained PRM on a split of the store's tasks (``prm eval``).
 
-The metrics themselves are in :mod:`prm.metrics`; this module scores the split once (every kind
+The metrics themselves are in :mod:`prm.evaluation.metrics`; this module scores the split once (every kind
 of model folder, structured included), joins the scores with the targets (and, on simulator
 runs, the ground truth) and builds the report, with the model's decisions beside the floors of
-its setting (:func:`prm.metrics.floor_report`).
+its setting (:func:`prm.evaluation.metrics.floor_report`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.metrics import (
+from prm.evaluation.metrics import (
     best_of_k,
     expected_calibration_error,
     first_error_accuracy,
@@ -46,9 +46,9 @@ class EvalReport:
         best_of_k: Rows of :func:`best_of_k`.
         ground_truth: :func:`ground_truth_aurocs` when the turns carry ``meta.true_error``.
         decisions: The ternary metrics of the model's decision rule
-            (:func:`prm.metrics.decision_metrics`: ``step_acc``, ``first_error_acc`` and the
+            (:func:`prm.evaluation.metrics.decision_metrics`: ``step_acc``, ``first_error_acc`` and the
             two "every step correct" floors) and its ``error_threshold``.
-        floors: :func:`prm.metrics.floor_report` on the same scores: ``setting``, the
+        floors: :func:`prm.evaluation.metrics.floor_report` on the same scores: ``setting``, the
             decision metrics, the outcome-aware floor (hindsight), ``margins``, ``intervals``
             (the ``*_minus_floor*`` differences among them), ``verdict``.
     """
@@ -93,7 +93,7 @@ class EvalReport:
             f"{f(self.processbench.get('accuracy_error_free'))})",
         ]
         if self.decisions:
-            from prm.metrics import threshold_words
+            from prm.evaluation.metrics import threshold_words
 
             d = self.decisions
             out.append(
@@ -112,7 +112,7 @@ class EvalReport:
                 f"random {f(row['random'])}  oracle {f(row['oracle'])}"
             )
         if self.floors:
-            from prm.cv import floor_lines
+            from prm.evaluation.cv import floor_lines
 
             fl = self.floors
             out.append(f"  beside the floors ({fl.get('setting')} setting, "
@@ -213,8 +213,8 @@ def evaluate_model(
     import pandas as pd
 
     from prm.data.examples import TaskSplit, load_step_examples
+    from prm.evaluation.metrics import floor_report
     from prm.kinds import check_setting_name, load_model
-    from prm.metrics import floor_report
     from prm.spec import SPLIT_FILE, read_json
     from prm.structured import decision_rows
     from recovery.errors import InputProblem

@@ -99,7 +99,7 @@ def _inner_threshold(train: list[StepExample], seed: int) -> float:
 
     from prm.baseline import TfidfStepBaseline, turn_frame
     from prm.data.examples import fold_of_tasks
-    from prm.metrics import choose_error_threshold
+    from prm.evaluation.metrics import choose_error_threshold
 
     if len({e.task_id for e in train}) < INNER_FOLDS:
         return 0.5

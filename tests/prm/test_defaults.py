@@ -42,8 +42,8 @@ def unlabelled_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_train_cv_and_export_share_one_default_label_source() -> None:
     from agent_recovery_cli.prm.export_trl import ExportTrlConfig
     from prm.config import TrainConfig
-    from prm.cv import CVConfig
     from prm.data.labels import DEFAULT_LABELS
+    from prm.evaluation.cv import CVConfig
 
     assert DEFAULT_LABELS == "recovery"          # the one that needs no step labels
     assert TrainConfig().labels == CVConfig().labels == DEFAULT_LABELS

@@ -1,4 +1,4 @@
-"""Evaluation metrics, each checked against an independent computation (prm.evaluate)."""
+"""Evaluation metrics, each checked against an independent computation (prm.evaluation.evaluate)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import random
 import pandas as pd
 import pytest
 
-from prm.evaluate import evaluate_model
-from prm.metrics import (
+from prm.evaluation.evaluate import evaluate_model
+from prm.evaluation.metrics import (
     best_of_k,
     best_of_k_group,
     expected_calibration_error,
@@ -167,7 +167,7 @@ def test_grouped_bootstrap_auroc_resamples_whole_groups():
 def test_first_silent_versus_progress_sees_through_a_surface_scorer():
     import pandas as pd
 
-    from prm.metrics import ground_truth_aurocs
+    from prm.evaluation.metrics import ground_truth_aurocs
 
     events = ["progress", "progress", "stall", "stall", "error", "repeat", "error"]
     truth = [None, None, None, None, "silent", "silent", "visible"]

@@ -23,7 +23,7 @@ def _frame() -> pd.DataFrame:
 
 
 def test_outcome_floor_by_hand():
-    from prm.metrics import floor_report, outcome_floor_classes
+    from prm.evaluation.metrics import floor_report, outcome_floor_classes
 
     frame = _frame()
     assert list(outcome_floor_classes(frame)) == [1, 1, 1, -1, 1, 1, -1]
@@ -45,7 +45,7 @@ def test_outcome_floor_by_hand():
 
 
 def test_blind_has_no_outcome_floor_and_the_verdict_can_say_beats():
-    from prm.metrics import floor_report
+    from prm.evaluation.metrics import floor_report
 
     frame = pd.concat([_frame().assign(traj_id=lambda f, i=i: f["traj_id"] + str(i),
                                        task_id=lambda f, i=i: f["task_id"] + f"-{i}")
@@ -60,7 +60,7 @@ def test_blind_has_no_outcome_floor_and_the_verdict_can_say_beats():
 
 
 def test_floor_verdict_names_what_is_not_beaten():
-    from prm.metrics import floor_verdict
+    from prm.evaluation.metrics import floor_verdict
 
     good = [0.01, 0.1]
     intervals = {"step_acc_minus_floor": good, "first_error_acc_minus_floor": good,
@@ -74,7 +74,7 @@ def test_floor_verdict_names_what_is_not_beaten():
 
 
 def test_cv_json_has_the_floor_keys(ternary_store, tmp_path):
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
 
     out = tmp_path / "cv.json"
     lines: list[str] = []
@@ -96,7 +96,7 @@ def test_cv_json_has_the_floor_keys(ternary_store, tmp_path):
 
 
 def test_sklearn_cv_prints_progress(ternary_store):
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
 
     lines: list[str] = []
     cross_validate(CVConfig(store=ternary_store, labels="data",
@@ -106,7 +106,7 @@ def test_sklearn_cv_prints_progress(ternary_store):
 
 
 def test_a_threshold_that_never_calls_an_error_is_said_in_words():
-    from prm.metrics import threshold_words
+    from prm.evaluation.metrics import threshold_words
     from prm.spec import NEVER_AN_ERROR
 
     assert threshold_words(0.7) == "error threshold 0.7"

@@ -153,7 +153,7 @@ def test_lora_trains_adapters_only_and_saves_plain_merged_weights(sim_store, tmp
 
 
 def test_ternary_tiny_head_and_eval_decisions(ternary_store, tmp_path):
-    from prm.evaluate import evaluate_model
+    from prm.evaluation.evaluate import evaluate_model
     from prm.train import train
     from recovery.store import open_store
 

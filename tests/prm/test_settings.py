@@ -114,7 +114,7 @@ def test_setting_is_an_option_of_every_command():
 def test_hindsight_cv_reads_the_outcome(tmp_path: Path):
     """With the outcome known the structured model can find the error at the end of failures
     that blind features cannot see."""
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
     from recovery.schema import Trajectory, Turn
     from recovery.store import open_store
 
@@ -172,7 +172,7 @@ def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Pa
     """Labels as Who&When gives them (the decisive step -1, the steps before it 0, none +1):
     the default head is binary (a ternary head would have no +1 to learn), and the verdict
     says the all-correct floors get nothing right there."""
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
     from recovery.schema import Trajectory, Turn
     from recovery.store import open_store
 

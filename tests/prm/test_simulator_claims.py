@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prm.evaluate import evaluate_model
+from prm.evaluation.evaluate import evaluate_model
 from prm.train import TrainConfig, train
 from recovery.store import open_store
 

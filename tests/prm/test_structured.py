@@ -32,7 +32,7 @@ def _fitted(ternary_store: Path, setting: str = "blind"):
 
 
 def test_fit_learns_and_scores_are_probabilities(ternary_store):
-    from prm.metrics import step_auroc
+    from prm.evaluation.metrics import step_auroc
 
     model, rows = _fitted(ternary_store)
     assert model.head_ == "ternary" and model.use_text_
@@ -128,7 +128,7 @@ def test_scores_thousands_of_steps_per_second(ternary_store):
 
 
 def test_cv_with_structured_is_the_default_and_beats_a_floor(ternary_store):
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
 
     report = cross_validate(CVConfig(store=ternary_store, labels="data",
                                      folds=3, n_boot=50, progress=False),
@@ -241,7 +241,7 @@ def _outcome_only_store(path: Path, seed: int = 0) -> Path:
 
 
 def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path):
-    from prm.cv import CVConfig, cross_validate
+    from prm.evaluation.cv import CVConfig, cross_validate
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")
     report = cross_validate(CVConfig(store=store, labels="data",

@@ -86,7 +86,7 @@ def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(f
 
 
 def test_a_hindsight_folder_is_refused_in_blind_through_the_library(folders, store):
-    from prm.evaluate import evaluate_model
+    from prm.evaluation.evaluate import evaluate_model
     from prm.kinds import load_model
     from prm.score import ModelScorer, score_store
     from recovery.store import open_store
@@ -124,7 +124,7 @@ def test_a_hindsight_folder_is_refused_in_blind_through_the_cli(folders, store):
 
 @pytest.mark.parametrize("name", ["hindsight", "blind", "tfidf"])
 def test_evaluate_model_reports_the_floors_and_a_verdict(folders, name):
-    from prm.evaluate import evaluate_model
+    from prm.evaluation.evaluate import evaluate_model
     from recovery.store import open_store
 
     setting = "hindsight" if name == "tfidf" else name
