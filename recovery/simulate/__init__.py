@@ -44,8 +44,10 @@ from recovery.simulate.dynamics import (
 )
 from recovery.simulate.params import (
     PRESETS,
+    EpisodeDynamics,
     PolicyParams,
     SimConfig,
+    SimPolicy,
     TaskParams,
 )
 from recovery.simulate.runs import (
@@ -87,9 +89,11 @@ __all__ = [
     "VISIBLE_ERROR_PATTERNS",
     "VISIBLE_ERROR_TEMPLATES",
     "VISIBLE_KINDS",
+    "EpisodeDynamics",
     "PolicyParams",
     "RunSummary",
     "SimConfig",
+    "SimPolicy",
     "SimTask",
     "TaskParams",
     "config_from_dict",

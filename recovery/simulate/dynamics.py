@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from recovery.schema import Trajectory, Turn
-from recovery.simulate.params import PolicyParams, SimConfig
+from recovery.simulate.params import EpisodeDynamics, PolicyParams, SimConfig, SimPolicy
 from recovery.simulate.tasks import SimTask, near_miss, new_id, turn_probabilities
 from recovery.simulate.text import (
     DOMAIN_SPECS,
@@ -267,9 +267,7 @@ class _Episode:
 
 
 def run_episode(
-    name: str,
-    policy: PolicyParams,
-    policy_dict: dict[str, Any],
+    sim_policy: SimPolicy,
     config: SimConfig,
     task: SimTask,
     budget: int,
@@ -283,6 +281,7 @@ def run_episode(
     (which keeps the output byte-identical for a seed) and its events (progress, error, spell,
     recovery) share the loop's state.
     """
+    name, policy, policy_dict = sim_policy.name, sim_policy.params, sim_policy.record
     draws = _turn_draws(config.seed, task.index, sample)
     episode = _Episode(task, progress_texts)
     turns = episode.turns
@@ -385,8 +384,8 @@ def run_episode(
     success = end == "success"
     if config.mc_rollouts:
         values = rollout_values(
-            policy, probs, hurry_probs, task.length, budget, after, config.mc_rollouts,
-            np.random.default_rng([config.seed, 3, task.index, sample, budget]),
+            policy, EpisodeDynamics(probs, hurry_probs, task.length, budget), after,
+            config.mc_rollouts, np.random.default_rng([config.seed, 3, task.index, sample, budget]),
         )
         for turn, value in zip(turns, values.tolist(), strict=True):
             turn.label = round(2.0 * value - 1.0, 6)
@@ -412,35 +411,21 @@ def run_episode(
 
 def rollout_values(
     policy: PolicyParams,
-    probs: tuple[float, float],
-    hurry_probs: tuple[float, float],
-    length: int,
-    budget: int,
+    dynamics: EpisodeDynamics,
     after: Sequence[tuple[int, bool, bool]],
     n_rollouts: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Monte Carlo value of the state after each turn of one episode.
+    """Monte Carlo value (in [0, 1]) of the state after each turn of one episode; ``after``
+    holds, per turn ``t = 1..n``, ``(progress, in_spell, ended)`` after it.
 
-    From the hidden state after turn ``t`` (progress, whether a spell is open), ``n_rollouts``
-    continuations of the same policy run to success, a fatal turn or the budget, with the
-    dynamics of the episode loop (text is irrelevant to the outcome, so it is not made); the
-    value is their success rate. A turn that ended the episode has the value of its outcome.
-    All continuations of all turns advance together, one turn per step.
-
-    Args:
-        policy: The policy.
-        probs: ``(p_progress, p_error)`` of the task outside a spell.
-        hurry_probs: The same when hurried (budget-aware policies).
-        length: Progress the task needs.
-        budget: The turn budget.
-        after: Per turn ``t = 1..n``: ``(progress, in_spell, ended)`` after it.
-        n_rollouts: Continuations per turn.
-        rng: The random stream of the rollouts.
-
-    Returns:
-        One value in [0, 1] per turn.
+    From that hidden state, ``n_rollouts`` continuations of the same policy run to success, a
+    fatal turn or the budget, with the dynamics of the episode loop (text is irrelevant to the
+    outcome, so it is not made); the value is their success rate. A turn that ended the
+    episode has the value of its outcome. All continuations advance together.
     """
+    probs, hurry_probs = dynamics.probs, dynamics.hurry_probs
+    length, budget = dynamics.length, dynamics.budget
     n_turns = len(after)
     state = np.asarray(after, dtype=np.int64).reshape(n_turns, 3)
     turn = np.repeat(np.arange(1, n_turns + 1), n_rollouts)

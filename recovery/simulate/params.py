@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
+from recovery.config import need
 from recovery.simulate.text import DOMAIN_SPECS, DOMAINS, VISIBLE_KINDS
 
 # --------------------------------------------------------------------------------------------
@@ -179,3 +181,20 @@ class SimConfig:
             raise ValueError("SimConfig.mc_rollouts must be non-negative")
 
 
+@dataclass(frozen=True)
+class SimPolicy:
+    """A policy as an episode runs it: its name, parameters, and their record."""
+
+    name: str = need("The policy's name (the trajectories' ``run``).")
+    params: PolicyParams = need("Its parameters.")
+    record: dict[str, Any] = need("The parameters as each trajectory's meta holds them.")
+
+
+@dataclass(frozen=True)
+class EpisodeDynamics:
+    """The turn chances of one episode, and when it ends."""
+
+    probs: tuple[float, float] = need("``(p_progress, p_error)`` of the task outside a spell.")
+    hurry_probs: tuple[float, float] = need("The same when hurried (budget-aware policies).")
+    length: int = need("Progress the task needs.")
+    budget: int = need("The turn budget.")

@@ -10,7 +10,7 @@ from typing import Any
 
 from recovery.schema import Trajectory, write_jsonl
 from recovery.simulate.dynamics import run_episode
-from recovery.simulate.params import PolicyParams, SimConfig
+from recovery.simulate.params import PolicyParams, SimConfig, SimPolicy
 from recovery.simulate.tasks import SimTask, draw_tasks
 
 
@@ -31,15 +31,13 @@ def iter_trajectories(
         tasks: The drawn tasks (default: :func:`draw_tasks` of ``config``).
     """
     params = config.policies[policy]
-    params_dict = _policy_dict(params)
+    sim_policy = SimPolicy(policy, params, _policy_dict(params))
     tasks = draw_tasks(config) if tasks is None else tasks
     texts: list[dict[int, tuple[str, str]]] = [{} for _ in tasks]
     for budget in config.budgets:
         for task, progress_texts in zip(tasks, texts, strict=True):
             for sample in range(config.n_samples):
-                yield run_episode(
-                    policy, params, params_dict, config, task, budget, sample, progress_texts
-                )
+                yield run_episode(sim_policy, config, task, budget, sample, progress_texts)
 
 
 def simulate(config: SimConfig) -> dict[str, list[Trajectory]]:

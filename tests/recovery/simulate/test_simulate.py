@@ -797,28 +797,27 @@ def exact_values(policy: PolicyParams, probs, hurry_probs, length: int, budget: 
 def test_rollout_values_equal_the_exact_dynamic_programme(aware):
     import numpy as np
 
-    from recovery.simulate import rollout_values
+    from recovery.simulate import EpisodeDynamics, rollout_values
 
     policy = dataclasses.replace(POLICY_A, budget_aware=aware, hurry_turns=3)
     probs = turn_probabilities(policy, FLAT, 0.5)
     hurry_probs = turn_probabilities(policy, FLAT, 0.5, hurry=True)
     length, budget, n = 4, 9, 40_000
+    dynamics = EpisodeDynamics(probs, hurry_probs, length, budget)
     exact = exact_values(policy, probs, hurry_probs, length, budget)
     after = [(0, False, False), (1, False, False), (1, True, False), (2, True, False),
              (3, False, False), (3, True, False), (3, False, False), (3, False, False),
              (3, True, False)]
-    got = rollout_values(policy, probs, hurry_probs, length, budget, after, n,
-                         np.random.default_rng(0))
+    got = rollout_values(policy, dynamics, after, n, np.random.default_rng(0))
     for t, ((p, s, _), value) in enumerate(zip(after, got, strict=True), start=1):
         want = exact[t][(p, bool(s))]
         assert abs(value - want) <= Z * math.sqrt(max(want * (1 - want), 1e-4) / n), (t, value, want)
     assert got[-1] == 0.0  # after the last turn of the budget nothing is left
     # an episode that ended at a turn has the value of its outcome
-    ended = rollout_values(policy, probs, hurry_probs, length, budget,
-                           [(1, False, False), (4, False, True)], 8, np.random.default_rng(0))
-    assert ended[1] == 1.0 and 0.0 <= ended[0] <= 1.0
-    fatal = rollout_values(policy, probs, hurry_probs, length, budget, [(2, True, True)], 8,
+    ended = rollout_values(policy, dynamics, [(1, False, False), (4, False, True)], 8,
                            np.random.default_rng(0))
+    assert ended[1] == 1.0 and 0.0 <= ended[0] <= 1.0
+    fatal = rollout_values(policy, dynamics, [(2, True, True)], 8, np.random.default_rng(0))
     assert fatal[0] == 0.0
 
 
