@@ -13,9 +13,9 @@ from typing import Any
 from prm.data.examples import DEFAULT_FRACTIONS
 from prm.data.features import SETTINGS
 from prm.data.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
-from prm.device import DEVICES
 from prm.kinds.names import KIND_NAMES
-from prm.model import POOLS
+from prm.neural.device import DEVICES
+from prm.neural.model import POOLS
 from prm.spec import TinyConfig
 from recovery.config import CheckedOptions, opt
 

@@ -46,7 +46,7 @@ MODES = ("full", "lora", "frozen")
 HEADS = ("binary", "ternary")
 """The head's outputs: one logit, or the classes -1 / 0 / +1."""
 POOLS = ("marker", "marker+mean")
-"""What the head reads per turn (:class:`prm.model.StepScorer`)."""
+"""What the head reads per turn (:class:`prm.neural.model.StepScorer`)."""
 MIN_LENGTH = 16
 """The shortest window (:func:`prm.data.windows.encode_examples`)."""
 MAX_LENGTH = 1 << 20
@@ -271,10 +271,10 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
     """Check every field of a spec read from a model folder: its type, range and value.
 
     This is the one check every loader runs (:meth:`PRMSpec.load`, and through it
-    :func:`prm.model.load_scorer`, :func:`prm.score.load_predictor`, ``prm eval``, ``prm cv``,
-    resuming, and :func:`prm.checkpoints.checkpoint_problem`), before anything is built.
+    :func:`prm.neural.model.load_scorer`, :func:`prm.score.load_predictor`, ``prm eval``, ``prm cv``,
+    resuming, and :func:`prm.neural.checkpoints.checkpoint_problem`), before anything is built.
     Sizes that depend on the backbone's config and weights are checked next to them
-    (:func:`prm.model.check_weights`).
+    (:func:`prm.neural.model.check_weights`).
 
     Args:
         spec: The spec as read.

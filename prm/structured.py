@@ -543,7 +543,7 @@ def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], An
                     progress: bool = False, batch_tokens: int = 8192) -> pd.DataFrame:
     """Frozen MiniLM features of every turn: ``traj_id, t, emb_0, ...``.
 
-    The turn's features as the frozen backbone gives them (:func:`prm.frozen.extract_features`,
+    The turn's features as the frozen backbone gives them (:func:`prm.neural.frozen.extract_features`,
     ``marker+mean`` pooling under MiniLM's causal mask): the hidden state at the turn's marker,
     which has read the turn and the recent turns before it in its window, and the mean over the
     turn's own tokens. Nothing later than the turn is read, so they are blind.
@@ -552,7 +552,7 @@ def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], An
     import pandas as pd
 
     from prm.config import TrainConfig
-    from prm.frozen import extract_features, frozen_scorer
+    from prm.neural.frozen import extract_features, frozen_scorer
     from prm.spec import PRMSpec
 
     spec = PRMSpec(kind="neural", backbone="minilm", mode="frozen", head="binary",
@@ -621,7 +621,7 @@ def decision_rows(examples: Sequence[StepExample], scores: pd.DataFrame) -> pd.D
     frame :func:`prm.evaluation.metrics.floor_report` reads."""
     import numpy as np
 
-    from prm.frozen import turn_rows
+    from prm.neural.frozen import turn_rows
 
     rows = turn_rows(examples)
     lengths = [e.n_steps for e in examples]

@@ -73,7 +73,7 @@ def train_examples(
         echo: Where progress lines go.
         shared: Label-free work to share between calls (``prm cv``'s folds): features.
     """
-    from prm.checkpoints import resume_checkpoint
+    from prm.neural.checkpoints import resume_checkpoint
 
     if config.out is None:
         raise UsageProblem("out is required")

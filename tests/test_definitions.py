@@ -342,7 +342,7 @@ def test_label_scale_and_class_index_have_one_home() -> None:
     import torch
 
     from prm.data.labels import class_index, label_target, label_target_sql, ternary_classes
-    from prm.model import step_loss
+    from prm.neural.model import step_loss
 
     labels = np.array([-1.0, -0.4, 0.0, 0.2, 1.0])
     con = duckdb.connect()

@@ -11,7 +11,7 @@ import click
 from agent_recovery_cli.recovery.options import command_options
 from prm.data.features import SETTINGS
 from prm.data.labels import LABEL_SOURCES
-from prm.device import DEVICES
+from prm.neural.device import DEVICES
 from recovery.config import CheckedOptions, opt
 from recovery.jsonsafe import json_safe
 

@@ -9,7 +9,7 @@ import click
 
 from agent_recovery_cli.recovery.options import command_options
 from prm.data.features import SETTINGS
-from prm.device import DEVICES
+from prm.neural.device import DEVICES
 from recovery.config import CheckedOptions, opt
 
 

@@ -2,7 +2,7 @@
 
 An example is a trajectory's prompt and, per turn, the agent's action and what the environment
 returned to it (kept apart, so no consumer has to split a joined text), with a training target. The model appends a special step marker token to
-every turn and reads the turn's score there (see :mod:`prm.model`); the marker is never part of
+every turn and reads the turn's score there (see :mod:`prm.neural.model`); the marker is never part of
 the text, so data cannot forge one.
 
 Splits are by task, never by turn or trajectory: every sample of a task lands in the same split,

@@ -158,7 +158,7 @@ def _turn_table(examples: list[StepExample], fold: list[int]) -> pd.DataFrame:
     (``success``, NaN when unknown) and ``n_turns`` (for the outcome-aware floor)."""
     import numpy as np
 
-    from prm.frozen import turn_rows
+    from prm.neural.frozen import turn_rows
 
     rows = turn_rows(examples)
     rows["fold"] = [k for e, k in zip(examples, fold, strict=True) for _ in range(e.n_steps)]

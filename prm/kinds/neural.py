@@ -1,6 +1,6 @@
 """The neural kinds: ``neural`` (a transformer trained in full or with LoRA adapters,
-:mod:`prm.loop`) and ``frozen`` (a head over a pretrained backbone as shipped,
-:mod:`prm.frozen`).
+:mod:`prm.neural.loop`) and ``frozen`` (a head over a pretrained backbone as shipped,
+:mod:`prm.neural.frozen`).
 
 Their folder is ``prm_config.json`` (kind ``neural``, with the mode), the backbone's config,
 the tokenizer and ``model.safetensors``. Training writes into the run's ``--out`` as it goes
@@ -95,7 +95,7 @@ class NeuralKind(SpecKind):
     def fit(self, data: FitData) -> NeuralKind:
         """Train into ``config.out`` (checkpoints and the loss log as it goes); the trained
         model is loaded back unless ``--stop-after`` stopped the run."""
-        from prm.loop import train_neural
+        from prm.neural.loop import train_neural
 
         spec = model_spec(self.config, data.examples, self.echo)
         self.result = self._new_result(data)
@@ -104,8 +104,8 @@ class NeuralKind(SpecKind):
         return self._trained(data)
 
     def _trained(self, data: FitData) -> NeuralKind:
-        from prm.device import resolve_device
-        from prm.model import load_scorer
+        from prm.neural.device import resolve_device
+        from prm.neural.model import load_scorer
 
         self.split = data.split
         self.model_dir = Path(self.config.out)
@@ -125,7 +125,7 @@ class NeuralKind(SpecKind):
 
         from prm.data.tokenize import TokenIds
         from prm.data.windows import encode_examples
-        from prm.model import score_windows, step_frame
+        from prm.neural.model import score_windows, step_frame
 
         spec, tokenizer = self.spec, self.loaded.tokenizer
         with tqdm(total=sum(e.n_steps for e in examples), unit="turn", desc="prm score",
@@ -157,8 +157,8 @@ class NeuralKind(SpecKind):
     @classmethod
     def load(cls, folder: str | Path, *, device: str = "auto",
              trust_remote_code: bool = False) -> NeuralKind:
-        from prm.device import resolve_device
-        from prm.model import load_scorer
+        from prm.neural.device import resolve_device
+        from prm.neural.model import load_scorer
 
         model = cls()
         model.device = resolve_device(device)
@@ -176,7 +176,7 @@ class FrozenKind(NeuralKind):
     def fit(self, data: FitData) -> FrozenKind:
         """Fit the head on the train and validation tasks' features (``data.shared`` keeps
         the backbone's features for the folds of one cross-validation)."""
-        from prm.frozen import FeatureCache, train_frozen
+        from prm.neural.frozen import FeatureCache, train_frozen
 
         spec = model_spec(self.config, data.examples, self.echo)
         self.result = self._new_result(data)

@@ -62,7 +62,7 @@ class StructuredKind(PRMKind):
     def fit(self, data: FitData) -> StructuredKind:
         """Fit on the train and validation tasks (its ``C`` and threshold are chosen by inner
         grouped folds, so validation tasks need not be held out)."""
-        from prm.frozen import turn_rows
+        from prm.neural.frozen import turn_rows
         from prm.structured import StructuredStepModel
 
         config, started = self.config, time.perf_counter()

@@ -158,7 +158,7 @@ def test_damaged_model_files_are_named(trained_tiny, store, tmp_path, damage, na
 
 
 def test_resume_skips_a_truncated_newest_checkpoint(sim_store, tmp_path):
-    from prm.checkpoints import checkpoints
+    from prm.neural.checkpoints import checkpoints
 
     config = tiny_train_config(sim_store, tmp_path / "run", save_every=2, keep_checkpoints=3,
                                batch_tokens=1024, epochs=1, keep_best=False)
@@ -178,7 +178,7 @@ def test_resume_skips_a_truncated_newest_checkpoint(sim_store, tmp_path):
 
 
 def test_resume_with_every_checkpoint_damaged_names_the_file(sim_store, tmp_path):
-    from prm.checkpoints import checkpoints
+    from prm.neural.checkpoints import checkpoints
     from recovery.errors import InputProblem
 
     config = tiny_train_config(sim_store, tmp_path / "run", save_every=2, keep_checkpoints=1,

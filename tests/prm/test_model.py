@@ -1,4 +1,4 @@
-"""The neural PRM: tokenizer, windows, batches, causality and no leakage (prm.model)."""
+"""The neural PRM: tokenizer, windows, batches, causality and no leakage (prm.neural.model)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prm.backbones import check_causal, tiny_backbone
 from prm.data.examples import StepExample
 from prm.data.tokenize import STEP_TOKEN, TokenIds, train_tokenizer
 from prm.data.windows import collate, encode_examples, token_budget_batches
-from prm.model import build_scorer, score_windows
+from prm.neural.model import build_scorer, score_windows
 from prm.spec import TinyConfig
 from recovery.errors import UsageProblem
 
@@ -209,7 +209,7 @@ def test_a_bidirectional_backbone_is_refused_and_would_leak():
 def test_step_loss_is_bce_on_soft_targets_and_skips_unknown():
     import torch
 
-    from prm.model import step_loss
+    from prm.neural.model import step_loss
 
     logits = torch.tensor([0.0, 2.0, -1.0], requires_grad=True)
     targets = torch.tensor([0.3, math.nan, 1.0])

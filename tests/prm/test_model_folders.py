@@ -164,7 +164,7 @@ def test_every_spec_field_is_checked(trained_tiny, store, tmp_path, field, value
     named = "tiny" if field == "tiny" else field
     _refused_by_score_and_eval(store, folder, "prm_config.json", named, fragment)
     from prm.kinds import load_model
-    from prm.model import load_scorer
+    from prm.neural.model import load_scorer
 
     for load in (load_model, load_scorer):
         with pytest.raises(UsageProblem, match=named):
@@ -182,7 +182,7 @@ def test_a_nan_in_the_spec_is_not_json(trained_tiny, store, tmp_path, no_model_b
 def test_the_spec_check_is_one_function_every_loader_calls(tmp_path, monkeypatch):
     """PRMSpec.load and a checkpoint's check both go through prm.spec.check_spec."""
     import prm.spec
-    from prm.checkpoints import checkpoint_problem
+    from prm.neural.checkpoints import checkpoint_problem
     from prm.spec import PRMSpec
 
     calls: list[Path] = []
@@ -200,7 +200,7 @@ def test_the_spec_check_is_one_function_every_loader_calls(tmp_path, monkeypatch
 def test_a_checkpoint_with_a_bad_spec_is_damaged(trained_tiny, tmp_path):
     from safetensors.torch import save_file
 
-    from prm.checkpoints import checkpoint_problem
+    from prm.neural.checkpoints import checkpoint_problem
 
     model_dir, _ = trained_tiny
     checkpoint = _copy(model_dir, tmp_path, "step-00000002")
@@ -260,7 +260,7 @@ def test_a_frozen_head_over_a_local_transformers_folder_trains_and_loads(sim_sto
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from prm.data.tokenize import train_tokenizer
-    from prm.model import load_scorer
+    from prm.neural.model import load_scorer
     from prm.train import train
     from tests.prm.conftest import tiny_train_config
 

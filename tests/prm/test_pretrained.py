@@ -45,7 +45,7 @@ def test_minilm_loads_offline_and_a_turn_never_sees_later_turns(minilm):
     from prm.backbones import PRETRAINED, is_causal, package_dir
     from prm.data.tokenize import TokenIds
     from prm.data.windows import encode_examples
-    from prm.model import build_scorer, score_windows
+    from prm.neural.model import build_scorer, score_windows
 
     backbone, tokenizer, step_token = minilm
     assert step_token == "[SEP]" and backbone.config.is_decoder
@@ -123,7 +123,7 @@ def test_lora_trains_adapters_only_and_saves_plain_merged_weights(sim_store, tmp
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from prm.data.tokenize import train_tokenizer
-    from prm.model import load_scorer
+    from prm.neural.model import load_scorer
 
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
                                 vocab_size=280)

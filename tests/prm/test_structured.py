@@ -15,7 +15,7 @@ from recovery.errors import InputProblem, UsageProblem
 
 def _fitted(ternary_store: Path, setting: str = "blind"):
     from prm.data.examples import load_step_examples
-    from prm.frozen import turn_rows
+    from prm.neural.frozen import turn_rows
     from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store
 
@@ -257,7 +257,7 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
 
 def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, ternary_store):
     from prm.data.examples import load_step_examples
-    from prm.frozen import turn_rows
+    from prm.neural.frozen import turn_rows
     from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store
 

@@ -56,7 +56,7 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
 
 
 def _torch_module() -> type:
-    """The StepScorer class, defined on first use so that importing prm.model does not import
+    """The StepScorer class, defined on first use so that importing prm.neural.model does not import
     torch.
 
     Long because it holds the class definition (its __init__, features and forward), which the
@@ -213,7 +213,7 @@ def good_score(probs: Any) -> Any:
 
 def step_frame(windows: list[Any], probs: list[Any]) -> pd.DataFrame:
     """One row per scored turn of ``windows``: ``traj_id, t, target, score`` and, for a
-    ternary model, ``p_neutral`` (from :func:`prm.model.score_windows`'s output)."""
+    ternary model, ``p_neutral`` (from :func:`prm.neural.model.score_windows`'s output)."""
     import numpy as np
     import pandas as pd
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from prm.device import resolve_device
+from prm.neural.device import resolve_device
 
 
 @dataclass(frozen=True)

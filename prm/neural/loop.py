@@ -9,7 +9,7 @@ Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in DistributedDataP
 CUDA, gloo on CPU); every process builds the same epoch batches and takes every
 ``world_size``-th one. Only rank 0 logs, shows progress and writes files.
 
-Checkpoints (:mod:`prm.checkpoints`) make a run resumable exactly: the data order is a function
+Checkpoints (:mod:`prm.neural.checkpoints`) make a run resumable exactly: the data order is a function
 of (seed, epoch), so a resumed run skips the batches it already took, and on the same device and
 thread count the final weights equal those of an uninterrupted run.
 
@@ -32,15 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.checkpoints import (
+from prm.data.labels import class_index
+from prm.neural.checkpoints import (
     TrainPosition,
     read_trainer_state,
     restore_rng,
     save_checkpoint,
     unflatten_optimizer,
 )
-from prm.data.labels import class_index
-from prm.distributed import Distributed, barrier, init_distributed
+from prm.neural.distributed import Distributed, barrier, init_distributed
 from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
 from recovery.errors import InputProblem
 
@@ -84,7 +84,7 @@ def validate(scorer: Any, windows: list[Any], pad_id: int, device: str, batch_to
     import numpy as np
 
     from prm.evaluation.metrics import expected_calibration_error, step_auroc
-    from prm.model import score_windows, step_frame
+    from prm.neural.model import score_windows, step_frame
 
     if not windows:
         return {}, step_frame([], [])
@@ -163,7 +163,7 @@ def _log(path: Path, record: dict[str, Any]) -> None:
 def _save_model(out: Path, scorer: Any, tokenizer: Any, spec: PRMSpec, split: TaskSplit,
                 val_frame: pd.DataFrame | None) -> PRMSpec:
     from prm.evaluation.metrics import choose_error_threshold
-    from prm.model import save_scorer
+    from prm.neural.model import save_scorer
 
     if val_frame is not None and len(val_frame):
         spec = dataclasses.replace(spec, error_threshold=choose_error_threshold(val_frame))
@@ -384,7 +384,7 @@ def _scorer(
     """The scorer to train, its tokenizer and spec: loaded from ``resume_from``, else built
     on the backbone (with LoRA adapters in ``lora`` mode), its step token in the spec."""
     from prm.backbones import load_backbone, tiny_backbone
-    from prm.model import build_scorer, load_scorer
+    from prm.neural.model import build_scorer, load_scorer
 
     if resume_from is not None:
         loaded = load_scorer(resume_from, device="cpu",
@@ -416,7 +416,7 @@ def _scorer(
 
 def _resume(resume_from: Path, run: _Run) -> TrainPosition:
     """Load the checkpoint's optimizer, schedule and random state into ``run``; its position."""
-    from prm.model import load_weights
+    from prm.neural.model import load_weights
 
     info = run.info
     state = read_trainer_state(resume_from)
@@ -443,7 +443,7 @@ def _train_step(run: _Run, group: list[list[int]], counters: torch.Tensor, autoc
     import torch
 
     from prm.data.windows import collate
-    from prm.model import step_loss
+    from prm.neural.model import step_loss
 
     info = run.info
     for j, batch_ids in enumerate(group):

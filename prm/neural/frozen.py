@@ -301,7 +301,7 @@ def frozen_scorer(config: TrainConfig, spec: PRMSpec, echo: Callable[[str], Any]
     """The frozen backbone wrapped in a ``StepScorer`` (head untrained), its tokenizer, and the
     spec with its marker token."""
     from prm.backbones import load_backbone
-    from prm.model import build_scorer
+    from prm.neural.model import build_scorer
 
     backbone, tokenizer, step_token = load_backbone(
         config.backbone, trust_remote_code=config.trust_remote_code, echo=echo
@@ -343,8 +343,8 @@ def train_frozen(
     import numpy as np
     import torch
 
-    from prm.device import resolve_device
-    from prm.model import save_scorer
+    from prm.neural.device import resolve_device
+    from prm.neural.model import save_scorer
 
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -29,7 +29,7 @@ from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
     from prm.data.examples import TaskSplit
-    from prm.distributed import Distributed
+    from prm.neural.distributed import Distributed
 
 STATE_KEYS = ("step", "epoch", "group", "world_size", "optimizer", "scheduler")
 
@@ -107,8 +107,8 @@ def save_checkpoint(
     """Write a resumable checkpoint ``checkpoints/step-NNNNNNNN`` (atomic rename by rank 0)."""
     from safetensors.torch import save_file
 
-    from prm.distributed import barrier
-    from prm.model import save_scorer
+    from prm.neural.distributed import barrier
+    from prm.neural.model import save_scorer
 
     final = directory / CHECKPOINT_DIR / f"step-{position.step:08d}"
     staging = final.with_name(final.name + ".tmp")
