@@ -40,7 +40,7 @@ def agent_key(name: object) -> str:
 
 def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Per message the hindsight features; per run its decisive step and agent."""
-    from prm.structured import feature_rows
+    from prm.linear.structured import feature_rows
     from recovery.formats.base import ReadOptions
     from recovery.formats.whowhen import read
     from recovery.store import open_store
@@ -69,7 +69,7 @@ def cross_validate(table: pd.DataFrame, runs: pd.DataFrame, names: list[str], fo
     """Per run: predicted step and agent of the model and of the floor, out of fold."""
     from sklearn.model_selection import GroupKFold
 
-    from prm.structured import StructuredStepModel
+    from prm.linear.structured import StructuredStepModel
 
     fold = np.zeros(len(runs), int)
     splitter = GroupKFold(n_splits=folds, shuffle=True, random_state=seed)

@@ -4,8 +4,8 @@ BudgetMix's reference trainer (:mod:`analyses.budgetmix.reference`) refits its P
 rollouts of each round and scores the next round's turns with it; it takes any object with
 ``fit``, ``score``, ``save`` and ``n_fits`` (:class:`analyses.budgetmix.scorer.StepScorer`), so
 that analyses never imports prm. :class:`TfidfStepScorer` is that object, built from
-:class:`prm.baseline.TfidfStepBaseline`; :class:`StructuredStepScorer` is the same interface
-(``fit`` / ``score``) over :class:`prm.structured.StructuredStepModel`, in the blind setting
+:class:`prm.linear.baseline.TfidfStepBaseline`; :class:`StructuredStepScorer` is the same interface
+(``fit`` / ``score``) over :class:`prm.linear.structured.StructuredStepModel`, in the blind setting
 by default: the score of turn ``t`` reads turns ``1..t`` only, never a later turn, the
 episode's length or its outcome, so it can serve as a baseline ``phi(s_t)`` for per-turn
 credit. The hindsight setting stays available explicitly for analysis (error attribution);
@@ -35,7 +35,7 @@ class TfidfStepScorer:
     (:class:`analyses.budgetmix.scorer.StepScorer`).
 
     :meth:`fit` ingests the trajectories into an in-memory store (marked by the built-in
-    rules), reads ``labels`` targets and fits :class:`prm.baseline.TfidfStepBaseline`; a refit
+    rules), reads ``labels`` targets and fits :class:`prm.linear.baseline.TfidfStepBaseline`; a refit
     whose targets are all one class keeps the previous model (with a warning).
 
     Attributes:
@@ -90,8 +90,8 @@ class TfidfStepScorer:
         import numpy as np
         import pandas as pd
 
-        from prm.baseline import FIELDS, turn_frame
         from prm.data.examples import StepExample
+        from prm.linear.baseline import FIELDS, turn_frame
 
         if self._baseline is None:
             raise ValueError("the scorer has not been fitted")
@@ -117,7 +117,7 @@ class TfidfStepScorer:
 
 
 class StructuredStepScorer:
-    """The structured PRM (:class:`prm.structured.StructuredStepModel`) behind the same
+    """The structured PRM (:class:`prm.linear.structured.StructuredStepModel`) behind the same
     ``fit`` / ``score`` interface as :class:`TfidfStepScorer`.
 
     :meth:`fit` ingests the trajectories into an in-memory store, reads ``labels`` targets,
@@ -143,7 +143,7 @@ class StructuredStepScorer:
     Attributes:
         n_fits: Fits that learnt a model.
         last_fit: What the last :meth:`fit` did: ``fitted``, or why it kept the previous model.
-        model: The fitted :class:`prm.structured.StructuredStepModel` (``None`` before).
+        model: The fitted :class:`prm.linear.structured.StructuredStepModel` (``None`` before).
     """
 
     def __init__(self, labels: str = "outcome", setting: str = "blind", seed: int = 0,

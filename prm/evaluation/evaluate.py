@@ -215,8 +215,8 @@ def evaluate_model(
     from prm.data.examples import TaskSplit, load_step_examples
     from prm.evaluation.metrics import floor_report
     from prm.kinds import check_setting_name, load_model
+    from prm.linear.structured import decision_rows
     from prm.spec import SPLIT_FILE, read_json
-    from prm.structured import decision_rows
     from recovery.errors import InputProblem
 
     if isinstance(model_dir, (str, Path)):

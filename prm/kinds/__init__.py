@@ -64,8 +64,8 @@ def folder_kind(folder: str | Path, *, trust_remote_code: bool = False) -> str:
         InputProblem: not a model folder, or a damaged spec (named).
         UsageProblem: a field of the spec cannot be used (named).
     """
+    from prm.linear.structured import STRUCTURED_FILE
     from prm.spec import PRMSpec
-    from prm.structured import STRUCTURED_FILE
 
     folder = Path(folder)
     if (folder / STRUCTURED_FILE).is_file():

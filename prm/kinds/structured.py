@@ -1,5 +1,5 @@
 """The ``structured`` kind: structural features of each turn into a logistic regression
-(:mod:`prm.structured`).
+(:mod:`prm.linear.structured`).
 
 Its folder is ``structured.json`` and ``structured.npz`` (plus the split and the training
 summary). It reads the store (rule marks, sibling samples), so scoring needs the examples'
@@ -62,8 +62,8 @@ class StructuredKind(PRMKind):
     def fit(self, data: FitData) -> StructuredKind:
         """Fit on the train and validation tasks (its ``C`` and threshold are chosen by inner
         grouped folds, so validation tasks need not be held out)."""
+        from prm.linear.structured import StructuredStepModel
         from prm.neural.frozen import turn_rows
-        from prm.structured import StructuredStepModel
 
         config, started = self.config, time.perf_counter()
         fit_examples = data.fitted("train", "validation")
@@ -88,7 +88,7 @@ class StructuredKind(PRMKind):
         """The features of every example's turns, computed once for the folds of one
         cross-validation (they read no label), with their names; the notes are printed."""
         from prm.data.labels import outcome_targets_note
-        from prm.structured import feature_rows, with_embeddings
+        from prm.linear.structured import feature_rows, with_embeddings
         from recovery.store import open_store
 
         if data.features is not None:
@@ -116,7 +116,7 @@ class StructuredKind(PRMKind):
 
     def predict_steps(self, examples: Sequence[StepExample], *, con: Any = None,
                       batch_tokens: int = 16384, progress: bool = False) -> pd.DataFrame:
-        from prm.structured import score_structured
+        from prm.linear.structured import score_structured
 
         if con is None:
             raise UsageProblem(f"{self.model_dir or 'this model'} is a structured PRM: it reads "
@@ -133,7 +133,7 @@ class StructuredKind(PRMKind):
     @classmethod
     def load(cls, folder: str | Path, *, device: str = "auto",
              trust_remote_code: bool = False) -> StructuredKind:
-        from prm.structured import StructuredStepModel
+        from prm.linear.structured import StructuredStepModel
 
         model = cls()
         model.model, model.record = StructuredStepModel.load(folder)

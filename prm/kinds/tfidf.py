@@ -1,4 +1,4 @@
-"""The ``tfidf`` kind: the TF-IDF + logistic regression baseline (:mod:`prm.baseline`).
+"""The ``tfidf`` kind: the TF-IDF + logistic regression baseline (:mod:`prm.linear.baseline`).
 
 Its folder is ``prm_config.json`` (kind ``sklearn``, the name older versions wrote),
 ``baseline.json`` and ``baseline.npz``. It reads each turn's own text only, so it scores in
@@ -45,7 +45,7 @@ class TfidfKind(SpecKind):
     def fit(self, data: FitData) -> TfidfKind:
         """Fit on the train and validation tasks (nothing is held out: the error threshold is
         chosen on inner grouped folds of them, 0.5 with fewer than three tasks)."""
-        from prm.baseline import TfidfStepBaseline, learnable, turn_frame
+        from prm.linear.baseline import TfidfStepBaseline, learnable, turn_frame
         from prm.spec import PRMSpec
 
         started = time.perf_counter()
@@ -67,7 +67,7 @@ class TfidfKind(SpecKind):
 
     def predict_steps(self, examples: Sequence[StepExample], *, con: Any = None,
                       batch_tokens: int = 16384, progress: bool = False) -> pd.DataFrame:
-        from prm.baseline import turn_frame
+        from prm.linear.baseline import turn_frame
 
         frame = turn_frame(examples)
         frame["score"] = self.baseline.score_steps(frame) if len(frame) else []
@@ -83,7 +83,7 @@ class TfidfKind(SpecKind):
     @classmethod
     def load(cls, folder: str | Path, *, device: str = "auto",
              trust_remote_code: bool = False) -> TfidfKind:
-        from prm.baseline import TfidfStepBaseline
+        from prm.linear.baseline import TfidfStepBaseline
         from prm.spec import PRMSpec
 
         model = cls()
@@ -97,9 +97,9 @@ def _inner_threshold(train: list[StepExample], seed: int) -> float:
     """The error threshold chosen on held-out scores of inner grouped folds of ``train``."""
     import pandas as pd
 
-    from prm.baseline import TfidfStepBaseline, turn_frame
     from prm.data.examples import fold_of_tasks
     from prm.evaluation.metrics import choose_error_threshold
+    from prm.linear.baseline import TfidfStepBaseline, turn_frame
 
     if len({e.task_id for e in train}) < INNER_FOLDS:
         return 0.5

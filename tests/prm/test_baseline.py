@@ -1,4 +1,4 @@
-"""The TF-IDF + logistic regression baseline (prm.baseline)."""
+"""The TF-IDF + logistic regression baseline (prm.linear.baseline)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prm.baseline import FIELDS, TfidfStepBaseline, turn_frame
 from prm.data.examples import StepExample
+from prm.linear.baseline import FIELDS, TfidfStepBaseline, turn_frame
 
 
 def _rows(n: int, seed: int) -> tuple[pd.DataFrame, np.ndarray]:

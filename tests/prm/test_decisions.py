@@ -168,10 +168,10 @@ def test_cv_folds_keep_tasks_together_and_score_each_trajectory_once(sim_store, 
 
 
 def test_an_action_holding_the_separator_stays_whole(tmp_path):
-    from prm.baseline import turn_frame
     from prm.data.examples import OBSERVATION_SEPARATOR, load_step_examples
     from prm.data.tokenize import train_tokenizer
     from prm.data.windows import encode_examples
+    from prm.linear.baseline import turn_frame
     from recovery.schema import Trajectory, Turn
     from recovery.store import open_store
 

@@ -92,7 +92,7 @@ def _rewrite_npz(path: Path, **changes: np.ndarray) -> None:
 
 def test_ternary_labels_with_the_neutral_steps_in_one_task_fit_score_and_cross_validate(
         neutral_store, tmp_path):
-    from prm.structured import StructuredStepModel, score_structured
+    from prm.linear.structured import StructuredStepModel, score_structured
     from recovery.store import open_store
 
     model, record = StructuredStepModel.load(_train_structured(neutral_store, tmp_path / "model"))
@@ -113,8 +113,8 @@ def test_a_fold_that_saw_two_classes_gives_three_columns():
     gets 0."""
     from sklearn.linear_model import LogisticRegression
 
-    from prm.folder_checks import three_class_params
-    from prm.structured import StructuredStepModel
+    from prm.linear.folder_checks import three_class_params
+    from prm.linear.structured import StructuredStepModel
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3))
@@ -127,7 +127,7 @@ def test_a_fold_that_saw_two_classes_gives_three_columns():
 
 
 def test_an_unknown_feature_name_is_refused_at_load(structured_dir, ternary_store, tmp_path):
-    from prm.structured import STRUCTURED_FILE, StructuredStepModel
+    from prm.linear.structured import STRUCTURED_FILE, StructuredStepModel
 
     folder = _copy(structured_dir, tmp_path)
     record = json.loads((folder / STRUCTURED_FILE).read_text())
@@ -145,7 +145,7 @@ def test_an_unknown_feature_name_is_refused_at_load(structured_dir, ternary_stor
 ])
 def test_numbers_the_scorer_cannot_use_are_refused_at_load(structured_dir, tmp_path, name,
                                                            value):
-    from prm.structured import ARRAYS_FILE, StructuredStepModel
+    from prm.linear.structured import ARRAYS_FILE, StructuredStepModel
 
     folder = _copy(structured_dir, tmp_path)
     with np.load(folder / ARRAYS_FILE) as data:
@@ -179,7 +179,7 @@ def _forbid_array_reads(monkeypatch) -> None:
 
 def test_a_header_declaring_10_to_the_13_elements_is_refused_before_allocating(
         structured_dir, tmp_path, monkeypatch):
-    from prm.structured import ARRAYS_FILE, StructuredStepModel
+    from prm.linear.structured import ARRAYS_FILE, StructuredStepModel
 
     folder = _copy(structured_dir, tmp_path)
     _npz_with_a_false_header(folder / ARRAYS_FILE, "means", (10**13,))
@@ -193,8 +193,8 @@ def test_a_header_declaring_10_to_the_13_elements_is_refused_before_allocating(
 @pytest.mark.parametrize("descr", ["|O", "<c16", [("a", "<f8")]])
 def test_an_array_of_other_than_plain_numbers_is_refused(structured_dir, tmp_path, descr,
                                                          monkeypatch):
-    from prm.folder_checks import npz_headers
-    from prm.structured import ARRAYS_FILE
+    from prm.linear.folder_checks import npz_headers
+    from prm.linear.structured import ARRAYS_FILE
 
     path = _copy(structured_dir, tmp_path) / ARRAYS_FILE
     with zipfile.ZipFile(path, "w") as archive, archive.open("coef.npy", "w") as fh:
@@ -217,7 +217,7 @@ def baseline_dir(tmp_path) -> Path:
 
 def test_a_baseline_header_declaring_10_to_the_13_elements_is_refused(
         baseline_dir, monkeypatch):
-    from prm.baseline import TfidfStepBaseline
+    from prm.linear.baseline import TfidfStepBaseline
 
     _npz_with_a_false_header(baseline_dir / "baseline.npz", "idf_action", (10**13,))
     _forbid_array_reads(monkeypatch)
@@ -228,7 +228,7 @@ def test_a_baseline_header_declaring_10_to_the_13_elements_is_refused(
 @pytest.mark.parametrize("name, value", [("coef", 1e308), ("intercept", float("inf")),
                                          ("idf_observation", -2.0)])
 def test_baseline_numbers_are_checked(baseline_dir, neutral_store, name, value):
-    from prm.baseline import TfidfStepBaseline
+    from prm.linear.baseline import TfidfStepBaseline
 
     path = baseline_dir / "baseline.npz"
     with np.load(path) as data:
@@ -310,7 +310,7 @@ def test_deep_model_folder_json_is_one_line(trained_tiny, sim_store, tmp_path, n
 
 def test_deep_structured_json_and_split_are_one_line(structured_dir, ternary_store, tmp_path):
     from prm.data.examples import TaskSplit
-    from prm.structured import StructuredStepModel
+    from prm.linear.structured import StructuredStepModel
 
     folder = _copy(structured_dir, tmp_path)
     (folder / "split.json").write_text(DEEP)

@@ -339,7 +339,7 @@ def _baseline_folder(tmp_path: Path) -> Path:
     import numpy as np
     import pandas as pd
 
-    from prm.baseline import TfidfStepBaseline, save_baseline_model
+    from prm.linear.baseline import TfidfStepBaseline, save_baseline_model
 
     rng = np.random.default_rng(0)
     bad = rng.random(60) < 0.4

@@ -15,8 +15,8 @@ from recovery.errors import InputProblem, UsageProblem
 
 def _fitted(ternary_store: Path, setting: str = "blind"):
     from prm.data.examples import load_step_examples
+    from prm.linear.structured import StructuredStepModel, feature_rows
     from prm.neural.frozen import turn_rows
-    from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store
 
     store = open_store(ternary_store, read_only=True, must_exist=True)
@@ -46,7 +46,7 @@ def test_fit_learns_and_scores_are_probabilities(ternary_store):
 
 
 def test_saved_without_pickle_and_loads_to_the_same_scores(ternary_store, tmp_path):
-    from prm.structured import ARRAYS_FILE, STRUCTURED_FILE, StructuredStepModel
+    from prm.linear.structured import ARRAYS_FILE, STRUCTURED_FILE, StructuredStepModel
 
     model, rows = _fitted(ternary_store, "hindsight")
     model.save(tmp_path, labels="data")
@@ -66,7 +66,7 @@ def test_saved_without_pickle_and_loads_to_the_same_scores(ternary_store, tmp_pa
 
 
 def test_a_version_2_folder_reads_as_the_threshold_deciding_alone(ternary_store, tmp_path):
-    from prm.structured import STRUCTURED_FILE, StructuredStepModel
+    from prm.linear.structured import STRUCTURED_FILE, StructuredStepModel
 
     model, rows = _fitted(ternary_store, "hindsight")
     model.save(tmp_path)
@@ -87,7 +87,7 @@ def test_a_version_2_folder_reads_as_the_threshold_deciding_alone(ternary_store,
 
 @pytest.mark.parametrize("damage", ["json", "field", "shape"])
 def test_a_damaged_folder_is_one_line_naming_the_file(ternary_store, tmp_path, damage):
-    from prm.structured import ARRAYS_FILE, STRUCTURED_FILE, StructuredStepModel
+    from prm.linear.structured import ARRAYS_FILE, STRUCTURED_FILE, StructuredStepModel
 
     model, _ = _fitted(ternary_store)
     model.save(tmp_path)
@@ -140,7 +140,7 @@ def test_cv_with_structured_is_the_default_and_beats_a_floor(ternary_store):
 def test_embedding_components_are_fitted_saved_and_checked(ternary_store, tmp_path):
     """Turn embeddings (here synthetic emb_ columns) enter as principal components; the folder
     stores them without pickle and a model that needs them refuses a table without them."""
-    from prm.structured import StructuredStepModel
+    from prm.linear.structured import StructuredStepModel
     from recovery.errors import UsageProblem
 
     _, rows = _fitted(ternary_store)
@@ -165,7 +165,7 @@ def test_embedding_components_are_fitted_saved_and_checked(ternary_store, tmp_pa
 
 
 def test_an_oversized_array_member_is_refused_before_it_is_read(ternary_store, tmp_path):
-    from prm.structured import ARRAYS_FILE, StructuredStepModel
+    from prm.linear.structured import ARRAYS_FILE, StructuredStepModel
 
     model, _ = _fitted(ternary_store)
     model.save(tmp_path)
@@ -182,7 +182,7 @@ def test_nb_ratios_and_text_scores_by_hand():
     'boom' only in error turns gets a positive ratio, 'fine' a negative one, an unseen column 0."""
     import scipy.sparse as sp
 
-    from prm.structured import TEXT_BITS, nb_ratios, running_means, text_scores
+    from prm.linear.structured import TEXT_BITS, nb_ratios, running_means, text_scores
 
     width = 2 ** TEXT_BITS
     # One field: column 0 = 'boom', column 1 = 'fine'; rows: error, error, right.
@@ -202,7 +202,7 @@ def test_nb_ratios_and_text_scores_by_hand():
 
 
 def test_text_scores_are_cross_fitted_and_can_be_turned_off(ternary_store):
-    from prm.structured import StructuredStepModel
+    from prm.linear.structured import StructuredStepModel
 
     model, rows = _fitted(ternary_store)
     off = StructuredStepModel(text="off").fit(rows, rows["target"], model.feature_names_)
@@ -257,8 +257,8 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
 
 def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, ternary_store):
     from prm.data.examples import load_step_examples
+    from prm.linear.structured import StructuredStepModel, feature_rows
     from prm.neural.frozen import turn_rows
-    from prm.structured import StructuredStepModel, feature_rows
     from recovery.store import open_store
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")

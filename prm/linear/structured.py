@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prm.folder_checks import (  # the folder's format is defined where it is checked
+from prm.linear.folder_checks import (  # the folder's format is defined where it is checked
     FORMAT,
     TEXT_BITS,
     TEXT_WIDTH,
@@ -93,7 +93,7 @@ def text_counts(table: pd.DataFrame) -> Any:
     missing = [c for c in TEXT_COLUMNS if c not in table]
     if missing:
         raise UsageProblem(f"this structured model reads the turns' text: the table has no "
-                           f"{missing[0]!r} column (prm.structured.feature_rows gives it)")
+                           f"{missing[0]!r} column (prm.linear.structured.feature_rows gives it)")
     vectorizer = HashingVectorizer(n_features=2 ** TEXT_BITS, ngram_range=(1, 2),
                                    alternate_sign=False, norm=None, dtype=np.float64)
     if not len(table):  # the vectorizer cannot transform no text at all
@@ -207,7 +207,7 @@ class StructuredStepModel:
         missing = [f"emb_{i}" for i in range(width) if f"emb_{i}" not in table]
         if missing:
             raise UsageProblem("this structured model reads turn embeddings: compute them with "
-                               "prm.structured.step_embeddings")
+                               "prm.linear.structured.step_embeddings")
         E = table[[f"emb_{i}" for i in range(width)]].to_numpy(float)
         return np.hstack([X, (E - self.emb_mean_) @ self.emb_components_.T])
 
@@ -490,7 +490,7 @@ class StructuredStepModel:
     @classmethod
     def load(cls, model_dir: str | Path) -> tuple[StructuredStepModel, dict[str, Any]]:
         """Read a folder written by :meth:`save`; every field, array shape and value is checked
-        (:mod:`prm.folder_checks`) before the scorer can use it.
+        (:mod:`prm.linear.folder_checks`) before the scorer can use it.
 
         Returns:
             The model and its ``structured.json`` record.
@@ -500,7 +500,7 @@ class StructuredStepModel:
         """
         import numpy as np
 
-        from prm import folder_checks as checks
+        from prm.linear import folder_checks as checks
         from recovery.ownfiles import read_own_json
 
         model_dir = Path(model_dir)

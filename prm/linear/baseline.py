@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.data.examples import StepExample
-from prm.folder_checks import MAX_WEIGHT, check_values, npz_arrays
+from prm.linear.folder_checks import MAX_WEIGHT, check_values, npz_arrays
 from prm.spec import BASELINE_ARRAYS_FILE, BASELINE_FILE, LEGACY_BASELINE_FILE, read_json
 from recovery.errors import InputProblem
 
