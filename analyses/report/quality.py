@@ -1,23 +1,32 @@
 """Data-quality numbers of a report built from frames (no store to run the SQL on).
 
-:func:`recovery.quality.run_quality` measures them in SQL over the store, which
-:func:`analyses.report.build.build_report` uses; a report built from frames gets the same
-record from what the frames hold: the turns' texts are not in them, so the shares of empty
-actions and repeated observations are ``None`` (not measured), and the trajectories left out
-before the frames were made are only known as a count.
+One implementation: the frames become the two tables :func:`recovery.quality.run_quality`
+reads (``trajectories`` and ``turns``, in a DuckDB of their own) and it computes every number,
+as :func:`analyses.report.build.build_report` has it do on the store. The turns' texts are not
+in the frames, so the numbers that need them (empty actions, repeated observations) are
+``None`` (not measured); the trajectories left out before the frames were made are only known
+as a count, given to the only run as trajectories of unknown outcome and end.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import duckdb
     import pandas as pd
+    import pyarrow as pa
 
     from recovery.quality import RunQuality
+
+
+def not_measured() -> dict[str, object]:
+    """The numbers that need the turns' texts, as a report from frames gives them (fresh
+    dicts each call: each run's record owns its own)."""
+    return {"n_empty_actions": None, "empty_action_share": None,
+            "n_repeated_observations": None, "n_turns_with_previous": None,
+            "repeated_observation_share": None, "empty_action_kinds": {},
+            "repeated_observation_kinds": {}}
 
 
 def quality_from_frames(
@@ -25,12 +34,11 @@ def quality_from_frames(
 ) -> dict[str, RunQuality]:
     """:class:`recovery.quality.RunQuality` per run from a trajectories and a flags frame.
 
-    Long because it fills each field of a run's RunQuality from the frames in the order
-    recovery.quality fills them from the store, so the two can be read side by side.
-
     Args:
         traj: Trajectories frame (:func:`analyses.frames.trajectories_frame`; rows of unknown
-            outcome, if any, are counted as such).
+            outcome, if any, are counted as such). A row without an end reason (no
+            ``end_reason`` column, or a null) gets one by the rule
+            (:func:`recovery.schema.end_reason_sql`).
         flags: Turn flags frame (error turns and kinds).
         n_unknown_outcomes: Trajectories left out before the frames were built; they belong to
             no run here, so they are given to the only run when there is one.
@@ -38,74 +46,70 @@ def quality_from_frames(
     Returns:
         Run label -> its numbers, alphabetically.
     """
+    import dataclasses
+
+    import duckdb
+
+    from recovery.quality import run_quality
+
+    with duckdb.connect(":memory:") as con:
+        _register_tables(con, traj, flags, n_unknown_outcomes)
+        quality = run_quality(con)
+    return {run: dataclasses.replace(q, **not_measured()) for run, q in quality.items()}
+
+
+def _register_tables(con: duckdb.DuckDBPyConnection, traj: pd.DataFrame, flags: pd.DataFrame,
+                     n_unknown_outcomes: int) -> None:
+    """``trajectories`` and ``turns`` views on ``con`` with the columns run_quality reads."""
+    from recovery.schema import end_reason_sql
+
+    con.register("_frame_trajectories", _trajectories_table(traj, n_unknown_outcomes))
+    con.register("_frame_turns", _turns_table(flags))
+    derived = end_reason_sql("success", "n_turns", "budget")
+    con.execute(
+        "CREATE VIEW trajectories AS SELECT traj_id, run, task_id, success, n_turns, budget, "
+        f"coalesce(end_reason, {derived}) AS end_reason FROM _frame_trajectories")
+    con.execute("CREATE VIEW turns AS SELECT *, NULL::VARCHAR AS action, "
+                "NULL::VARCHAR AS observation FROM _frame_turns")
+
+
+def _column(frame: pd.DataFrame, name: str, dtype: str) -> pd.Series:
+    """``frame[name]`` as a nullable pandas dtype (all null when the frame lacks it)."""
     import pandas as pd
 
-    from recovery.caps import ended_by_budget
-    from recovery.population import counted_mask
-    from recovery.quality import RunQuality, ordered_reasons
+    if name not in frame:
+        return pd.Series([None] * len(frame), index=frame.index, dtype=dtype)
+    values = frame[name]
+    if dtype == "Int64":
+        return pd.to_numeric(values).astype(dtype)
+    if dtype == "string":
+        return values.astype(object).where(values.notna(), None).astype(dtype)
+    return values.astype(dtype)
 
-    traj = traj.assign(task_id=traj["task_id"].astype(str), run=traj["run"].astype(str))
-    if "end_reason" in traj:
-        reason = traj["end_reason"].astype(str).to_numpy()
-    else:
-        known = traj["success"].notna().to_numpy()
-        success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-        reason = np.where(success, "success", np.where(ended_by_budget(traj), "budget",
-                                                       "failure"))
-        reason = np.where(known, reason, "unknown")
-    traj = traj.assign(_reason=reason)
-    errors = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
-    run_of = pd.Series(traj["run"].to_numpy(), index=traj["traj_id"].to_numpy())
-    errors = errors.assign(run=run_of.reindex(errors["traj_id"].to_numpy()).to_numpy(),
-                           kind=errors["error_kind"].fillna("unknown").astype(str))
-    runs = sorted(traj["run"].unique())
-    out: dict[str, RunQuality] = {}
-    for run in runs:
-        mine = traj[traj["run"] == run]
-        used = mine[counted_mask(mine.assign(end_reason=mine["_reason"]))]
-        per_task = used.groupby("task_id").size()
-        histogram = {int(k): int(v) for k, v in per_task.value_counts().sort_index().items()}
-        reasons = ordered_reasons(mine["_reason"].value_counts().to_dict())
-        n_unknown = int(mine["success"].isna().sum())
-        n_either = int((mine["success"].isna() | (mine["_reason"] == "unknown")).sum())
-        if len(runs) == 1:
-            n_unknown += int(n_unknown_outcomes)
-            n_either += int(n_unknown_outcomes)
-            reasons["unknown"] += int(n_unknown_outcomes)
-        n_traj = len(mine) + (int(n_unknown_outcomes) if len(runs) == 1 else 0)
-        turns = mine["n_turns"].to_numpy(dtype=float)
-        n_turns = int(turns.sum())
-        kinds = errors[errors["run"] == run]["kind"].value_counts()
-        kinds = kinds.sort_index().sort_values(ascending=False, kind="stable")
-        n_errors = int(kinds.sum())
-        budgets = pd.to_numeric(mine.get("budget", pd.Series(dtype=float)), errors="coerce")
-        out[run] = RunQuality(
-            run=run,
-            n_trajectories=n_traj,
-            n_turns=n_turns,
-            n_empty_actions=None,
-            empty_action_share=None,
-            n_repeated_observations=None,
-            n_turns_with_previous=None,
-            repeated_observation_share=None,
-            turns_min=int(turns.min()) if len(turns) else 0,
-            turns_median=float(np.median(turns)) if len(turns) else math.nan,
-            turns_mean=float(turns.mean()) if len(turns) else math.nan,
-            turns_max=int(turns.max()) if len(turns) else 0,
-            n_tasks=len(per_task),
-            samples_min=int(per_task.min()) if len(per_task) else 0,
-            samples_max=int(per_task.max()) if len(per_task) else 0,
-            samples_per_task=histogram,
-            n_unknown_outcome=n_unknown,
-            n_unknown_end_reason=reasons["unknown"],
-            n_unknown=n_either,
-            n_left_out=n_traj - len(used),
-            n_budget_hit=reasons["budget"],
-            budget_hit_share=reasons["budget"] / n_traj if n_traj else math.nan,
-            end_reasons=reasons,
-            budgets=sorted({int(b) for b in budgets.dropna()}),
-            n_error_turns=n_errors,
-            error_turn_share=n_errors / n_turns if n_turns else math.nan,
-            error_kinds={str(k): int(v) for k, v in kinds.items()},
-        )
-    return out
+
+def _trajectories_table(traj: pd.DataFrame, n_unknown_outcomes: int) -> pa.Table:
+    """The trajectories with typed nulls; the unknown ones counted apart become rows of the
+    only run with no outcome, end reason ``unknown`` and no turns (no task, no length)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    types = {"traj_id": "string", "run": "string", "task_id": "string", "success": "boolean",
+             "n_turns": "Int64", "budget": "Int64", "end_reason": "string"}
+    frame = pd.DataFrame({name: _column(traj, name, dtype) for name, dtype in types.items()})
+    runs = frame["run"].dropna().unique()
+    if n_unknown_outcomes and len(runs) == 1:
+        unknown = pd.DataFrame({
+            "traj_id": [f"unknown outcome {i}" for i in range(int(n_unknown_outcomes))],
+            "run": runs[0], "end_reason": "unknown"}).reindex(columns=list(types))
+        frame = pd.concat([frame, unknown.astype(types)], ignore_index=True)
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def _turns_table(flags: pd.DataFrame) -> pa.Table:
+    """The turns' error flags with typed nulls."""
+    import pandas as pd
+    import pyarrow as pa
+
+    types = {"traj_id": "string", "t": "Int64", "is_error": "boolean", "error_kind": "string"}
+    frame = pd.DataFrame({name: _column(flags, name, dtype) for name, dtype in types.items()})
+    return pa.Table.from_pandas(frame, preserve_index=False)
