@@ -490,7 +490,7 @@ def test_ternary_class_is_minus_one_zero_plus_one_with_nan_unknown() -> None:
     exact data labels -1 / 0 / +1 come back as themselves, NaN is unknown (never a class);
     the heads' index, the metrics and the structured model read it."""
     from prm.data.labels import class_index, label_target, ternary_classes
-    from prm.evaluation.metrics import decision_frame
+    from prm.evaluation.decisions import decision_frame
     from prm.linear.structured import _classes_of
 
     targets = np.array([0.0, 0.3, 0.5, 0.7, 1.0, np.nan, 0.4999, 0.5001])

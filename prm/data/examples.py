@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import duckdb
+    import pandas as pd
 
 SPLITS = ("train", "validation", "test")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -351,3 +352,17 @@ def fold_of_tasks(examples: list[StepExample], folds: int, seed: int) -> list[in
         for i in test:
             out[i] = k
     return out
+
+
+def turn_rows(examples: Sequence[StepExample]) -> pd.DataFrame:
+    """One row per turn of ``examples``: ``traj_id, t, task_id, target``, in example order."""
+    import numpy as np
+    import pandas as pd
+
+    lengths = [e.n_steps for e in examples]
+    return pd.DataFrame({
+        "traj_id": np.repeat([e.traj_id for e in examples], lengths),
+        "t": np.concatenate([np.arange(1, n + 1) for n in lengths] or [np.zeros(0, int)]),
+        "task_id": np.repeat([e.task_id for e in examples], lengths),
+        "target": np.array([x for e in examples for x in e.targets], dtype=float),
+    })

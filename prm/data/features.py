@@ -382,7 +382,7 @@ def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndar
     failure) and ``failed_turns_left`` (``turns_left`` in a failure, else 0)."""
     import numpy as np
 
-    from prm.evaluation.metrics import outcome_floor_classes
+    from prm.data.labels import outcome_floor_classes
 
     if setting != "hindsight":
         return {}

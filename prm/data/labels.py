@@ -344,3 +344,23 @@ def unused_labels_note(con: duckdb.DuckDBPyConnection, labels: str) -> str | Non
         return None
     return (f"{labelled} turns of this store carry step labels that --labels {labels} does not "
             "read; --labels data trains and scores on them")
+
+
+def outcome_floor_classes(decided: pd.DataFrame) -> np.ndarray:
+    """The outcome-aware rule's class per row: a success has no error; in a failure the last
+    turn is the first error (-1) and every other turn +1. A trajectory whose outcome is
+    unknown gets +1 everywhere (the rule has nothing to go on).
+
+    Args:
+        decided: Rows with ``traj_id, t, success`` and, when some turns are not in the frame,
+            ``n_turns`` (the trajectory's last turn; default: its largest ``t`` here).
+    """
+    import numpy as np
+
+    t = decided["t"].to_numpy(float)
+    if "n_turns" in decided:
+        last = decided["n_turns"].to_numpy(float)
+    else:
+        last = decided.groupby("traj_id")["t"].transform("max").to_numpy(float)
+    failed = decided["success"].astype("float64").to_numpy() == 0.0
+    return np.where(failed & (t == last), -1.0, 1.0)

@@ -4,7 +4,7 @@ The tasks are dealt into ``folds`` groups (scikit-learn's ``GroupKFold`` with th
 shuffle): every sample of a task lands in the same fold, and every trajectory is scored once,
 by the model trained on the other folds. The metrics are pooled over all folds, beside the
 "every step correct" floors computed on the same turns, with percentile bootstrap intervals
-over tasks (:func:`prm.evaluation.metrics.decision_intervals`); the same metrics are given per fold.
+over tasks (:func:`prm.evaluation.decisions.decision_intervals`); the same metrics are given per fold.
 
 Every kind goes through the same loop (:func:`_fold_predictions`): per fold, the kind
 (:mod:`prm.kinds`) is fitted on the other folds' tasks, exactly as ``prm train`` fits it, and
@@ -38,7 +38,7 @@ METRICS = ("step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_
            "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")
 FLOOR_KEYS = ("setting", *METRICS, "floor_outcome_step_acc", "floor_outcome_first_error_acc",
               "margins", "intervals", "verdict")
-"""What :func:`prm.evaluation.metrics.floor_report` gives the report."""
+"""What :func:`prm.evaluation.floors.floor_report` gives the report."""
 
 
 @dataclass
@@ -69,7 +69,7 @@ class CVReport:
     Attributes:
         backbone, mode, head, labels, setting: What was cross-validated.
         folds, seed: The folds.
-        step_acc, first_error_acc, step_auroc: Pooled over folds (:func:`prm.evaluation.metrics.decision_metrics`).
+        step_acc, first_error_acc, step_auroc: Pooled over folds (:func:`prm.evaluation.decisions.decision_metrics`).
         floor_all_correct_step_acc, floor_all_correct_first_error_acc: "Every step correct".
         floor_outcome_step_acc, floor_outcome_first_error_acc: In hindsight, the
             outcome-aware rule (success: no error; failure: the last turn is the first error).
@@ -126,7 +126,7 @@ class CVReport:
 
 
 def floor_lines(report: dict[str, Any]) -> list[str]:
-    """The metrics of a :func:`prm.evaluation.metrics.floor_report` beside their floors, as text."""
+    """The metrics of a :func:`prm.evaluation.floors.floor_report` beside their floors, as text."""
 
     def f(x: Any) -> str:
         return "n/a" if x is None or x != x else f"{x:.3f}"
@@ -158,7 +158,7 @@ def _turn_table(examples: list[StepExample], fold: list[int]) -> pd.DataFrame:
     (``success``, NaN when unknown) and ``n_turns`` (for the outcome-aware floor)."""
     import numpy as np
 
-    from prm.neural.frozen import turn_rows
+    from prm.data.examples import turn_rows
 
     rows = turn_rows(examples)
     rows["fold"] = [k for e, k in zip(examples, fold, strict=True) for _ in range(e.n_steps)]
@@ -239,7 +239,8 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     import json
 
     from prm.data.examples import fold_of_tasks, load_step_examples
-    from prm.evaluation.metrics import decision_metrics, floor_report
+    from prm.evaluation.decisions import decision_metrics
+    from prm.evaluation.floors import floor_report
     from prm.kinds import resolve_options
     from recovery.store import open_store
 

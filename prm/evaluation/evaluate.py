@@ -3,7 +3,7 @@
 The metrics themselves are in :mod:`prm.evaluation.metrics`; this module scores the split once (every kind
 of model folder, structured included), joins the scores with the targets (and, on simulator
 runs, the ground truth) and builds the report, with the model's decisions beside the floors of
-its setting (:func:`prm.evaluation.metrics.floor_report`).
+its setting (:func:`prm.evaluation.floors.floor_report`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ class EvalReport:
         best_of_k: Rows of :func:`best_of_k`.
         ground_truth: :func:`ground_truth_aurocs` when the turns carry ``meta.true_error``.
         decisions: The ternary metrics of the model's decision rule
-            (:func:`prm.evaluation.metrics.decision_metrics`: ``step_acc``, ``first_error_acc`` and the
+            (:func:`prm.evaluation.decisions.decision_metrics`: ``step_acc``, ``first_error_acc`` and the
             two "every step correct" floors) and its ``error_threshold``.
-        floors: :func:`prm.evaluation.metrics.floor_report` on the same scores: ``setting``, the
+        floors: :func:`prm.evaluation.floors.floor_report` on the same scores: ``setting``, the
             decision metrics, the outcome-aware floor (hindsight), ``margins``, ``intervals``
             (the ``*_minus_floor*`` differences among them), ``verdict``.
     """
@@ -93,7 +93,7 @@ class EvalReport:
             f"{f(self.processbench.get('accuracy_error_free'))})",
         ]
         if self.decisions:
-            from prm.evaluation.metrics import threshold_words
+            from prm.evaluation.decisions import threshold_words
 
             d = self.decisions
             out.append(
@@ -213,9 +213,8 @@ def evaluate_model(
     import pandas as pd
 
     from prm.data.examples import TaskSplit, load_step_examples
-    from prm.evaluation.metrics import floor_report
+    from prm.evaluation.floors import decision_rows, floor_report
     from prm.kinds import check_setting_name, load_model
-    from prm.linear.structured import decision_rows
     from prm.spec import SPLIT_FILE, read_json
     from recovery.errors import InputProblem
 

@@ -107,7 +107,7 @@ class PRMKind:
     @property
     def decision_words(self) -> str:
         """How its decisions are made, as printed."""
-        from prm.evaluation.metrics import threshold_words
+        from prm.evaluation.decisions import threshold_words
 
         return threshold_words(self.error_threshold)
 

@@ -62,8 +62,8 @@ class StructuredKind(PRMKind):
     def fit(self, data: FitData) -> StructuredKind:
         """Fit on the train and validation tasks (its ``C`` and threshold are chosen by inner
         grouped folds, so validation tasks need not be held out)."""
+        from prm.data.examples import turn_rows
         from prm.linear.structured import StructuredStepModel
-        from prm.neural.frozen import turn_rows
 
         config, started = self.config, time.perf_counter()
         fit_examples = data.fitted("train", "validation")

@@ -98,7 +98,7 @@ def _inner_threshold(train: list[StepExample], seed: int) -> float:
     import pandas as pd
 
     from prm.data.examples import fold_of_tasks
-    from prm.evaluation.metrics import choose_error_threshold
+    from prm.evaluation.decisions import choose_error_threshold
     from prm.linear.baseline import TfidfStepBaseline, turn_frame
 
     if len({e.task_id for e in train}) < INNER_FOLDS:

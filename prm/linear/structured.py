@@ -13,9 +13,9 @@ training turns (:func:`nb_ratios`). A training turn's own scores come from ratio
 the other training tasks (cross-fitting), so the head learns how far the text can be trusted
 on tasks it has not seen. Its regularisation ``C`` and whether the text scores are used are
 chosen by grouped cross-validation over the training tasks (log loss), and its error
-threshold on the same held-out predictions (:func:`prm.evaluation.metrics.choose_error_threshold`). In
+threshold on the same held-out predictions (:func:`prm.evaluation.decisions.choose_error_threshold`). In
 hindsight those predictions also decide whether the last turn of a failed episode is called an
-error whatever its score (the outcome-aware rule's call, :data:`prm.evaluation.metrics.ALWAYS_ERROR`):
+error whatever its score (the outcome-aware rule's call, :data:`prm.evaluation.decisions.ALWAYS_ERROR`):
 where the outcome says more than the model learnt, the decisions fall back on the rule
 instead of below it. With a ternary head they also decide whether any step is called neutral
 (0) at all. Ties go to the floors' own decisions.
@@ -276,8 +276,8 @@ class StructuredStepModel:
                 call_failed_last: bool = False, call_neutral: bool = True) -> pd.DataFrame:
         """``traj_id, t, score`` and, ternary with ``call_neutral``, ``p_neutral`` (without it
         no decision calls a step 0); with ``call_failed_last`` also
-        :data:`prm.evaluation.metrics.ALWAYS_ERROR` (true on the last turn of a failed episode)."""
-        from prm.evaluation.metrics import ALWAYS_ERROR
+        :data:`prm.evaluation.decisions.ALWAYS_ERROR` (true on the last turn of a failed episode)."""
+        from prm.evaluation.decisions import ALWAYS_ERROR
 
         out = rows[["traj_id", "t"]].copy()
         if probs.ndim == 2:
@@ -325,7 +325,7 @@ class StructuredStepModel:
         import numpy as np
         import pandas as pd
 
-        from prm.evaluation.metrics import best_error_threshold
+        from prm.evaluation.decisions import best_error_threshold
 
         uses = (False,) if S is None or self.text == "off" else (
             (True,) if self.text == "on" else (False, True))
@@ -448,7 +448,7 @@ class StructuredStepModel:
 
     def score_steps(self, table: pd.DataFrame, *, counts: Any = None) -> pd.DataFrame:
         """``traj_id, t, score`` (P(not -1)); ternary, ``p_neutral`` when the model calls steps
-        neutral (``call_neutral_``); and :data:`prm.evaluation.metrics.ALWAYS_ERROR` when it calls the
+        neutral (``call_neutral_``); and :data:`prm.evaluation.decisions.ALWAYS_ERROR` when it calls the
         last turn of a failed episode an error whatever its score (hindsight,
         ``call_failed_last_``)."""
         return self._scored(table, self.predict_proba(table, counts=counts),
@@ -456,7 +456,7 @@ class StructuredStepModel:
 
     def decision_words(self) -> str:
         """How the model decides, as printed: its threshold, in words, and the rule's call."""
-        from prm.evaluation.metrics import threshold_words
+        from prm.evaluation.decisions import threshold_words
 
         words = threshold_words(self.error_threshold_)
         if self.call_failed_last_:
@@ -615,17 +615,3 @@ def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
         table = with_embeddings(table, con, echo=lambda *_: None)
     return model.score_steps(table)
 
-
-def decision_rows(examples: Sequence[StepExample], scores: pd.DataFrame) -> pd.DataFrame:
-    """Targets, tasks and outcomes of the examples' turns joined with their ``scores``: the
-    frame :func:`prm.evaluation.metrics.floor_report` reads."""
-    import numpy as np
-
-    from prm.neural.frozen import turn_rows
-
-    rows = turn_rows(examples)
-    lengths = [e.n_steps for e in examples]
-    rows["success"] = np.repeat([np.nan if e.success is None else float(e.success)
-                                 for e in examples], lengths)
-    rows["n_turns"] = np.repeat(lengths, lengths)
-    return rows.merge(scores, on=["traj_id", "t"], validate="one_to_one")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.data.examples import turn_rows
 from prm.data.labels import class_index
 from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
 from recovery.errors import InputProblem
@@ -138,7 +139,7 @@ class HeadFit:
             logits of -1, 0, +1).
         intercept: ``(outputs,)``.
         C: The chosen inverse regularisation strength.
-        error_threshold: The chosen error threshold (:func:`prm.evaluation.metrics.choose_error_threshold`).
+        error_threshold: The chosen error threshold (:func:`prm.evaluation.decisions.choose_error_threshold`).
     """
 
     coef: Any
@@ -222,7 +223,7 @@ def fit_head(
     import numpy as np
     from sklearn.model_selection import GroupKFold
 
-    from prm.evaluation.metrics import choose_error_threshold
+    from prm.evaluation.decisions import choose_error_threshold
 
     known = rows["target"].notna().to_numpy()
     rows, X = rows.loc[known].reset_index(drop=True), np.asarray(features, float)[known]
@@ -281,19 +282,6 @@ def fit_head(
     return HeadFit(coef=raw_coef, intercept=raw_intercept, C=float(best_C),
                    error_threshold=float(threshold))
 
-
-def turn_rows(examples: Sequence[StepExample]) -> pd.DataFrame:
-    """One row per turn of ``examples``: ``traj_id, t, task_id, target``, in example order."""
-    import numpy as np
-    import pandas as pd
-
-    lengths = [e.n_steps for e in examples]
-    return pd.DataFrame({
-        "traj_id": np.repeat([e.traj_id for e in examples], lengths),
-        "t": np.concatenate([np.arange(1, n + 1) for n in lengths] or [np.zeros(0, int)]),
-        "task_id": np.repeat([e.task_id for e in examples], lengths),
-        "target": np.array([x for e in examples for x in e.targets], dtype=float),
-    })
 
 
 def frozen_scorer(config: TrainConfig, spec: PRMSpec, echo: Callable[[str], Any]

@@ -162,7 +162,7 @@ def _log(path: Path, record: dict[str, Any]) -> None:
 
 def _save_model(out: Path, scorer: Any, tokenizer: Any, spec: PRMSpec, split: TaskSplit,
                 val_frame: pd.DataFrame | None) -> PRMSpec:
-    from prm.evaluation.metrics import choose_error_threshold
+    from prm.evaluation.decisions import choose_error_threshold
     from prm.neural.model import save_scorer
 
     if val_frame is not None and len(val_frame):

@@ -13,14 +13,13 @@ from click.testing import CliRunner
 
 from agent_recovery_cli.prm import main
 from prm.data.labels import ternary_classes
-from prm.evaluation.metrics import (
+from prm.evaluation.decisions import (
     choose_error_threshold,
     decision_intervals,
     decision_metrics,
-    paired_auroc_difference,
     predict_classes,
-    step_auroc,
 )
+from prm.evaluation.metrics import paired_auroc_difference, step_auroc
 
 
 def _reference(rows: list[tuple[str, int, float, float, float]], threshold: float) -> dict:
@@ -102,7 +101,7 @@ def test_the_threshold_is_cautious_without_signal_and_follows_a_real_one():
 def test_the_threshold_is_the_one_decision_metrics_scores_best(ternary):
     # The threshold search computes the two accuracies itself (faster); it must pick what
     # scanning the candidates with decision_metrics picks, ties to the higher threshold.
-    from prm.evaluation.metrics import ERROR_THRESHOLDS
+    from prm.evaluation.decisions import ERROR_THRESHOLDS
 
     rng = np.random.default_rng(3)
     for trial in range(20):
@@ -128,7 +127,7 @@ def test_the_threshold_is_the_one_decision_metrics_scores_best(ternary):
 
 
 def test_a_row_called_an_error_whatever_its_score_is_decided_minus_one():
-    from prm.evaluation.metrics import decision_frame
+    from prm.evaluation.decisions import decision_frame
 
     frame = pd.DataFrame({"traj_id": ["a", "a", "b"], "t": [1, 2, 1],
                           "target": [1.0, 0.0, 1.0], "score": [0.99, 0.99, 0.99],

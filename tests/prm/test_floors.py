@@ -23,7 +23,8 @@ def _frame() -> pd.DataFrame:
 
 
 def test_outcome_floor_by_hand():
-    from prm.evaluation.metrics import floor_report, outcome_floor_classes
+    from prm.data.labels import outcome_floor_classes
+    from prm.evaluation.floors import floor_report
 
     frame = _frame()
     assert list(outcome_floor_classes(frame)) == [1, 1, 1, -1, 1, 1, -1]
@@ -45,7 +46,7 @@ def test_outcome_floor_by_hand():
 
 
 def test_blind_has_no_outcome_floor_and_the_verdict_can_say_beats():
-    from prm.evaluation.metrics import floor_report
+    from prm.evaluation.floors import floor_report
 
     frame = pd.concat([_frame().assign(traj_id=lambda f, i=i: f["traj_id"] + str(i),
                                        task_id=lambda f, i=i: f["task_id"] + f"-{i}")
@@ -60,7 +61,7 @@ def test_blind_has_no_outcome_floor_and_the_verdict_can_say_beats():
 
 
 def test_floor_verdict_names_what_is_not_beaten():
-    from prm.evaluation.metrics import floor_verdict
+    from prm.evaluation.floors import floor_verdict
 
     good = [0.01, 0.1]
     intervals = {"step_acc_minus_floor": good, "first_error_acc_minus_floor": good,
@@ -106,7 +107,7 @@ def test_sklearn_cv_prints_progress(ternary_store):
 
 
 def test_a_threshold_that_never_calls_an_error_is_said_in_words():
-    from prm.evaluation.metrics import threshold_words
+    from prm.evaluation.decisions import threshold_words
     from prm.spec import NEVER_AN_ERROR
 
     assert threshold_words(0.7) == "error threshold 0.7"

@@ -399,8 +399,8 @@ def test_baseline_arrays_larger_than_the_vocabularies_are_not_read(store, tmp_pa
 
 def test_a_model_that_never_calls_an_error_loads(tmp_path: Path) -> None:
     """Validation may choose the threshold no probability reaches (the last of
-    prm.evaluation.metrics.ERROR_THRESHOLDS): such a folder must load; a threshold past it must not."""
-    from prm.evaluation.metrics import ERROR_THRESHOLDS
+    prm.evaluation.decisions.ERROR_THRESHOLDS): such a folder must load; a threshold past it must not."""
+    from prm.evaluation.decisions import ERROR_THRESHOLDS
     from prm.spec import PRMSpec, check_spec
 
     check_spec(PRMSpec(error_threshold=ERROR_THRESHOLDS[-1]), tmp_path)

@@ -14,9 +14,8 @@ from recovery.errors import InputProblem, UsageProblem
 
 
 def _fitted(ternary_store: Path, setting: str = "blind"):
-    from prm.data.examples import load_step_examples
+    from prm.data.examples import load_step_examples, turn_rows
     from prm.linear.structured import StructuredStepModel, feature_rows
-    from prm.neural.frozen import turn_rows
     from recovery.store import open_store
 
     store = open_store(ternary_store, read_only=True, must_exist=True)
@@ -256,9 +255,8 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
 
 
 def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, ternary_store):
-    from prm.data.examples import load_step_examples
+    from prm.data.examples import load_step_examples, turn_rows
     from prm.linear.structured import StructuredStepModel, feature_rows
-    from prm.neural.frozen import turn_rows
     from recovery.store import open_store
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")
