@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recovery.config import need, opt
 from recovery.formats import MAX_JSON_DEPTH
 from recovery.schema import (
     END_REASONS,
@@ -96,53 +97,40 @@ class FastIngest:
 
 
 
+@dataclass(frozen=True)
+class FastOptions:
+    """What the fast path is told of a canonical file, and how to store it."""
+
+    n_lines: int = need("Lines in the file; a different record count means blank lines, and "
+                        "then line numbers could not be kept, so the path declines.")
+    longest_line: int = need("Bytes of the longest line (the caller has checked it against "
+                             "the record size limit): DuckDB's read buffers hold one.")
+    default_run: str = need("Run label for records without one (the file's stem).")
+    success_threshold: float = need("``success`` is ``reward >= success_threshold`` when "
+                                    "absent.")
+    run_override: str | None = opt(None, "Run label replacing the records' own.")
+    mark: bool = opt(False, "Mark errors (explicit marks, labels, rules, repeats) and store "
+                            "the spells.")
+    rules: RuleSet | None = opt(None, "The rules for marking; None = the built-in rules.")
+
+
 def ingest_canonical(
-    con: duckdb.DuckDBPyConnection,
-    path: Path,
-    probe: SchemaProbe,
-    *,
-    n_lines: int,
-    default_run: str,
-    run_override: str | None,
-    success_threshold: float,
-    longest_line: int,
-    mark: bool = False,
-    rules: RuleSet | None = None,
+    con: duckdb.DuckDBPyConnection, path: Path, probe: SchemaProbe, options: FastOptions,
 ) -> FastIngest:
-    """Store a canonical JSONL file with DuckDB alone, or decline.
+    """Store the canonical JSONL file ``path`` (uncompressed) with DuckDB alone, or decline;
+    ``probe`` is its schema detection, started by the caller (who closes it) before the file
+    was hashed.
 
     Must run inside a transaction of its own: a check that fails midway raises
     :class:`Declined` after rows may have been written, and the caller then rolls back and
     reads the file with the Python reader.
-
-    Args:
-        con: The store.
-        path: The canonical JSONL file (uncompressed).
-        probe: The file's schema detection, started by the caller (who closes it) before the
-            file was hashed.
-        n_lines: Lines in the file; a different record count means blank lines, and then
-            line numbers could not be kept, so the path declines.
-        default_run: Run label for records without one (the file's stem).
-        run_override: Run label replacing the records' own.
-        success_threshold: ``success`` is ``reward >= success_threshold`` when absent.
-        longest_line: Bytes of the longest line (the caller has checked it against the record
-            size limit): DuckDB's read buffers hold one.
-        mark: Mark errors (explicit marks, labels, rules, repeats) and store the spells.
-        rules: The rules for marking; ``None`` = the built-in rules.
-
-    Returns:
-        What was stored.
 
     Raises:
         Declined: when the Python reader must handle the file.
     """
     try:
         with _declining():
-            return _ingest(
-                con, path, probe, n_lines=n_lines, default_run=default_run,
-                run_override=run_override, success_threshold=success_threshold,
-                longest_line=longest_line, mark=mark, rules=rules,
-            )
+            return _ingest(con, path, probe, options)
     finally:
         for table in _STAGE_TABLES:
             with suppress(Exception):  # after a failed statement the rollback drops them
@@ -209,23 +197,17 @@ _TURN_INVALID = f"""
 
 
 def _ingest(
-    con: duckdb.DuckDBPyConnection,
-    path: Path,
-    probe: SchemaProbe,
-    *,
-    n_lines: int,
-    default_run: str,
-    run_override: str | None,
-    success_threshold: float,
-    longest_line: int,
-    mark: bool,
-    rules: RuleSet | None,
+    con: duckdb.DuckDBPyConnection, path: Path, probe: SchemaProbe, options: FastOptions,
 ) -> FastIngest:
     """Ingest one canonical JSONL file with DuckDB's JSON reader, in SQL.
 
     Long because a sequence of SQL statements over the same staging tables (read, check, count,
     insert); they read best in the order they run.
     """
+    n_lines, longest_line = options.n_lines, options.longest_line
+    default_run = options.default_run
+    run_override, success_threshold = options.run_override, options.success_threshold
+    mark, rules = options.mark, options.rules
     if probe.duckdb_path is None:
         raise Declined("DuckDB cannot be given the file's name")
     # DuckDB reads this name as the one file (a file called x[12].jsonl is no pattern); the

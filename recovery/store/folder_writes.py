@@ -9,9 +9,11 @@ import os
 import shutil
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recovery.config import need
 from recovery.errors import InputProblem
 from recovery.store.folder_journal import commit, fsync_tree
 from recovery.store.folder_layout import writer_lock
@@ -224,7 +226,7 @@ def mark_folder(
             work.mkdir(parents=True)
             stage = _stage_connection(root, work, manifest)
             try:
-                if not _load_file(stage, root, sha, gen, parts, traj_ids,
+                if not _load_file(stage, root, _Committed(sha, gen, parts), traj_ids,
                                   scores=prm_model is not None):
                     continue
                 for kind, n in in_transaction(stage, lambda stage=stage: write_marks(
@@ -242,12 +244,23 @@ def mark_folder(
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+@dataclass(frozen=True)
+class _Committed:
+    """One ingested file as the manifest commits it."""
+
+    sha: str = need("The file's sha256.")
+    gen: int = need("Its generation.")
+    parts: Sequence[Part] = need("Its Parquet files.")
+
+
 def _load_file(
-    stage: duckdb.DuckDBPyConnection, root: Path, sha: str, gen: int, parts: Sequence[Part],
+    stage: duckdb.DuckDBPyConnection, root: Path, file: _Committed,
     traj_ids: Sequence[str] | None, *, scores: bool,
 ) -> bool:
-    """Copy one ingested file's committed rows from the store into the stage; ``False`` (and
-    nothing copied) when ``traj_ids`` are given and the file holds none of them."""
+    """Copy one ingested file's committed rows from the store into the stage (its step
+    scores too, with ``scores``); ``False`` (and nothing copied) when ``traj_ids`` are given
+    and the file holds none of them."""
+    sha, gen, parts = file.sha, file.gen, file.parts
     for table in ("ingests", *DATA_TABLES):
         files = [(part, sha, gen) for part in parts if part.table == table]
         if files:

@@ -330,7 +330,7 @@ def ingest_into(
         )
     probe = _start_probe(con, path, fmt, options)
     try:
-        return _ingest_file(con, path, fmt, folder, options, probe, seen_in or con)
+        return _ingest_file(con, path, fmt, options, probe, seen_in or con)
     finally:
         if probe is not None:
             probe.close()
@@ -363,13 +363,14 @@ def _ingest_file(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     fmt: str,
-    folder: bool,
     options: IngestOptions,
     probe: SchemaProbe | None,
     seen_in: duckdb.DuckDBPyConnection,
 ) -> IngestResult:
+    """Hash the file (or folder) ``path`` of format ``fmt``, skip it when ``seen_in`` has its
+    sha256, else store it in a transaction of its own (the fast path first, when ``probe``)."""
     try:
-        digest = directory_digest(path) if folder else file_digest(path)
+        digest = directory_digest(path) if get_reader(fmt).directory else file_digest(path)
     except OSError as err:
         raise IngestError(f"{err.filename or path}: cannot read: {err.strerror or err}") from None
     sha = digest.sha256
@@ -428,20 +429,17 @@ def _ingest_canonical_fast(
 ) -> FastIngest:
     """DuckDB-native ingest of a plainly valid canonical file (raises Declined otherwise)."""
     from recovery.formats import stem
-    from recovery.store.fast_canonical import ingest_canonical
+    from recovery.store.fast_canonical import FastOptions, ingest_canonical
 
-    return ingest_canonical(
-        con,
-        path,
-        probe,
+    return ingest_canonical(con, path, probe, FastOptions(
         n_lines=digest.n_lines,
-        default_run=stem(path),
-        run_override=options.run,
-        success_threshold=options.success_threshold,
         longest_line=digest.longest_line,
+        default_run=stem(path),
+        success_threshold=options.success_threshold,
+        run_override=options.run,
         mark=options.mark,
         rules=options.rules,
-    )
+    ))
 
 
 def store_trajectories(
