@@ -255,7 +255,7 @@ def _success_rate(u: _Units, frame: pd.DataFrame, unit: np.ndarray,
 
 
 def _answers(actions: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Each action's answer (:func:`prm.data.features.normalise_answer`) as a code, and the
+    """Each action's answer (:func:`normalise_answer`) as a code, and the
     distinct answers; each distinct action is normalised once."""
     import numpy as np
     import pandas as pd

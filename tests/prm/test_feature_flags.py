@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prm.data.features import _flags
+from prm.data.families import _flags
 
 
 @pytest.mark.parametrize("column", [

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from prm.data import families
 from prm.data import features as F
 
 
@@ -39,13 +40,13 @@ def col(frame: pd.DataFrame, family, name: str, setting: str = "blind") -> list[
 
 def test_position_blind_knows_no_turns_left():
     frame = frame_of(ONE)
-    blind = F.position_features(frame, "blind")
+    blind = families.position_features(frame, "blind")
     assert list(blind)[:3] == ["position", "log_t", "first"]
     assert not any(name.startswith(("left_", "turns_left", "fraction")) for name in blind)
     assert list(blind["position"]) == [1, 2, 3, 4]
     assert list(blind["first"]) == [1, 0, 0, 0]
     assert list(blind["pos_2"]) == [0, 1, 0, 0] and list(blind["pos_4"]) == [0, 0, 0, 1]
-    hind = F.position_features(frame, "hindsight")
+    hind = families.position_features(frame, "hindsight")
     assert list(hind["turns_left"]) == [3, 2, 1, 0]
     assert list(hind["fraction"]) == [0.25, 0.5, 0.75, 1.0]
     assert list(hind["left_0"]) == [0, 0, 0, 1] and list(hind["left_3"]) == [1, 0, 0, 0]
@@ -53,7 +54,7 @@ def test_position_blind_knows_no_turns_left():
 
 def test_position_buckets_cover_every_position_once():
     t = np.array([1, 5, 6, 8, 9, 16, 17, 32, 33, 200], float)
-    buckets = F._buckets(t, "pos", F.POSITION_EDGES)
+    buckets = families._buckets(t, "pos", families.POSITION_EDGES)
     assert list(buckets)[5:] == ["pos_6_8", "pos_9_16", "pos_17_32", "pos_33_up"]
     assert (sum(buckets.values()) == 1).all()
     assert list(buckets["pos_6_8"]) == [0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
@@ -63,17 +64,17 @@ def test_position_buckets_cover_every_position_once():
 def test_speaker_features_hash_the_name_and_count_its_turns():
     frame = frame_of({"a": [("x", ""), ("y", ""), ("z", ""), ("w", "")]})
     frame["speaker"] = ["Planner", "Coder (thought)", "planner ", ""]
-    out = F.speaker_features(frame, "blind")
+    out = families.speaker_features(frame, "blind")
     import zlib
-    bucket = zlib.crc32(b"planner") % F.SPEAKER_BUCKETS
+    bucket = zlib.crc32(b"planner") % families.SPEAKER_BUCKETS
     assert list(out[f"speaker_{bucket}"])[:1] == [1] and out[f"speaker_{bucket}"][2] == 1
-    assert sum(out[f"speaker_{b}"][3] for b in range(F.SPEAKER_BUCKETS)) == 0  # unnamed
+    assert sum(out[f"speaker_{b}"][3] for b in range(families.SPEAKER_BUCKETS)) == 0  # unnamed
     assert list(out["speaker_known"]) == [1, 1, 1, 0]
     assert list(out["speaker_changed"]) == [0, 1, 1, 0]
     assert list(out["speaker_new"]) == [1, 1, 0, 0]
     assert out["log_speaker_turns"][2] == pytest.approx(math.log1p(2))
     # A frame without speakers (single-agent formats): constant, so neutral.
-    plain = F.speaker_features(frame_of(ONE), "blind")
+    plain = families.speaker_features(frame_of(ONE), "blind")
     assert all((v == 0).all() for v in plain.values())
 
 
@@ -87,7 +88,7 @@ def test_turn_texts_are_the_turn_and_the_one_before():
 
 def test_turn_kind_and_spells():
     frame = frame_of(ONE, errors={("a", 2): "tool_error", ("a", 3): None}, success={"a": True})
-    out = F.turn_kind_features(frame, "blind")
+    out = families.turn_kind_features(frame, "blind")
     assert list(out["tool_call"]) == [1, 1, 1, 0]
     assert list(out["message"]) == [0, 0, 0, 1]
     assert list(out["error_mark"]) == [0, 1, 0, 0]
@@ -102,7 +103,7 @@ def test_code_block_and_the_first_one():
                             ("exitcode: 0", ""), (f"{fence}\nx = 2\n{fence}", ""),
                             ("inline ``` is not a fence", "")],
                       "b": [("~~~\ny\n~~~", "")]})
-    out = F.turn_kind_features(frame, "blind")
+    out = families.turn_kind_features(frame, "blind")
     assert list(out["code_block"]) == [0, 1, 0, 1, 0, 1]
     assert list(out["first_code_block"]) == [0, 1, 0, 0, 0, 1]
 
@@ -111,15 +112,15 @@ def test_a_mark_on_the_success_turn_is_in_no_spell_in_hindsight_only():
     frame = frame_of({"a": [("x()", "ok"), ("y()", "ok")]}, errors={("a", 2): "odd"},
                      success={"a": True})
     # Hindsight follows the one rule: the success turn of a success starts no spell.
-    assert col(frame, F.turn_kind_features, "in_spell", "hindsight") == [0, 0]
+    assert col(frame, families.turn_kind_features, "in_spell", "hindsight") == [0, 0]
     # Blind cannot know the episode succeeded there: the mark counts.
-    assert col(frame, F.turn_kind_features, "in_spell", "blind") == [0, 1]
+    assert col(frame, families.turn_kind_features, "in_spell", "blind") == [0, 1]
 
 
 def test_spell_age_and_turns_since_error():
     trajs = {"a": [(f"f({i})", "x") for i in range(5)]}
     frame = frame_of(trajs, errors={("a", 2): "e", ("a", 3): "e"})
-    out = F.spell_age_features(frame, "blind")
+    out = families.spell_age_features(frame, "blind")
     assert list(out["spell_age"]) == [0, 1, 2, 0, 0]
     since = list(out["turns_since_error"])
     assert math.isnan(since[0]) and math.isnan(since[1])
@@ -129,7 +130,7 @@ def test_spell_age_and_turns_since_error():
 def test_repeats_are_normalised_and_only_look_back():
     trajs = {"a": [("Search(q='X')", "same"), ("search(q='x')  ", "SAME"), ("other()", ""),
                    ("search(q='x')", "")]}
-    out = F.repeat_features(frame_of(trajs), "blind")
+    out = families.repeat_features(frame_of(trajs), "blind")
     assert list(out["action_repeat"]) == [0, 1, 0, 1]
     assert list(out["action_same_as_prev"]) == [0, 1, 0, 0]
     assert list(out["observation_repeat"]) == [0, 1, 0, 0]  # empty observations never count
@@ -139,7 +140,7 @@ def test_repeats_are_normalised_and_only_look_back():
 def test_observation_features():
     trajs = {"a": [("f()", ""), ("f()", "ok"), ("f()", "Error: not enough seats"),
                    ("f()", "a long and perfectly normal result text")]}
-    out = F.observation_features(frame_of(trajs), "blind")
+    out = families.observation_features(frame_of(trajs), "blind")
     assert list(out["observation_empty"]) == [1, 0, 0, 0]
     assert list(out["observation_short"]) == [0, 1, 0, 0]
     assert list(out["observation_error"]) == [0, 0, 1, 0]
@@ -148,20 +149,20 @@ def test_observation_features():
 
 def test_tool_calls_lengths_and_hedges():
     frame = frame_of(ONE)
-    assert col(frame, F.tool_count_features, "tool_calls_so_far") == [1, 2, 3, 3]
-    lengths = F.length_features(frame, "blind")
+    assert col(frame, families.tool_count_features, "tool_calls_so_far") == [1, 2, 3, 3]
+    lengths = families.length_features(frame, "blind")
     assert lengths["log_answer_chars"][3] == pytest.approx(math.log1p(len("The answer is Paris")))
     assert list(lengths["log_answer_chars"][:3]) == [0, 0, 0]
     assert lengths["log_action_words"][3] == pytest.approx(math.log1p(4))
     hedged = frame_of({"a": [("Maybe it is X, I think; sorry", ""), ("maybelline()", "")]})
-    assert col(hedged, F.hedging_features, "hedges") == [3, 0]  # whole words only
-    assert col(hedged, F.hedging_features, "has_hedge") == [1, 0]
+    assert col(hedged, families.hedging_features, "hedges") == [3, 0]  # whole words only
+    assert col(hedged, families.hedging_features, "has_hedge") == [1, 0]
 
 
 def test_episode_end_is_hindsight_only():
     frame = frame_of(ONE, success={"a": False})
-    assert F.episode_end_features(frame, "blind") == {}
-    out = F.episode_end_features(frame, "hindsight")
+    assert families.episode_end_features(frame, "blind") == {}
+    out = families.episode_end_features(frame, "hindsight")
     assert list(out["last"]) == [0, 0, 0, 1]
     assert list(out["final_answer"]) == [0, 0, 0, 1]
     assert list(out["failed_last"]) == [0, 0, 0, 1]
