@@ -57,13 +57,6 @@ def opt(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def need(help: str) -> Any:
-    """A dataclass field without a default, carrying its ``help`` text as :func:`opt` does
-    (for an options dataclass of the library that the command line does not build)."""
-    return dataclasses.field(metadata={"help": help, "flag": None, "short": None,
-                                       "choices": None, "argument": False, "required": True})
-
-
 def check_choices(config: Any) -> None:
     """Refuse a value outside an option's ``choices`` (each item, for a list), as the command
     line does, so that a config made in Python is held to the same values.

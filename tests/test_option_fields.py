@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from recovery.config import need, opt
+from recovery.config import opt
+from recovery.config_need import need
 
 
 @dataclasses.dataclass(frozen=True)

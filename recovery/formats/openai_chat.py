@@ -11,19 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recovery.config import need, opt
+from recovery.config import opt
+from recovery.config_need import need
+from recovery.fields import coerce_meta, coerce_optional_float, coerce_optional_int, coerce_task_id
 from recovery.formats._chat import read_records, split_turns, task_id_from_prompt
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, stem
-from recovery.schema import (
-    RecordError,
-    Trajectory,
-    coerce_meta,
-    coerce_optional_float,
-    coerce_optional_int,
-    coerce_task_id,
-    derive_success,
-)
+from recovery.schema import RecordError, Trajectory, derive_success
 
 KNOWN_KEYS = frozenset({"messages", "task_id", "sample", "reward", "success", "run", "budget", "meta"})
 
