@@ -14,7 +14,7 @@ probability ``ci`` (asymptotically), so "the band excludes 0 from T = 60 on" sta
 although many ``T`` were looked at; a pointwise interval at each ``T`` would not.
 
 Example:
-    >>> diff = budget_difference(trajectories_frame(con), "base", "rl")
+    >>> diff = budget_difference(trajectories_frame(con), "base", "rl", BandOptions(n_boot=500))
     >>> print(shape_text(budget_shape(diff)))
 """
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from analyses.passkt import task_counts
 from analyses.tgrid import ts_up_to
+from recovery.config import opt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -166,32 +167,24 @@ def success_curves(traj: pd.DataFrame, t_max: int | None = None) -> list[BudgetC
     return curves
 
 
+@dataclass(frozen=True)
+class BandOptions:
+    """The budgets and the band of :func:`budget_difference`."""
+
+    t_max: int | None = opt(None, "The largest budget (a T by analyses.tgrid); None = the "
+                                  "largest turn count of the two runs.")
+    n_boot: int = opt(200, "Bootstrap replicates of the shared tasks (0 = no band).")
+    ci: float = opt(0.95, "Coverage of the band over the whole curve.")
+    seed: int = opt(0, "Seed; the draws depend only on it and the two run names.")
+
+
 def budget_difference(
-    traj: pd.DataFrame,
-    baseline: str,
-    candidate: str,
-    *,
-    t_max: int | None = None,
-    n_boot: int = 200,
-    ci: float = 0.95,
-    seed: int = 0,
+    traj: pd.DataFrame, baseline: str, candidate: str, options: BandOptions = BandOptions(),
 ) -> BudgetDifference:
-    """D(T) = S_B(T) - S_A(T) at every T from 1 to ``t_max``, with a simultaneous band.
-
-    Args:
-        traj: Trajectories frame with both runs (others are ignored).
-        baseline: Run A.
-        candidate: Run B.
-        t_max: The largest budget (a T by :mod:`analyses.tgrid`); default the largest turn
-            count of the two runs.
-        n_boot: Bootstrap replicates of the shared tasks (0 = no band).
-        ci: Coverage of the band over the whole curve.
-        seed: Seed; the draws depend only on it and the two run names.
-
-    Returns:
-        The difference at every budget; ``value`` is NaN everywhere when the runs share no
-        task (``n_tasks`` 0).
-    """
+    """D(T) = S_B(T) - S_A(T) (B = ``candidate``, A = ``baseline``; other runs of ``traj``
+    are ignored) at every T from 1 to ``t_max``, with a simultaneous band; ``value`` is NaN
+    everywhere when the runs share no task (``n_tasks`` 0)."""
+    t_max, n_boot, ci, seed = options.t_max, options.n_boot, options.ci, options.seed
     if not 0.0 < ci < 1.0:
         raise ValueError(f"ci must lie in (0, 1), got {ci}")
     pair = traj[traj["run"].isin([baseline, candidate])]

@@ -10,7 +10,7 @@ run's model ``S(T)`` beside its empirical one.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +21,7 @@ from analyses.hazards import N_COUNTS, event_counts, rates_from_counts, turn_tab
 from analyses.passkt import task_counts
 from analyses.strata import check_strata_by, key_counts, strata_weights
 from analyses.tgrid import normalise_ts
+from recovery.config import opt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +42,47 @@ _PROGRESS_STEPS = 20
 # The engine shared by decompose and model_fit
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """How the two-clock model is fitted (:func:`model_fit`, and both runs of
+    :func:`decompose`)."""
+
+    strata: int = opt(5, "Number of task difficulty strata (1 = pooled).")
+    mode: str = opt(
+        "truncation", "'truncation': cut each trajectory at T, the hazards fitted once on "
+        "everything; 'budgeted': at each T only the trajectories run with budget == T.")
+    min_at_risk: int = opt(30, "Bin size of the hazards (turns at risk per bin).")
+    strata_folds: int = opt(
+        1, "1 = each task's stratum from its difficulty key over all its trajectories; m > 1 "
+        "= cross-fitted strata: the trajectories with sample % m == f are stratified by their "
+        "task's key over the other folds, so a trajectory's own outcome never picks its "
+        "stratum (this removes a selection bias that in-sample strata put on single_step).")
+    strata_by: str = opt(
+        "clean_success", "The difficulty key that orders tasks into strata (task_strata): "
+        "'clean_success' (successes per clean turn) or 'success' (the success rate).")
+
+
+@dataclass(frozen=True)
+class DecomposeOptions(FitOptions):
+    """The fit of :class:`FitOptions` and the task bootstrap of :func:`decompose`."""
+
+    n_boot: int = opt(200, "Bootstrap resamples of tasks (0 = no intervals).")
+    seed: int = opt(0, "Seed of the bootstrap.")
+    ci: float = opt(0.95, "Central coverage of the bootstrap intervals.")
+    progress: Callable[[int, int], None] | None = opt(
+        None, "Called as progress(done, total) while the bootstrap runs: total is the number "
+        "of resamples to compute (n_boot, times the number of budgets in budgeted mode), done "
+        "how many are finished; done = 0 before the first and done = total at the end (also "
+        "when n_boot = 0), about 20 steps per budget group in between, never decreasing. "
+        "None: no calls.")
+
+
+def _without_bootstrap(options: FitOptions) -> DecomposeOptions:
+    """The engine's options for a fit alone (no resamples)."""
+    fit = {f.name: getattr(options, f.name) for f in fields(FitOptions)}
+    return DecomposeOptions(**fit, n_boot=0, seed=0)
+
+
 @dataclass(slots=True)
 class _EngineResult:
     empirical: np.ndarray   # (R, n_runs, n_t)
@@ -53,25 +95,22 @@ def _engine(
     flags: pd.DataFrame,
     runs: Sequence[str],
     ts: Sequence[int | None],
-    strata: int,
-    n_boot: int,
-    seed: int,
-    min_at_risk: int,
+    options: DecomposeOptions,
     combos: bool,
-    folds: int = 1,
-    strata_by: str = "clean_success",
-    progress: Callable[[int, int], None] | None = None,
 ) -> _EngineResult:
-    """Empirical and model S(T) per run (and per cross combination) on the point estimate and
-    ``n_boot`` task bootstrap resamples (row 0 = point estimate).
+    """Empirical and model S(T) per run (and, with ``combos``, per cross combination) on the
+    point estimate and ``options.n_boot`` task bootstrap resamples (row 0 = point estimate).
 
-    ``progress(done, n_boot)`` is called with 0 first and then after each chunk of replicates,
-    ``done`` counting the bootstrap resamples whose model is computed.
+    ``options.progress(done, n_boot)`` is called with 0 first and then after each chunk of
+    replicates, ``done`` counting the bootstrap resamples whose model is computed.
 
     Long because the point estimate and every bootstrap replicate go through one vectorised
     computation over (replicate, run, fold, task) arrays made in its first half and used in its
     second; split, a dozen arrays would pass between the parts.
     """
+    strata, n_boot, seed = options.strata, options.n_boot, options.seed
+    min_at_risk, folds, strata_by = options.min_at_risk, options.strata_folds, options.strata_by
+    progress = options.progress
     import pandas as pd
 
     traj = traj[is_in(traj["run"], list(runs))].reset_index(drop=True)
@@ -244,60 +283,21 @@ def decompose(
     baseline: str,
     candidate: str,
     ts: Sequence[int | None],
-    strata: int = 5,
-    n_boot: int = 200,
-    seed: int = 0,
-    *,
-    mode: str = "truncation",
-    min_at_risk: int = 30,
-    ci: float = 0.95,
-    strata_folds: int = 1,
-    strata_by: str = "clean_success",
-    progress: Callable[[int, int], None] | None = None,
+    options: DecomposeOptions = DecomposeOptions(),
 ) -> pd.DataFrame:
-    """The gain of ``candidate`` over ``baseline`` per turn budget, split into single-step
-    quality and recovery, over the tasks both runs have (in budgeted mode, at that budget):
-    paired, so ``delta`` at T is the budget curve's and the difference surface's K = 1 value.
-
-    Long because the docstring documents fourteen arguments and the output's columns; the body
-    is 28 lines.
-
-    Args:
-        traj: Trajectories frame (both runs; other runs are ignored).
-        flags: Turn flags frame.
-        baseline: Run A.
-        candidate: Run B.
-        ts: Turn budgets T; ``None`` means no turn limit (the longest trajectory in truncation
-            mode).
-        strata: Number of task difficulty strata (1 = pooled).
-        n_boot: Bootstrap resamples of tasks (0 = no intervals).
-        seed: Seed of the bootstrap.
-        mode: ``"truncation"`` (cut each trajectory at T; hazards fitted once on everything) or
-            ``"budgeted"`` (at each T, only the trajectories run with ``budget == T``).
-        min_at_risk: Bin size of the hazards.
-        ci: Central coverage of the bootstrap intervals.
-        strata_folds: 1 (default) = each task's stratum from its difficulty key over all its
-            trajectories. ``m > 1`` = cross-fitted strata: the trajectories with
-            ``sample % m == f`` are stratified by their task's key over the other
-            folds, so a trajectory's own outcome never picks its stratum (this removes a
-            selection bias that in-sample strata put on ``single_step``; see
-            :func:`task_strata`).
-        strata_by: The difficulty key that orders tasks into strata (see
-            :func:`task_strata`): ``"clean_success"`` (default) or ``"success"``.
-        progress: Called as ``progress(done, total)`` while the bootstrap runs, for a progress
-            display: ``total`` is the number of bootstrap resamples to compute (``n_boot``, times
-            the number of budgets in budgeted mode) and ``done`` how many are finished. It is
-            called with ``done = 0`` before the first and with ``done = total`` at the end (also
-            when ``n_boot = 0``), and in about 20 steps per budget group in between; ``done``
-            never decreases. ``None`` (default): no calls.
+    """The gain of ``candidate`` over ``baseline`` per turn budget in ``ts`` (``None`` = no
+    limit), split into single-step quality and recovery, over the tasks both runs have (in
+    budgeted mode, at that budget): paired, so ``delta`` at T is the budget curve's and the
+    difference surface's K = 1 value.
 
     Returns:
-        One row per T (``n_tasks``: the shared tasks): ``t, n_tasks, empirical_baseline, empirical_candidate, model_baseline,
-        model_candidate, delta, model_delta, single_step, recovery, residual`` and
-        ``<component>_lo``/``<component>_hi`` for each of :data:`COMPONENTS`. ``delta`` is the
-        empirical change, ``residual = delta - model_delta``, and
-        ``single_step + recovery == model_delta`` exactly.
+        One row per T (``n_tasks``: the shared tasks): ``t, n_tasks, empirical_baseline,
+        empirical_candidate, model_baseline, model_candidate, delta, model_delta, single_step,
+        recovery, residual`` and ``<component>_lo``/``<component>_hi`` for each of
+        :data:`COMPONENTS`. ``delta`` is the empirical change, ``residual = delta -
+        model_delta``, and ``single_step + recovery == model_delta`` exactly.
     """
+    mode, strata_by, progress = options.mode, options.strata_by, options.progress
     import pandas as pd
 
     check_mode(mode)
@@ -312,16 +312,14 @@ def decompose(
     runs = [baseline, candidate]
     groups = [(group_ts, shared_tasks_only(group_traj, baseline, candidate))
               for group_ts, group_traj in mode_groups(traj, ts, mode)]
-    n_boot = max(int(n_boot), 0)
+    n_boot = max(int(options.n_boot), 0)
     total = len(groups) * n_boot
     frames = []
     for g, (group_ts, group_traj) in enumerate(groups):
         step = None if progress is None else _group_progress(progress, g * n_boot, total)
-        res = _engine(
-            group_traj, flags, runs, group_ts, strata, n_boot, seed, min_at_risk, True,
-            strata_folds, strata_by, step,
-        )
-        frames.append(_decomposition_rows(res, group_ts, ci))
+        res = _engine(group_traj, flags, runs, group_ts,
+                      replace(options, n_boot=n_boot, progress=step), True)
+        frames.append(_decomposition_rows(res, group_ts, options.ci))
     if progress is not None:
         progress(total, total)
     out = pd.concat(frames, ignore_index=True)
@@ -391,31 +389,11 @@ def model_fit(
     flags: pd.DataFrame,
     run: str,
     ts: Sequence[int | None],
-    strata: int = 5,
-    *,
-    mode: str = "truncation",
-    min_at_risk: int = 30,
-    strata_folds: int = 1,
-    strata_by: str = "clean_success",
+    options: FitOptions = FitOptions(),
 ) -> pd.DataFrame:
-    """A run's model ``S(T)`` beside its empirical ``S(T)`` (how well the model fits).
-
-    Strata come from the run's own trajectories.
-
-    Args:
-        traj: Trajectories frame.
-        flags: Turn flags frame.
-        run: The run.
-        ts: Turn budgets (``None`` = no limit).
-        strata: Number of task strata.
-        mode: ``"truncation"`` or ``"budgeted"`` (see :func:`decompose`).
-        min_at_risk: Bin size of the hazards.
-        strata_folds: Cross-fitted strata when > 1 (see :func:`decompose`).
-        strata_by: The difficulty key of the strata (see :func:`task_strata`).
-
-    Returns:
-        Frame ``t, empirical, model``.
-    """
+    """A run's model ``S(T)`` beside its empirical ``S(T)`` (how well the model fits), as a
+    frame ``t, empirical, model``; strata come from the run's own trajectories."""
+    mode, strata_by = options.mode, options.strata_by
     import pandas as pd
 
     check_mode(mode)
@@ -425,10 +403,7 @@ def model_fit(
         raise ValueError(f"run {run!r} not found")
     rows = []
     for group_ts, group_traj in mode_groups(traj, ts, mode):
-        res = _engine(
-            group_traj, flags, [run], group_ts, strata, 0, 0, min_at_risk, False, strata_folds,
-            strata_by,
-        )
+        res = _engine(group_traj, flags, [run], group_ts, _without_bootstrap(options), False)
         for j, t in enumerate(group_ts):
             rows.append({"t": t, "empirical": res.empirical[0, 0, j], "model": res.model[0, 0, 0, j]})
     out = pd.DataFrame(rows, columns=["t", "empirical", "model"])

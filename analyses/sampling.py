@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analyses.hazards import Hazards
+from recovery.config import opt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -15,36 +17,33 @@ if TYPE_CHECKING:
 # Sampling from the model (for tests, benchmarks and demos)
 
 
+@dataclass(frozen=True)
+class DrawLabels:
+    """How :func:`sample_two_clock` labels the trajectories it draws."""
+
+    run: str = opt("sim", "Run label of the trajectories.")
+    task_id: str = opt("task", "Task id of the trajectories.")
+    record_budget: bool = opt(True, "Write ``budget`` into the frame (else NA: unknown budget).")
+
+
 def sample_two_clock(
     single: Hazards,
     recovery: Hazards,
     n: int,
     budget: int,
     seed: int = 0,
-    *,
-    run: str = "sim",
-    task_id: str = "task",
-    record_budget: bool = True,
+    labels: DrawLabels = DrawLabels(),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Draw trajectories from the two-clock process (vectorised over trajectories).
+    """Draw ``n`` trajectories from the two-clock process (``h, s, f`` from ``single``,
+    ``rho, phi`` from ``recovery``), as the ``(trajectories, turn flags)`` frames
+    :mod:`analyses.frames` builds.
 
     Same event order as :func:`model_success`; episodes still going at ``budget`` turns end as
     failures with ``n_turns = budget``.
-
-    Args:
-        single: Hazards giving ``h, s, f``.
-        recovery: Hazards giving ``rho, phi``.
-        n: Number of trajectories.
-        budget: Turn budget.
-        seed: Random seed.
-        run: Run label of the trajectories.
-        task_id: Task id of the trajectories.
-        record_budget: Write ``budget`` into the frame (else ``NA``: unknown budget).
-
-    Returns:
-        ``(trajectories frame, turn flags frame)`` as :mod:`analyses.frames` builds them.
     """
     import pandas as pd
+
+    run, task_id, record_budget = labels.run, labels.task_id, labels.record_budget
 
     rng = np.random.default_rng(seed)
     size = budget + 2

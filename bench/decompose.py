@@ -67,7 +67,7 @@ if str(ROOT) not in sys.path:  # run as a script: the project's packages come fr
     sys.path.insert(0, str(ROOT))
 
 from analyses.hazards import Hazards  # noqa: E402
-from analyses.sampling import sample_two_clock  # noqa: E402
+from analyses.sampling import DrawLabels, sample_two_clock  # noqa: E402
 
 N_TASKS = 100
 N_SAMPLES = 6
@@ -89,8 +89,8 @@ def make_runs(t_max: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
             hz = Hazards.constant(h=0.12 * scale, s=success_hazard[task], f=0.005 * scale,
                                   rho=rho, phi=0.06)
             parts.append(
-                sample_two_clock(hz, hz, N_SAMPLES, t_max, seed=int(rng.integers(1 << 31)),
-                                 run=run, task_id=f"task{task:05d}")
+                sample_two_clock(hz, hz, N_SAMPLES, t_max, int(rng.integers(1 << 31)),
+                                 DrawLabels(run=run, task_id=f"task{task:05d}"))
             )
     traj = pd.concat([p[0] for p in parts], ignore_index=True)
     flags = pd.concat([p[1] for p in parts], ignore_index=True)
@@ -118,7 +118,8 @@ def measure_decompose(
     walls, cpus = [], []
     for _ in range(max(repeat, 1)):
         wall, cpu = time.perf_counter(), time.process_time()
-        dec.decompose(traj, flags, "base", "rl", ts, strata=strata, n_boot=n_boot, seed=0)
+        dec.decompose(traj, flags, "base", "rl", ts,
+                      dec.DecomposeOptions(strata=strata, n_boot=n_boot, seed=0))
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return {

@@ -40,7 +40,7 @@ def agent_key(name: object) -> str:
 
 def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Per message the hindsight features; per run its decisive step and agent."""
-    from prm.linear.structured import feature_rows
+    from prm.linear.structured_rows import feature_rows
     from recovery.formats.base import ReadOptions
     from recovery.formats.whowhen import read
     from recovery.store import open_store

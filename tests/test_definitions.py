@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.decompose import decompose, model_fit
+from analyses.decompose import DecomposeOptions, FitOptions, decompose, model_fit
 from analyses.descriptive import descriptive, latency_distribution, spell_stats
 from analyses.frames import spells_frame, success_turns, trajectories_frame, turn_flags_frame
 from analyses.passkt import pass_at_kt
@@ -229,7 +229,7 @@ def test_empirical_success_is_task_weighted_everywhere() -> None:
     assert want[("A", None)] == pytest.approx((1 + 0.5 + 0) / 3)
     assert want[("A", None)] != pytest.approx(traj[traj.run == "A"]["success"].mean())
     for run in ("A", "B"):
-        fit = model_fit(traj, flags, run, ts, strata=1)
+        fit = model_fit(traj, flags, run, ts, FitOptions(strata=1))
         assert fit["empirical"].tolist() == pytest.approx([want[(run, t)] for t in ts])
         desc = descriptive(traj, flags, [2, 3, 4], mode="truncation")
         got = desc[desc["run"] == run]["success"].tolist()
@@ -238,7 +238,7 @@ def test_empirical_success_is_task_weighted_everywhere() -> None:
         for row in desc[desc["run"] == run].itertuples():
             parts = [(1 - row.e) * row.c if row.e < 1 else 0.0, row.e * row.r if row.e else 0.0]
             assert sum(parts) == pytest.approx(row.success)
-    out = decompose(traj, flags, "A", "B", ts, strata=1, n_boot=0)
+    out = decompose(traj, flags, "A", "B", ts, DecomposeOptions(strata=1, n_boot=0))
     assert out["empirical_baseline"].tolist() == pytest.approx([want[("A", t)] for t in ts])
     assert out["delta"].tolist() == pytest.approx(
         [want[("B", t)] - want[("A", t)] for t in ts])
@@ -293,9 +293,9 @@ def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
 def test_task_counts_are_the_one_count_of_every_consumer() -> None:
     """Unequal samples per task: Pass@(1,T), the difference surface, the budget curves and the
     decomposition's empirical S(T) all come from analyses.passkt.task_counts."""
-    from analyses.budget import budget_difference, success_curves
+    from analyses.budget import BandOptions, budget_difference, success_curves
     from analyses.passkt import task_counts
-    from analyses.report.surface import pass_difference
+    from analyses.report.surface import DifferenceOptions, pass_difference
 
     traj, flags = unequal()
     ts = [1, 2, 3, 4]
@@ -308,11 +308,11 @@ def test_task_counts_are_the_one_count_of_every_consumer() -> None:
         assert grid["value"].tolist() == pytest.approx(s[run].tolist())
         curve = next(c for c in success_curves(traj, t_max=4) if c.run == run)
         assert curve.value == pytest.approx(s[run].tolist())
-    cells = pass_difference(traj, "A", "B", [1], ts, n_boot=0)
+    cells = pass_difference(traj, "A", "B", [1], ts, DifferenceOptions(n_boot=0))
     assert [c.value for c in cells] == pytest.approx((s["B"] - s["A"]).tolist())
-    assert budget_difference(traj, "A", "B", t_max=4, n_boot=0).value == pytest.approx(
+    assert budget_difference(traj, "A", "B", BandOptions(t_max=4, n_boot=0)).value == pytest.approx(
         (s["B"] - s["A"]).tolist())
-    out = decompose(traj, flags, "A", "B", ts, strata=1, n_boot=0)
+    out = decompose(traj, flags, "A", "B", ts, DecomposeOptions(strata=1, n_boot=0))
     assert out["delta"].tolist() == pytest.approx((s["B"] - s["A"]).tolist())
 
 
@@ -405,7 +405,7 @@ def test_t_grid_rule(ts: list, grid: list) -> None:
 
 
 def _t_grid_consumers(traj: pd.DataFrame, bad: object) -> dict:
-    from analyses.budget import budget_difference, success_curves
+    from analyses.budget import BandOptions, budget_difference, success_curves
     from analyses.passkt import task_counts
     from analyses.report.defaults import choose_ts
     from analyses.tgrid import normalise_ts
@@ -416,7 +416,8 @@ def _t_grid_consumers(traj: pd.DataFrame, bad: object) -> dict:
         "task_counts": lambda: task_counts(traj, [5, bad]),
         "choose_ts": lambda: choose_ts(traj, ts=[5, bad]),
         "success_curves": lambda: success_curves(traj, t_max=bad),
-        "budget_difference": lambda: budget_difference(traj, "A", "B", t_max=bad, n_boot=0),
+        "budget_difference": lambda: budget_difference(traj, "A", "B",
+                                                       BandOptions(t_max=bad, n_boot=0)),
     }
 
 
@@ -475,10 +476,10 @@ def test_t_grid_decompose_follows_the_rule() -> None:
     from recovery.errors import UsageProblem
 
     traj, flags = unequal()
-    out = decompose(traj, flags, "A", "B", [3, None, 2, 2], strata=1, n_boot=0)
+    out = decompose(traj, flags, "A", "B", [3, None, 2, 2], DecomposeOptions(strata=1, n_boot=0))
     assert [None if pd.isna(t) else int(t) for t in out["t"]] == [2, 3, None]
     with pytest.raises(UsageProblem, match="turn limit T must be"):
-        decompose(traj, flags, "A", "B", [0, 2], strata=1, n_boot=0)
+        decompose(traj, flags, "A", "B", [0, 2], DecomposeOptions(strata=1, n_boot=0))
 
 
 # --------------------------------------------------------------------------------------------

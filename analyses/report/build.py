@@ -581,8 +581,9 @@ def _run_reports(
         fit = steps(
             f"model fit {run}",
             lambda run=run, k=run_strata: dec.model_fit(
-                traj, flags, run, plan.ts, k, mode=plan.mode, min_at_risk=options.min_at_risk,
-                strata_by=options.strata_by),
+                traj, flags, run, plan.ts, dec.FitOptions(
+                    strata=k, mode=plan.mode, min_at_risk=options.min_at_risk,
+                    strata_by=options.strata_by)),
         )
         curves, curve_notes = run_curves(run, measures.hazards[measures.hazards["run"] == run],
                                          options.min_at_risk)
@@ -601,7 +602,7 @@ def _comparisons(
     cell, and the notes on its strata and its few shared tasks."""
     from analyses import decompose as dec
     from analyses.budget import budget_shape
-    from analyses.report.surface import pass_difference
+    from analyses.report.surface import DifferenceOptions, pass_difference
 
     baseline = plan.baseline
     comparisons, notes = [], []
@@ -618,9 +619,10 @@ def _comparisons(
         frame = steps(
             f"{name} ({n_boot} bootstrap resamples)",
             lambda candidate=candidate, name=name, k=pair_strata, n_boot=n_boot: dec.decompose(
-                traj, flags, baseline, candidate, plan.ts, k, n_boot, options.seed,
-                mode=plan.mode, min_at_risk=options.min_at_risk, ci=options.ci,
-                strata_by=options.strata_by, progress=steps.counted(name),
+                traj, flags, baseline, candidate, plan.ts, dec.DecomposeOptions(
+                    strata=k, mode=plan.mode, min_at_risk=options.min_at_risk,
+                    strata_by=options.strata_by, n_boot=n_boot, seed=options.seed,
+                    ci=options.ci, progress=steps.counted(name)),
             ),
         )
         comparison = _comparison(baseline, candidate, frame, plan.n_boot)
@@ -631,8 +633,9 @@ def _comparisons(
         comparison.pass_at_difference = steps(
             surface,
             lambda candidate=candidate, surface=surface, n_boot=n_boot: pass_difference(
-                traj, baseline, candidate, plan.ks, plan.ts, mode=plan.mode, n_boot=n_boot,
-                ci=options.ci, seed=options.seed, progress=steps.counted(surface),
+                traj, baseline, candidate, plan.ks, plan.ts, DifferenceOptions(
+                    mode=plan.mode, n_boot=n_boot, ci=options.ci, seed=options.seed,
+                    progress=steps.counted(surface)),
             ),
         )
         for cell in comparison.pass_at_difference:
@@ -696,8 +699,8 @@ def _budget_dependence(
         diffs[candidate] = step(
             f"budget curve {candidate} vs {baseline} ({boot} bootstrap resamples)",
             lambda candidate=candidate, boot=boot: bud.budget_difference(
-                traj, baseline, candidate, t_max=t_max, n_boot=boot, ci=options.ci,
-                seed=options.seed))
+                traj, baseline, candidate, bud.BandOptions(t_max=t_max, n_boot=boot,
+                                                           ci=options.ci, seed=options.seed)))
     return curves, diffs
 
 

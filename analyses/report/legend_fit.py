@@ -9,7 +9,10 @@ the figure (up to a limit), then takes a smaller font, and at last wraps its lab
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+
+from recovery.config_need import need
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -39,32 +42,43 @@ def place_legend(figure: Figure, handles: list, *, fontsize: float, where: str,
     """
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
     chars = max((len(h.get_label()) for h in handles), default=1)
+    layout = _Layout(columns, fontsize, chars)
     while True:
-        legend = figure.legend(handles=handles, loc=f"outside {where}", ncols=columns,
-                               fontsize=fontsize, frameon=False)
+        legend = figure.legend(handles=handles, loc=f"outside {where}", ncols=layout.columns,
+                               fontsize=layout.fontsize, frameon=False)
         width = legend.get_window_extent(renderer).width
         if width <= ROOM * figure.bbox.width:
             return legend
-        step = _narrower(figure, handles, width, columns, fontsize, chars, max_width)
-        if step is None:  # labels of 8 characters at the smallest font: as narrow as it gets
+        narrower = _narrower(figure, handles, width, layout, max_width)
+        if narrower is None:  # labels of 8 characters at the smallest font: as narrow as it gets
             return legend
         legend.remove()
-        columns, fontsize, chars = step
+        layout = narrower
 
 
-def _narrower(figure: Figure, handles: list, width: float, columns: int, fontsize: float,
-              chars: int, max_width: float) -> tuple[int, float, int] | None:
-    """One step towards a narrower legend: fewer columns, a wider figure, a smaller font,
-    or labels wrapped at fewer characters; the new columns, font size and wrap width
-    (``None``: no step is left)."""
+@dataclass(frozen=True)
+class _Layout:
+    """How a legend is laid out."""
+
+    columns: int = need("Columns of entries.")
+    fontsize: float = need("Font size (points).")
+    chars: int = need("Characters the labels are wrapped at.")
+
+
+def _narrower(figure: Figure, handles: list, width: float, layout: _Layout,
+              max_width: float) -> _Layout | None:
+    """One step towards a narrower legend than ``layout`` (drawn ``width`` pixels wide): fewer
+    columns, a wider figure (up to ``max_width`` inches), a smaller font, or labels wrapped at
+    fewer characters (``None``: no step is left)."""
+    columns, fontsize, chars = layout.columns, layout.fontsize, layout.chars
     if columns > 1:
-        return columns - 1, fontsize, chars
+        return replace(layout, columns=columns - 1)
     if figure.get_figwidth() < max_width:
-        need = width / figure.dpi / ROOM + 0.1
-        figure.set_figwidth(min(max_width, max(need, figure.get_figwidth() + 0.5)))
-        return columns, fontsize, chars
+        wanted = width / figure.dpi / ROOM + 0.1
+        figure.set_figwidth(min(max_width, max(wanted, figure.get_figwidth() + 0.5)))
+        return layout
     if fontsize > MIN_FONT:
-        return columns, max(MIN_FONT, fontsize - 1), chars
+        return replace(layout, fontsize=max(MIN_FONT, fontsize - 1))
 
     if chars <= 8:
         return None
@@ -72,7 +86,7 @@ def _narrower(figure: Figure, handles: list, width: float, columns: int, fontsiz
     for handle in handles:
         text = " ".join(handle.get_label().split("\n"))
         handle.set_label("\n".join(wrap_label(text, chars)) or text)
-    return columns, fontsize, chars
+    return replace(layout, chars=chars)
 
 
 def wrap_label(text: str, chars: int) -> list[str]:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from recovery.config import opt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,33 +71,29 @@ def _values(n: np.ndarray, c: np.ndarray, ks: Sequence[int]) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class DifferenceOptions:
+    """How :func:`pass_difference` counts and bootstraps."""
+
+    mode: str = opt("truncation", "'truncation': every trajectory cut at T; 'budgeted': at T "
+                                  "only the trajectories run with budget T.")
+    n_boot: int = opt(200, "Bootstrap resamples of the shared tasks (0 = no intervals).")
+    ci: float = opt(0.95, "Coverage of the intervals.")
+    seed: int = opt(0, "Seed; the draws depend only on it and the two run names.")
+    progress: Callable[[int, int], None] | None = opt(
+        None, "Called with (resamples done, resamples in all) as the bootstrap goes.")
+
+
 def pass_difference(
     traj: pd.DataFrame,
     baseline: str,
     candidate: str,
     ks: Sequence[int],
     ts: Sequence[int | None],
-    *,
-    mode: str = "truncation",
-    n_boot: int = 200,
-    ci: float = 0.95,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    options: DifferenceOptions = DifferenceOptions(),
 ) -> list[DifferenceCell]:
-    """Candidate minus baseline Pass@(K,T) per cell, paired by task, with intervals.
-
-    Args:
-        traj: Trajectories frame (both runs; others are ignored).
-        baseline: Run A.
-        candidate: Run B.
-        ks: Sampling widths.
-        ts: Turn limits (``None`` = no limit; budgeted mode: budgets).
-        mode: ``"truncation"`` (every trajectory cut at T) or ``"budgeted"`` (at T only the
-            trajectories run with budget T).
-        n_boot: Bootstrap resamples of the shared tasks (0 = no intervals).
-        ci: Coverage of the intervals.
-        seed: Seed; the draws depend only on it and the two run names.
-        progress: Called with (resamples done, resamples in all) as the bootstrap goes.
+    """Candidate minus baseline Pass@(K,T) per cell of ``ks`` x ``ts`` (``None`` = no limit),
+    paired by the tasks both runs have, with intervals; other runs are ignored.
 
     Returns:
         One :class:`~analyses.report.records.DifferenceCell` per (k, t), ordered by k then t;
@@ -103,6 +102,7 @@ def pass_difference(
         (``runs A and B share no task: no comparison``); the report never asks for such a pair
         (it notes the pair itself).
     """
+    mode, n_boot, seed, progress = options.mode, options.n_boot, options.seed, options.progress
     import warnings
 
     import pandas as pd
@@ -145,7 +145,7 @@ def pass_difference(
                 means[start:start + size] = (weights @ diff) / (weights @ kept)
             if progress is not None:
                 progress(start + size, n_boot)
-        alpha = (1.0 - ci) / 2.0
+        alpha = (1.0 - options.ci) / 2.0
         finite = np.isfinite(means).any(axis=0)
         lo, hi = np.full(point.shape, np.nan), np.full(point.shape, np.nan)
         if finite.any():

@@ -88,7 +88,7 @@ class StructuredKind(PRMKind):
         """The features of every example's turns, computed once for the folds of one
         cross-validation (they read no label), with their names; the notes are printed."""
         from prm.data.labels import outcome_targets_note
-        from prm.linear.structured import feature_rows, with_embeddings
+        from prm.linear.structured_rows import feature_rows, with_embeddings
         from recovery.store import open_store
 
         if data.features is not None:
@@ -116,7 +116,7 @@ class StructuredKind(PRMKind):
 
     def predict_steps(self, examples: Sequence[StepExample], *, con: Any = None,
                       batch_tokens: int = 16384, progress: bool = False) -> pd.DataFrame:
-        from prm.linear.structured import score_structured
+        from prm.linear.structured_rows import score_structured
 
         if con is None:
             raise UsageProblem(f"{self.model_dir or 'this model'} is a structured PRM: it reads "

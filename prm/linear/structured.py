@@ -1,24 +1,25 @@
 """The ``structured`` PRM: structural features of each turn into a logistic regression.
 
-The features are those of :mod:`prm.data.features` (position, marks and spells, repeats, empty or
-error observations, tool calls so far, lengths, hedging words, agreement with sibling samples;
-in hindsight also the episode's end and outcome). They are standardised (training mean and
-scale; an unknown feature is filled with its mean, so it is neutral) and read by a
-scikit-learn logistic regression: ternary (-1 / 0 / +1) when the labels are, else binary.
-Beside them the head can read four text scores, one per text field (the turn's action and
-observation and the previous turn's): the words of the field (unigrams and bigrams hashed
-into fixed columns, :func:`text_counts`) weighted by their Naive Bayes log-count ratio,
-"how much more often this word occurs in error turns than in the others", estimated on the
-training turns (:func:`nb_ratios`). A training turn's own scores come from ratios estimated on
-the other training tasks (cross-fitting), so the head learns how far the text can be trusted
-on tasks it has not seen. Its regularisation ``C`` and whether the text scores are used are
-chosen by grouped cross-validation over the training tasks (log loss), and its error
-threshold on the same held-out predictions (:func:`prm.evaluation.decisions.choose_error_threshold`). In
-hindsight those predictions also decide whether the last turn of a failed episode is called an
-error whatever its score (the outcome-aware rule's call, :data:`prm.evaluation.decisions.ALWAYS_ERROR`):
-where the outcome says more than the model learnt, the decisions fall back on the rule
-instead of below it. With a ternary head they also decide whether any step is called neutral
-(0) at all. Ties go to the floors' own decisions.
+The features are those of :mod:`prm.data.features` (position, marks and spells, repeats, empty
+or error observations, tool calls so far, lengths, hedging words, agreement with sibling
+samples; in hindsight also the episode's end and outcome). They are standardised (training mean
+and scale; an unknown feature is filled with its mean, so it is neutral) and read by a
+scikit-learn logistic regression: ternary (-1 / 0 / +1) when the labels are, else binary. Beside
+them the head can read four text scores, one per text field (the turn's action and observation
+and the previous turn's): the words of the field (unigrams and bigrams hashed into fixed
+columns, :func:`prm.linear.text_scores.text_counts`) weighted by their Naive Bayes log-count
+ratio, "how much more often this word occurs in error turns than in the others", estimated on
+the training turns (:func:`prm.linear.text_scores.nb_ratios`). A training turn's own scores come
+from ratios estimated on the other training tasks (cross-fitting), so the head learns how far
+the text can be trusted on tasks it has not seen. Its regularisation ``C`` and whether the text
+scores are used are chosen by grouped cross-validation over the training tasks (log loss), and
+its error threshold on the same held-out predictions
+(:func:`prm.evaluation.decisions.choose_error_threshold`). In hindsight those predictions also
+decide whether the last turn of a failed episode is called an error whatever its score (the
+outcome-aware rule's call, :data:`prm.evaluation.decisions.ALWAYS_ERROR`): where the outcome
+says more than the model learnt, the decisions fall back on the rule instead of below it. With a
+ternary head they also decide whether any step is called neutral (0) at all. Ties go to the
+floors' own decisions.
 
 A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
 names, ``C``, whether the text scores are used, the error threshold, whether a failed
@@ -33,7 +34,7 @@ records its setting; scoring it in the other setting is refused.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,25 +42,21 @@ from typing import TYPE_CHECKING, Any
 from prm.linear.folder_checks import (  # the folder's format is defined where it is checked
     FORMAT,
     TEXT_BITS,
-    TEXT_WIDTH,
     VERSION,
     three_class_params,
 )
+from prm.linear.text_scores import nb_ratios, running_means, text_counts, text_scores
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
-    import duckdb
     import numpy as np
     import pandas as pd
 
-    from prm.data.examples import StepExample
 
 STRUCTURED_FILE = "structured.json"
 ARRAYS_FILE = "structured.npz"
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 """Regularisation strengths the inner cross-validation tries."""
-NB_ALPHA = 1.0
-"""Additive smoothing of the Naive Bayes word counts."""
 TEXT_ARRAYS = ("ratios", "text_means", "text_scales")
 """Arrays of the text scores (empty when they are not used; absent from version 1 folders)."""
 
@@ -75,37 +72,6 @@ def _classes_of(targets: np.ndarray, ternary: bool) -> np.ndarray:
     return np.where(known, classes, np.nan)
 
 
-def text_counts(table: pd.DataFrame) -> Any:
-    """The text block's raw counts: each of :data:`prm.data.features.TEXT_COLUMNS` hashed
-    (scikit-learn's ``HashingVectorizer``: lower case, word unigrams and bigrams, ``2 **``
-    :data:`TEXT_BITS` columns, no sign flipping), ``log(1 + count)``, side by side. Needs no
-    fitting, so it can be computed once for every fold.
-
-    Raises:
-        UsageProblem: the table has no text columns.
-    """
-    import numpy as np
-    import scipy.sparse as sp
-    from sklearn.feature_extraction.text import HashingVectorizer
-
-    from prm.data.features import TEXT_COLUMNS
-
-    missing = [c for c in TEXT_COLUMNS if c not in table]
-    if missing:
-        raise UsageProblem(f"this structured model reads the turns' text: the table has no "
-                           f"{missing[0]!r} column (prm.linear.structured.feature_rows gives it)")
-    vectorizer = HashingVectorizer(n_features=2 ** TEXT_BITS, ngram_range=(1, 2),
-                                   alternate_sign=False, norm=None, dtype=np.float64)
-    if not len(table):  # the vectorizer cannot transform no text at all
-        return sp.csr_matrix((0, TEXT_WIDTH))
-    blocks = []
-    for column in TEXT_COLUMNS:
-        counts = vectorizer.transform(table[column].fillna("").astype(str).tolist()).tocsr()
-        counts.data = np.log1p(counts.data)
-        blocks.append(counts)
-    return sp.hstack(blocks, format="csr")
-
-
 def _error_mass(targets: np.ndarray, ternary: bool) -> np.ndarray:
     """How much of each turn is an error: ``1 - target`` (binary, soft targets as they are);
     ternary: 1 for class -1, else 0."""
@@ -114,57 +80,6 @@ def _error_mass(targets: np.ndarray, ternary: bool) -> np.ndarray:
     if ternary:
         return (_classes_of(targets, True) == -1.0).astype(float)
     return 1.0 - np.clip(targets, 0.0, 1.0)
-
-
-def nb_ratios(counts: Any, error: np.ndarray) -> np.ndarray:
-    """Naive Bayes log-count ratios of the hashed text columns: ``log(p / |p|) - log(q /
-    |q|)`` with ``p`` the error turns' counts and ``q`` the others' (each weighted by how
-    much of the turn is an error, :data:`NB_ALPHA` added), per text field (each field's own
-    normalisation). A column no training turn has gets 0."""
-    import numpy as np
-
-    width = 2 ** TEXT_BITS
-    p = np.asarray(counts.T @ error).ravel()
-    q = np.asarray(counts.T @ (1.0 - error)).ravel()
-    seen = np.asarray((counts != 0).sum(axis=0)).ravel() > 0
-    out = np.zeros(counts.shape[1])
-    for k in range(counts.shape[1] // width):
-        part = slice(k * width, (k + 1) * width)
-        pk, qk = p[part] + NB_ALPHA, q[part] + NB_ALPHA
-        out[part] = np.log(pk / pk.sum()) - np.log(qk / qk.sum())
-    return np.where(seen, out, 0.0)
-
-
-def running_means(scores: np.ndarray, table: pd.DataFrame) -> np.ndarray:
-    """Per turn, the mean of ``scores`` over its trajectory's turns up to and including it
-    (by ``t``): how error-like the trajectory's text has been so far. Reads no later turn."""
-    import numpy as np
-    import pandas as pd
-
-    traj, t = table["traj_id"].to_numpy(), table["t"].to_numpy()
-    order = np.lexsort((t, traj))
-    ordered = pd.DataFrame(scores[order])
-    sums = ordered.groupby(traj[order], sort=False).cumsum().to_numpy()
-    counts = ordered.groupby(traj[order], sort=False).cumcount().to_numpy() + 1.0
-    out = np.empty_like(scores)
-    out[order] = sums / counts[:, None]
-    return out
-
-
-def text_scores(counts: Any, ratios: np.ndarray) -> np.ndarray:
-    """Per turn and text field: the mean ratio of its words (counts as weights; 0 for an empty
-    field), one column per field."""
-    import numpy as np
-
-    width = 2 ** TEXT_BITS
-    fields = counts.shape[1] // width
-    out = np.zeros((counts.shape[0], fields))
-    for k in range(fields):
-        part = counts[:, k * width:(k + 1) * width]
-        total = np.asarray(part.sum(axis=1)).ravel()
-        out[:, k] = np.asarray(part @ ratios[k * width:(k + 1) * width]).ravel() / np.maximum(
-            total, 1e-12)
-    return out
 
 
 @dataclass
@@ -181,8 +96,10 @@ class StructuredStepModel:
         inner_folds: Folds of that cross-validation (by task).
         seed: Seed of the inner folds.
         embeddings: Principal components of the turn embeddings (columns ``emb_0, ...`` of
-            the table, :func:`step_embeddings`) added to the features; 0 = none.
-        text: The text scores (:func:`text_scores` and their :func:`running_means`): ``on``
+            the table, :func:`prm.linear.structured_rows.step_embeddings`) added to the
+            features; 0 = none.
+        text: The text scores (:func:`prm.linear.text_scores.text_scores` and their
+            :func:`prm.linear.text_scores.running_means`): ``on``
             (when the table has the text columns; the head weighs them like any feature),
             ``auto`` (used or not, as the inner cross-validation chooses) or ``off``.
     """
@@ -207,7 +124,7 @@ class StructuredStepModel:
         missing = [f"emb_{i}" for i in range(width) if f"emb_{i}" not in table]
         if missing:
             raise UsageProblem("this structured model reads turn embeddings: compute them with "
-                               "prm.linear.structured.step_embeddings")
+                               "prm.linear.structured_rows.step_embeddings")
         E = table[[f"emb_{i}" for i in range(width)]].to_numpy(float)
         return np.hstack([X, (E - self.emb_mean_) @ self.emb_components_.T])
 
@@ -372,7 +289,8 @@ class StructuredStepModel:
             targets: One target in [0, 1] per row; NaN rows are left out.
             feature_names: The feature columns (default: every numeric column but ``traj_id,
                 t, task_id``).
-            counts: :func:`text_counts` of ``table``, when already computed (row for row).
+            counts: :func:`prm.linear.text_scores.text_counts` of ``table``, when already
+                computed (row for row).
 
         Returns:
             self.
@@ -443,7 +361,8 @@ class StructuredStepModel:
     # ----------------------------------------------------------------------------- scoring
     def predict_proba(self, table: pd.DataFrame, *, counts: Any = None) -> np.ndarray:
         """P(class) per row, columns in :attr:`classes_` order (binary: P(+1), one column);
-        ``counts``: :func:`text_counts` of ``table`` when already computed."""
+        ``counts``: :func:`prm.linear.text_scores.text_counts` of ``table`` when already
+        computed."""
         return self._proba(self._matrix(table, counts), self.coef_, self.intercept_)
 
     def score_steps(self, table: pd.DataFrame, *, counts: Any = None) -> pd.DataFrame:
@@ -537,81 +456,3 @@ def _log_loss(probs: np.ndarray, targets: np.ndarray, ternary: bool) -> float:
         return float(-np.mean(np.log(np.clip(probs[np.arange(len(probs)), index], eps, 1))))
     p = np.clip(probs, eps, 1 - eps)
     return float(-np.mean(targets * np.log(p) + (1 - targets) * np.log(1 - p)))
-
-
-def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], Any] = print,
-                    progress: bool = False, batch_tokens: int = 8192) -> pd.DataFrame:
-    """Frozen MiniLM features of every turn: ``traj_id, t, emb_0, ...``.
-
-    The turn's features as the frozen backbone gives them (:func:`prm.neural.frozen.extract_features`,
-    ``marker+mean`` pooling under MiniLM's causal mask): the hidden state at the turn's marker,
-    which has read the turn and the recent turns before it in its window, and the mean over the
-    turn's own tokens. Nothing later than the turn is read, so they are blind.
-    """
-    import numpy as np
-    import pandas as pd
-
-    from prm.config import TrainConfig
-    from prm.neural.frozen import extract_features, frozen_scorer
-    from prm.spec import PRMSpec
-
-    spec = PRMSpec(kind="neural", backbone="minilm", mode="frozen", head="binary",
-                   pool="marker+mean", max_length=512, max_prompt_tokens=128)
-    scorer, tokenizer, spec = frozen_scorer(TrainConfig(backbone="minilm"), spec, echo)
-    parts = extract_features(scorer, tokenizer, spec, list(examples), progress=progress,
-                             batch_tokens=batch_tokens)
-    values = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
-    frame = pd.DataFrame(values, columns=[f"emb_{i}" for i in range(values.shape[1])])
-    frame.insert(0, "traj_id", np.repeat([e.traj_id for e in examples],
-                                         [e.n_steps for e in examples]))
-    frame.insert(1, "t", np.concatenate([np.arange(1, e.n_steps + 1) for e in examples]
-                                        or [np.zeros(0, int)]))
-    return frame
-
-
-def with_embeddings(table: pd.DataFrame, con: duckdb.DuckDBPyConnection, *,
-                    echo: Callable[[str], Any] = print, progress: bool = False) -> pd.DataFrame:
-    """``table`` (``traj_id, t`` and features) with the turns' embeddings joined."""
-    from prm.data.examples import load_step_examples
-
-    examples = load_step_examples(con, None, table["traj_id"].unique().tolist())
-    echo(f"MiniLM features of {len(examples)} trajectories for the structured PRM")
-    embedded = step_embeddings(examples, echo=echo, progress=progress)
-    return table.merge(embedded, on=["traj_id", "t"], how="left", validate="one_to_one")
-
-
-def feature_rows(con: duckdb.DuckDBPyConnection, setting: str,
-                 traj_ids: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[str],
-                                                                 list[str]]:
-    """Features of the store's turns: the table (with ``task_id``), names and notes."""
-    from prm.data.features import load_turn_frame, step_features
-
-    frame = load_turn_frame(con, traj_ids)
-    features = step_features(frame, setting)
-    tasks = frame[["traj_id", "task_id"]].drop_duplicates("traj_id")
-    table = features.table.merge(tasks, on="traj_id", how="left", validate="many_to_one")
-    return table, features.names, features.notes
-
-
-def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
-                     traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """Scores of the store's turns (``traj_id, t, score`` and ``p_neutral``).
-
-    With ``traj_ids``, only those trajectories are scored, but their features read all their
-    sibling samples in the store (same run and task), so a trajectory's score does not depend
-    on which others were asked for.
-    """
-    if traj_ids is not None:
-        wanted = set(map(str, traj_ids))
-        meta = con.execute("SELECT traj_id, run, task_id::VARCHAR FROM trajectories").df()
-        meta.columns = ["traj_id", "run", "task_id"]
-        groups = meta.loc[meta["traj_id"].isin(wanted), ["run", "task_id"]].drop_duplicates()
-        widened = meta.merge(groups, on=["run", "task_id"])["traj_id"].tolist()
-        table, _, _ = feature_rows(con, model.setting, widened)
-        table = table.loc[table["traj_id"].isin(wanted)].reset_index(drop=True)
-    else:
-        table, _, _ = feature_rows(con, model.setting, None)
-    if model.embeddings:
-        table = with_embeddings(table, con, echo=lambda *_: None)
-    return model.score_steps(table)
-

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.hazards import Hazards
-from analyses.sampling import sample_two_clock
+from analyses.sampling import DrawLabels, sample_two_clock
 
 # ------------------------------------------------------------------------------------------
 # Helpers
@@ -78,8 +78,8 @@ def two_runs(
             hz = Hazards.constant(**p)
             parts.append(
                 sample_two_clock(
-                    hz, hz, n_samples, budget, seed=int(rng.integers(1 << 31)),
-                    run=run, task_id=f"task{i:04d}",
+                    hz, hz, n_samples, budget, int(rng.integers(1 << 31)),
+                    DrawLabels(run=run, task_id=f"task{i:04d}"),
                 )
             )
     return stacked(parts)

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from analyses.budget import (
+    BandOptions,
     BudgetDifference,
     budget_difference,
     budget_shape,
@@ -55,7 +56,7 @@ def test_task_counts_are_cumulative_per_task_and_equal_pass_at_1() -> None:
 def test_difference_at_every_t_is_paired_by_shared_task() -> None:
     traj = frame([("A", "x", True, 3), ("B", "x", True, 1), ("B", "z", True, 1),
                   ("A", "y", False, 2), ("B", "y", True, 4)])
-    diff = budget_difference(traj, "A", "B", n_boot=0)
+    diff = budget_difference(traj, "A", "B", BandOptions(n_boot=0))
     assert diff.n_tasks == 2  # z is the candidate's alone
     assert diff.ts == [1, 2, 3, 4]
     # x: B wins at 1, A at 3; y: B wins at 4
@@ -64,13 +65,13 @@ def test_difference_at_every_t_is_paired_by_shared_task() -> None:
 
 def test_no_shared_task_gives_an_empty_curve_and_says_so() -> None:
     traj = frame([("A", "x", True, 3), ("B", "y", True, 1)])
-    diff = budget_difference(traj, "A", "B", n_boot=50)
+    diff = budget_difference(traj, "A", "B", BandOptions(n_boot=50))
     assert diff.n_tasks == 0 and all(np.isnan(diff.value))
     assert shape_text(budget_shape(diff)) == "no shared task: no budget curve"
 
 
 def test_crossover_is_found_with_its_sign_ranges() -> None:
-    diff = budget_difference(crossing(), "A", "B", n_boot=200)
+    diff = budget_difference(crossing(), "A", "B", BandOptions(n_boot=200))
     shape = budget_shape(diff)
     signs = [r.sign for r in shape.ranges]
     assert signs[0] == -1 and signs[-1] == 1
@@ -97,7 +98,7 @@ def test_simultaneous_band_is_wider_than_pointwise_and_covers_a_null() -> None:
             for run in ("A", "B"):
                 for _ in range(3):
                     rows.append((run, f"t{i}", bool(rng.random() < p), int(rng.integers(1, 30))))
-        diff = budget_difference(frame(rows), "A", "B", n_boot=200, seed=seed)
+        diff = budget_difference(frame(rows), "A", "B", BandOptions(n_boot=200, seed=seed))
         lo, hi = np.asarray(diff.lo), np.asarray(diff.hi)
         misses += bool(((lo > 0) | (hi < 0)).any())
     # a 95% simultaneous band misses somewhere in about 1 of 20 null draws; a pointwise band
@@ -107,7 +108,7 @@ def test_simultaneous_band_is_wider_than_pointwise_and_covers_a_null() -> None:
 
 def test_band_without_variation_is_the_estimate() -> None:
     traj = frame([("A", "x", False, 2), ("B", "x", True, 2)])
-    diff = budget_difference(traj, "A", "B", n_boot=20)
+    diff = budget_difference(traj, "A", "B", BandOptions(n_boot=20))
     assert diff.lo == diff.value == diff.hi
 
 
@@ -136,7 +137,7 @@ def test_sampled_crossover_agrees_with_the_simulators_truth(tmp_path) -> None:
         store.ingest_file(path)
     traj = trajectories_frame(store.con)
     tasks = draw_tasks(config)
-    diff = budget_difference(traj, "hasty", "careful", t_max=60, n_boot=200)
+    diff = budget_difference(traj, "hasty", "careful", BandOptions(t_max=60, n_boot=200))
     truth = (success_curve(config.policies["careful"], config.tasks, tasks, 60)
              - success_curve(config.policies["hasty"], config.tasks, tasks, 60))
     shape = budget_shape(diff)

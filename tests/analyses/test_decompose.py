@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -10,10 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyses.decompose import COMPONENTS, decompose, gain_components, model_fit
+from analyses.decompose import (
+    COMPONENTS,
+    DecomposeOptions,
+    FitOptions,
+    decompose,
+    gain_components,
+    model_fit,
+)
 from analyses.dp import model_success
 from analyses.hazards import Hazards, fit_hazards
-from analyses.sampling import sample_two_clock
+from analyses.sampling import DrawLabels, sample_two_clock
 from recovery.errors import UsageProblem
 from tests.analyses.helpers import stacked, two_runs
 
@@ -43,8 +51,8 @@ def test_decompose_frame_shape_exact_sum_and_seeded_bootstrap():
         n_tasks=40, n_samples=10, budget=20, seed=2,
     )
     ts = [5, 10, 20]
-    out = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=30, seed=7)
-    again = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=30, seed=7)
+    out = decompose(traj, flags, "A", "B", ts, DecomposeOptions(strata=3, n_boot=30, seed=7))
+    again = decompose(traj, flags, "A", "B", ts, DecomposeOptions(strata=3, n_boot=30, seed=7))
     pd.testing.assert_frame_equal(out, again)
     assert list(out["t"]) == ts
     assert (out["single_step"] + out["recovery"] == out["model_delta"]).all()
@@ -60,14 +68,14 @@ def test_decompose_frame_shape_exact_sum_and_seeded_bootstrap():
             assert getattr(row, col) == pytest.approx(
                 (sub["success"] & (sub["success_turn"] <= t)).mean()
             )
-    other = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=30, seed=8)
+    other = decompose(traj, flags, "A", "B", ts, DecomposeOptions(strata=3, n_boot=30, seed=8))
     assert not np.allclose(other["delta_lo"], out["delta_lo"])
     with pytest.raises(ValueError):
         decompose(traj, flags, "A", "A", ts)
     with pytest.raises(ValueError):
         decompose(traj, flags, "A", "C", ts)
     with pytest.raises(ValueError):
-        decompose(traj, flags, "A", "B", ts, mode="other")
+        decompose(traj, flags, "A", "B", ts, DecomposeOptions(mode="other"))
 
 
 def test_decompose_pools_with_one_stratum_like_fit_hazards():
@@ -77,7 +85,7 @@ def test_decompose_pools_with_one_stratum_like_fit_hazards():
         n_tasks=20, n_samples=10, budget=20, seed=4, spread=0.5,
     )
     ts = [4, 12, 20]
-    out = decompose(traj, flags, "A", "B", ts, strata=1, n_boot=0)
+    out = decompose(traj, flags, "A", "B", ts, DecomposeOptions(strata=1, n_boot=0))
     hz = {r: fit_hazards(traj[traj["run"] == r], flags) for r in ("A", "B")}
     s_ab = model_success(hz["A"], hz["B"], ts)
     s_ba = model_success(hz["B"], hz["A"], ts)
@@ -100,7 +108,8 @@ def test_decompose_pools_with_one_stratum_like_fit_hazards():
 def test_pure_changes_on_model_data_land_on_their_share(changed, params_b):
     params_a = dict(h=0.12, s=0.08, f=0.01, rho=0.3, phi=0.06)
     traj, flags = two_runs(params_a, params_b, 100, 40, 30, seed=9, spread=0.6)
-    out = decompose(traj, flags, "A", "B", [5, 10, 20, 30], strata=5, n_boot=100, seed=0)
+    out = decompose(traj, flags, "A", "B", [5, 10, 20, 30],
+                    DecomposeOptions(strata=5, n_boot=100, seed=0))
     other = "single_step" if changed == "recovery" else "recovery"
     assert (out[f"{changed}_lo"] > 0).all(), out
     # the share that did not change is zero within its interval, and small
@@ -122,9 +131,10 @@ def test_decompose_reports_bootstrap_progress_without_changing_the_result():
     traj, flags = stacked(parts)
     for mode, ts, n_groups in (("truncation", [5, 10, None], 1), ("budgeted", [10, 20], 2)):
         calls: list[tuple[int, int]] = []
-        out = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=45, seed=1, mode=mode,
-                        progress=lambda done, total, calls=calls: calls.append((done, total)))
-        plain = decompose(traj, flags, "A", "B", ts, strata=3, n_boot=45, seed=1, mode=mode)
+        options = DecomposeOptions(strata=3, n_boot=45, seed=1, mode=mode)
+        out = decompose(traj, flags, "A", "B", ts, replace(
+            options, progress=lambda done, total, calls=calls: calls.append((done, total))))
+        plain = decompose(traj, flags, "A", "B", ts, options)
         pd.testing.assert_frame_equal(out, plain)
         total = 45 * n_groups
         assert calls[0] == (0, total) and calls[-1] == (total, total)
@@ -132,7 +142,8 @@ def test_decompose_reports_bootstrap_progress_without_changing_the_result():
         done = [d for d, _ in calls]
         assert done == sorted(done) and len(set(done)) > 10 * n_groups
     calls = []
-    decompose(traj, flags, "A", "B", [5], n_boot=0, progress=lambda *a: calls.append(a))
+    decompose(traj, flags, "A", "B", [5],
+              DecomposeOptions(n_boot=0, progress=lambda *a: calls.append(a)))
     assert calls[0] == (0, 0) and calls[-1] == (0, 0)
 
 
@@ -143,13 +154,14 @@ def test_budgeted_mode_uses_only_the_runs_at_that_budget():
     for run, hz5, hz10 in (("A", bad, bad), ("B", good, bad)):
         for task in range(10):
             for budget, hz in ((5, hz5), (10, hz10)):
-                tr, fl = sample_two_clock(hz, hz, 30, budget, seed=task * 7 + budget,
-                                          run=run, task_id=f"k{task}")
+                tr, fl = sample_two_clock(hz, hz, 30, budget, task * 7 + budget,
+                                          DrawLabels(run=run, task_id=f"k{task}"))
                 tr["traj_id"] = tr["traj_id"] + f"-b{budget}"
                 fl["traj_id"] = fl["traj_id"] + f"-b{budget}"
                 parts.append((tr, fl))
     traj, flags = stacked(parts)
-    out = decompose(traj, flags, "A", "B", [5, 10], strata=2, n_boot=0, mode="budgeted")
+    out = decompose(traj, flags, "A", "B", [5, 10],
+                    DecomposeOptions(strata=2, n_boot=0, mode="budgeted"))
     for row in out.itertuples():
         for run, col in (("A", "empirical_baseline"), ("B", "empirical_candidate")):
             sub = traj[(traj["run"] == run) & (traj["budget"] == row.t)]
@@ -158,8 +170,8 @@ def test_budgeted_mode_uses_only_the_runs_at_that_budget():
     assert abs(out["delta"].iloc[1]) < 0.15         # at 10 both are bad
     assert abs(out["model_delta"].iloc[1]) < 0.15
     with pytest.raises(UsageProblem, match="no limit"):
-        decompose(traj, flags, "A", "B", [None], mode="budgeted")
-    fit = model_fit(traj, flags, "B", [5, 10], mode="budgeted", strata=1)
+        decompose(traj, flags, "A", "B", [None], DecomposeOptions(mode="budgeted"))
+    fit = model_fit(traj, flags, "B", [5, 10], FitOptions(mode="budgeted", strata=1))
     np.testing.assert_allclose(fit["model"], fit["empirical"], atol=0.08)
 
 
@@ -219,7 +231,7 @@ def shares_where_significant(out: pd.DataFrame, component: str) -> pd.Series:
 @pytest.mark.slow
 def test_acceptance_recovery_only_change_is_recovery():
     traj, flags, _ = simulated("recovery_only")
-    out = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=200, seed=0)
+    out = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=200, seed=0))
     share = shares_where_significant(out, "recovery")
     assert len(share) >= 4
     assert (share >= 0.9).all(), share
@@ -230,23 +242,23 @@ def test_success_rate_strata_misattribute_a_recovery_change_and_cross_fitting_he
     # Why the default key is the clean-turn success rate (task_strata): DESIGN 6's success-rate
     # strata credit part of a pure recovery change to single-step quality at small T.
     traj, flags, _ = simulated("recovery_only")
-    by_success = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=0, strata_by="success")
-    by_clean = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=0)
+    by_success = decompose(traj, flags, "base", "cand", SIM_TS,
+                           DecomposeOptions(n_boot=0, strata_by="success"))
+    by_clean = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=0))
     mid = ((by_success["t"] >= 10) & (by_success["t"] <= 20)).to_numpy()
     share_success = (by_success["recovery"] / by_success["model_delta"])[mid]
     share_clean = (by_clean["recovery"] / by_clean["model_delta"])[mid]
     assert (share_success < 0.9).all(), share_success
     assert (share_clean >= 0.9).all(), share_clean
-    crossed = decompose(
-        traj, flags, "base", "cand", SIM_TS, n_boot=0, strata_folds=2, strata_by="success"
-    )
+    crossed = decompose(traj, flags, "base", "cand", SIM_TS,
+                        DecomposeOptions(n_boot=0, strata_folds=2, strata_by="success"))
     assert (crossed["single_step"].abs()[mid] < by_success["single_step"].abs()[mid]).all()
 
 
 @pytest.mark.slow
 def test_acceptance_error_rate_only_change_is_single_step():
     traj, flags, _ = simulated("error_rate_only")
-    out = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=200, seed=0)
+    out = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=200, seed=0))
     share = shares_where_significant(out, "single_step")
     assert len(share) >= 4
     assert (share >= 0.9).all(), share
@@ -257,7 +269,7 @@ def test_acceptance_error_rate_only_change_is_single_step():
 def test_acceptance_presets_recovery_grows_with_t(which_flags):
     traj, flags_all, flags_visible = simulated("presets")
     flags = flags_all if which_flags == "all" else flags_visible
-    out = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=200, seed=0)
+    out = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=200, seed=0))
     last, first = out.iloc[-1], out.iloc[0]
     assert last["recovery"] > last["single_step"]
     assert last["recovery"] / last["model_delta"] > first["recovery"] / first["model_delta"]
@@ -270,7 +282,7 @@ def test_acceptance_model_tracks_empirical_success(case):
     for run in ("base", "cand"):
         fit = model_fit(traj, flags, run, SIM_TS)
         assert (fit["model"] - fit["empirical"]).abs().max() <= 0.03, fit
-    out = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=0)
+    out = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=0))
     assert out["residual"].abs().max() <= 0.03
 
 
@@ -283,7 +295,7 @@ TWIN_TASKS = 400
                                              ("error_rate_only", "single_step")])
 def test_twin_a_pure_change_lands_on_its_component(case: str, component: str) -> None:
     traj, flags, _ = simulated(case, n_tasks=TWIN_TASKS)
-    out = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=30, seed=0)
+    out = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=30, seed=0))
     share = shares_where_significant(out[out["t"] >= 15], component)
     assert len(share) >= 3
     assert (share >= 0.9).all(), share
@@ -292,14 +304,14 @@ def test_twin_a_pure_change_lands_on_its_component(case: str, component: str) ->
 
 def test_twin_success_rate_strata_misattribute_and_cross_fitting_helps() -> None:
     traj, flags, _ = simulated("recovery_only", n_tasks=TWIN_TASKS)
-    by_success = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=0, strata_by="success")
-    by_clean = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=0)
+    by_success = decompose(traj, flags, "base", "cand", SIM_TS,
+                           DecomposeOptions(n_boot=0, strata_by="success"))
+    by_clean = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=0))
     mid = ((by_success["t"] >= 10) & (by_success["t"] <= 20)).to_numpy()
     assert ((by_success["recovery"] / by_success["model_delta"])[mid] < 0.9).all()
     assert ((by_clean["recovery"] / by_clean["model_delta"])[mid] >= 0.9).all()
-    crossed = decompose(
-        traj, flags, "base", "cand", SIM_TS, n_boot=0, strata_folds=2, strata_by="success"
-    )
+    crossed = decompose(traj, flags, "base", "cand", SIM_TS,
+                        DecomposeOptions(n_boot=0, strata_folds=2, strata_by="success"))
     assert (crossed["single_step"].abs()[mid] < by_success["single_step"].abs()[mid]).all()
 
 
@@ -307,7 +319,7 @@ def test_twin_success_rate_strata_misattribute_and_cross_fitting_helps() -> None
 def test_twin_presets_recovery_grows_with_t(which_flags: str) -> None:
     traj, flags_all, flags_visible = simulated("presets", n_tasks=TWIN_TASKS)
     flags = flags_all if which_flags == "all" else flags_visible
-    out = decompose(traj, flags, "base", "cand", SIM_TS, n_boot=30, seed=0)
+    out = decompose(traj, flags, "base", "cand", SIM_TS, DecomposeOptions(n_boot=30, seed=0))
     last, first = out.iloc[-1], out.iloc[0]
     assert last["recovery"] > last["single_step"]
     assert last["recovery"] / last["model_delta"] > first["recovery"] / first["model_delta"]

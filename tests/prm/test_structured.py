@@ -15,7 +15,8 @@ from recovery.errors import InputProblem, UsageProblem
 
 def _fitted(ternary_store: Path, setting: str = "blind"):
     from prm.data.examples import load_step_examples, turn_rows
-    from prm.linear.structured import StructuredStepModel, feature_rows
+    from prm.linear.structured import StructuredStepModel
+    from prm.linear.structured_rows import feature_rows
     from recovery.store import open_store
 
     store = open_store(ternary_store, read_only=True, must_exist=True)
@@ -181,7 +182,8 @@ def test_nb_ratios_and_text_scores_by_hand():
     'boom' only in error turns gets a positive ratio, 'fine' a negative one, an unseen column 0."""
     import scipy.sparse as sp
 
-    from prm.linear.structured import TEXT_BITS, nb_ratios, running_means, text_scores
+    from prm.linear.structured import TEXT_BITS
+    from prm.linear.text_scores import nb_ratios, running_means, text_scores
 
     width = 2 ** TEXT_BITS
     # One field: column 0 = 'boom', column 1 = 'fine'; rows: error, error, right.
@@ -256,7 +258,8 @@ def test_hindsight_decisions_fall_back_on_the_outcome_rule_not_below_it(tmp_path
 
 def test_the_rule_call_is_taken_only_when_it_scores_at_least_as_well(tmp_path, ternary_store):
     from prm.data.examples import load_step_examples, turn_rows
-    from prm.linear.structured import StructuredStepModel, feature_rows
+    from prm.linear.structured import StructuredStepModel
+    from prm.linear.structured_rows import feature_rows
     from recovery.store import open_store
 
     store = _outcome_only_store(tmp_path / "outcome-only.duckdb")

@@ -59,7 +59,8 @@ def _scores(con, model: str) -> pd.DataFrame:
 
 
 def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(folders, store):
-    from prm.linear.structured import StructuredStepModel, score_structured
+    from prm.linear.structured import StructuredStepModel
+    from prm.linear.structured_rows import score_structured
     from prm.score import score_store
     from recovery.store import open_store
 
@@ -153,11 +154,11 @@ def test_evaluate_model_reports_the_floors_and_a_verdict(folders, name):
 
 
 def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
-    import prm.linear.structured
+    import prm.linear.structured_rows
     from prm.kinds.tfidf import TfidfKind
 
     calls = {"predict": 0, "structured": 0}
-    predict, structured = TfidfKind.predict_steps, prm.linear.structured.score_structured
+    predict, structured = TfidfKind.predict_steps, prm.linear.structured_rows.score_structured
 
     def counted_predict(self, *args, **kwargs):
         calls["predict"] += 1
@@ -168,7 +169,7 @@ def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
         return structured(*args, **kwargs)
 
     monkeypatch.setattr(TfidfKind, "predict_steps", counted_predict)
-    monkeypatch.setattr(prm.linear.structured, "score_structured", counted_structured)
+    monkeypatch.setattr(prm.linear.structured_rows, "score_structured", counted_structured)
     for name, counter in (("tfidf", "predict"), ("hindsight", "structured")):
         out = tmp_path / f"{name}.json"
         result = _invoke("eval", "--store", str(folders["store"]), "--model",

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agent_recovery_cli.recovery import main
-from analyses.decompose import decompose
+from analyses.decompose import DecomposeOptions, decompose
 from analyses.frames import trajectories_frame, turn_flags_frame
 from analyses.passkt import pass_at_kt, pass_hat_kt
 from recovery.simulate import PRESETS, SimConfig, write_runs
@@ -142,7 +142,8 @@ def test_two_runs_with_store_json_and_html(sim_runs: list[Path], tmp_path: Path)
             assert cell["lo"] == pytest.approx(row.lo) and cell["hi"] == pytest.approx(row.hi)
     (comp,) = data["comparisons"]
     assert (comp["baseline"], comp["candidate"]) == ("base", "rl")
-    expected = decompose(traj, flags, "base", "rl", ts, 2, 30, 4)
+    expected = decompose(traj, flags, "base", "rl", ts,
+                         DecomposeOptions(strata=2, n_boot=30, seed=4))
     for got, (_, want) in zip(comp["by_t"], expected.iterrows(), strict=True):
         for name in COMPONENTS:
             assert got[name] == pytest.approx(want[name])

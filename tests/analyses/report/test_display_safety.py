@@ -126,19 +126,25 @@ def _shown_texts(figure) -> list[str]:
 
 
 def test_a_dollar_label_renders_as_literal_text_in_every_plot(runs):
-    from analyses.report import plots
+    from analyses.report import (
+        budget_plots,
+        decomposition_plots,
+        hazard_plots,
+        heatmap_plots,
+        plots,
+    )
     from analyses.report.analyze import AnalyzeConfig, analyze
 
     report = analyze(AnalyzeConfig(files=[runs["evil"], runs["base"]], n_boot=0))
     run = report.runs[EVIL_RUN]
     comparison = report.comparisons[0]
     figures = {
-        "heatmap": plots.pass_heatmap(run, report.ks, report.ts),
-        "difference": plots.difference_heatmap(comparison, report.ks, report.ts),
-        "budget curves": plots.budget_curves(report),
-        "decomposition": plots.decomposition_bars(comparison),
-        "hazards": plots.hazard_figure(report),
-        "latency": plots.latency_figure(report),
+        "heatmap": heatmap_plots.pass_heatmap(run, report.ks, report.ts),
+        "difference": heatmap_plots.difference_heatmap(comparison, report.ks, report.ts),
+        "budget curves": budget_plots.budget_curves(report),
+        "decomposition": decomposition_plots.decomposition_bars(comparison),
+        "hazards": hazard_plots.hazard_figure(report),
+        "latency": hazard_plots.latency_figure(report),
     }
     for name, figure in figures.items():
         plots.figure_png(figure)                     # draws: no mathtext error
@@ -188,7 +194,7 @@ def test_pass_difference_of_runs_with_no_task_in_common(runs):
     import warnings
 
     from analyses.frames import trajectories_frame
-    from analyses.report.surface import pass_difference
+    from analyses.report.surface import DifferenceOptions, pass_difference
     from recovery.store import IngestOptions, open_store
 
     store = open_store(None)
@@ -199,7 +205,7 @@ def test_pass_difference_of_runs_with_no_task_in_common(runs):
         store.close()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cells = pass_difference(traj, "a", "b", [1, 2], [2, None], n_boot=5)
+        cells = pass_difference(traj, "a", "b", [1, 2], [2, None], DifferenceOptions(n_boot=5))
     assert [(c.k, c.t, c.n_tasks) for c in cells] == [(1, 2, 0), (1, None, 0), (2, 2, 0),
                                                       (2, None, 0)]
     assert all(c.value != c.value for c in cells)   # NaN: no task to average

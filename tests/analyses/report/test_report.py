@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.decompose import COMPONENTS, decompose, model_fit
+from analyses.decompose import COMPONENTS, DecomposeOptions, FitOptions, decompose, model_fit
 from analyses.descriptive import spell_stats
 from analyses.passkt import pass_at_kt
 from analyses.report import (
@@ -205,14 +205,15 @@ def test_descriptive_no_limit_counts_only_trajectories_with_an_error(report):
 def test_model_fit_and_comparison_come_from_the_library(frames, report):
     traj, flags = frames
     for name, run in report.runs.items():
-        expected = model_fit(traj, flags, name, report.ts, 1)
+        expected = model_fit(traj, flags, name, report.ts, FitOptions(strata=1))
         assert [r.model for r in run.model_fit] == pytest.approx(expected["model"].tolist())
         assert [r.empirical for r in run.model_fit] == pytest.approx(
             expected["empirical"].tolist())
     (comp,) = report.comparisons
     assert (comp.baseline, comp.candidate) == ("A", "B")
     # 3 shared tasks are too few for an interval: the report bootstraps none
-    expected = decompose(traj, flags, "A", "B", report.ts, 1, 0, 3)
+    expected = decompose(traj, flags, "A", "B", report.ts,
+                         DecomposeOptions(strata=1, n_boot=0, seed=3))
     for row, (_, want) in zip(comp.by_t, expected.iterrows(), strict=True):
         for name in COMPONENTS:
             assert getattr(row, name) == pytest.approx(want[name])
@@ -425,7 +426,7 @@ def test_concepts_worked_example():
     from analyses.dp import model_success
     from analyses.hazards import Hazards
     from analyses.passkt import pass_hat_kt
-    from analyses.sampling import sample_two_clock
+    from analyses.sampling import DrawLabels, sample_two_clock
 
     traj, flags = make_frames(TOY)
     grid = pass_at_kt(traj, ks=[1, 2, 3], ts=[2, 4, None], n_boot=0)
@@ -459,8 +460,8 @@ def test_concepts_worked_example():
     ]
 
     fewer_errors = Hazards.constant(h=0.06, s=0.10, f=0.02, rho=0.40, phi=0.05)
-    ta, fa = sample_two_clock(a, a, 20_000, 40, seed=1, run="A")
-    tb, fb = sample_two_clock(fewer_errors, fewer_errors, 20_000, 40, seed=2, run="B")
+    ta, fa = sample_two_clock(a, a, 20_000, 40, 1, DrawLabels(run="A"))
+    tb, fb = sample_two_clock(fewer_errors, fewer_errors, 20_000, 40, 2, DrawLabels(run="B"))
     traj = pd.concat([ta, tb], ignore_index=True)
     flags = pd.concat([fa, fb], ignore_index=True)
     desc = report_from_frames(traj, flags, ReportOptions(n_boot=0, strata=1, ts=[40]))
