@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.passkt import task_counts
+from analyses.task_counts import task_counts
 from analyses.tgrid import ts_up_to
 from recovery.config import opt
 

@@ -18,8 +18,8 @@ import numpy as np
 from analyses.dp import success_curve
 from analyses.frames import is_in
 from analyses.hazards import N_COUNTS, event_counts, rates_from_counts, turn_table
-from analyses.passkt import task_counts
 from analyses.strata import check_strata_by, key_counts, strata_weights
+from analyses.task_counts import task_counts
 from analyses.tgrid import normalise_ts
 from recovery.config import opt
 

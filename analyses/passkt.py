@@ -19,16 +19,21 @@ Two modes:
 - ``"budgeted"``: at ``T`` only the trajectories run with ``budget == T`` count, both in ``n_i``
   and in ``c_i(T)``. Every requested ``T`` must be a budget present in every run.
 
+The per-task counts are :mod:`analyses.task_counts`, the intervals the bootstrap of
+:mod:`analyses.task_bootstrap`, the default grids :mod:`analyses.grid_defaults` and the mode
+:mod:`analyses.modes`.
+
 Example:
     >>> from analyses.frames import trajectories_frame
-    >>> grid = pass_at_kt(trajectories_frame(con), ks=[1, 2, 4], ts=[10, 20, None])
+    >>> grid = pass_at_kt(trajectories_frame(con), GridOptions(ks=[1, 2, 4], ts=[10, 20, None]))
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,14 +41,16 @@ import numpy as np
 import pandas as pd
 
 from analyses.frames import success_turns
+from analyses.grid_defaults import default_ks, default_ts
+from analyses.modes import Mode, common_budgets
+from analyses.task_bootstrap import bootstrap_interval
+from analyses.task_counts import count_cells
 from analyses.tgrid import normalise_ts, split_ts
 from recovery.errors import UsageProblem
 
-Mode = Literal["truncation", "budgeted"]
 Metric = Literal["pass_at", "pass_hat"]
 
 GRID_COLUMNS = ("run", "k", "t", "value", "lo", "hi", "n_tasks", "n_tasks_left_out")
-_BOOT_CHUNK_CELLS = 4_000_000  # bootstrap replicates x tasks handled per matrix product
 
 
 def _check_counts(n: int, c: int, k: int) -> None:
@@ -97,84 +104,14 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return float(np.prod(1.0 - k / np.arange(c + 1, n + 1)))
 
 
-SMALL_SAMPLE_COUNT = 4
-"""Up to this many samples per task, the default K grid is every K from 1 to that count."""
 
+@dataclass(frozen=True)
+class GridOptions:
+    """What a Pass@(K,T) or pass^(K,T) grid covers, and how its intervals are drawn.
 
-def default_ks(max_samples: int) -> list[int]:
-    """Sampling widths for a report: the one default-K policy of the toolkit.
-
-    Every K from 1 to ``max_samples`` when that is at most :data:`SMALL_SAMPLE_COUNT` (so
-    tau-bench's 4 trials give K = 1, 2, 3, 4), else 1, 2, 4, ... and ``max_samples``.
-
-    Args:
-        max_samples: The most samples any task has.
-
-    Returns:
-        Increasing widths; empty when ``max_samples < 1``.
-    """
-    max_samples = max(int(max_samples), 0)
-    if max_samples <= SMALL_SAMPLE_COUNT:
-        return list(range(1, max_samples + 1))
-    ks = [1 << i for i in range(max_samples.bit_length())]
-    if ks[-1] != max_samples:
-        ks.append(max_samples)
-    return ks
-
-
-def common_budgets(trajectories: pd.DataFrame) -> list[int]:
-    """The budgets present in every run: the default T grid of budgeted mode."""
-    budgets = [
-        {int(b) for b in pd.to_numeric(group, errors="coerce").dropna()}
-        for _, group in trajectories.groupby("run", sort=True)["budget"]
-    ] if "budget" in trajectories else []
-    return sorted(set.intersection(*budgets)) if budgets else []
-
-
-def default_ts(
-    n_turns: Iterable[int] | np.ndarray | pd.Series, n_points: int = 6
-) -> list[int | None]:
-    """Turn limits for a report: quantiles of the observed turn counts, then ``None``.
-
-    The quantiles are taken at ``n_points`` evenly spaced levels from 1/n_points to 1 (so the
-    largest is the longest episode), rounded to whole turns, deduplicated.
-
-    Args:
-        n_turns: Turn counts of the trajectories (e.g. the frame's ``n_turns`` column).
-        n_points: How many quantile levels to try (fewer limits come out when they coincide).
-
-    Returns:
-        Increasing turn limits (each at least 1) followed by ``None`` (no turn limit).
-    """
-    if not isinstance(n_turns, (pd.Series, np.ndarray)):
-        n_turns = list(n_turns)
-    values = pd.to_numeric(pd.Series(n_turns), errors="coerce").dropna().to_numpy(dtype=float)
-    if values.size == 0 or n_points < 1:
-        return [None]
-    levels = np.arange(1, n_points + 1) / n_points
-    limits = np.unique(np.maximum(np.rint(np.quantile(values, levels)), 1))
-    return [*(int(t) for t in limits), None]
-
-
-def pass_at_kt(
-    trajectories: pd.DataFrame,
-    ks: Sequence[int] | None = None,
-    ts: Sequence[int | None] | None = None,
-    mode: Mode = "truncation",
-    n_boot: int = 1000,
-    ci: float = 0.95,
-    seed: int = 0,
-    *,
-    warn_mixed: bool = True,
-) -> pd.DataFrame:
-    """Pass@(K,T) per run over a grid of K and T, with percentile bootstrap intervals.
-
-    Args:
-        trajectories: One row per trajectory with columns ``run, task_id, budget, success,
-            n_turns, success_turn`` (as :func:`analyses.frames.trajectories_frame` returns).
-            A success without ``success_turn`` succeeds at its last turn; rows with unknown
-            ``success`` are ignored.
-        ks: Sampling widths; ``None`` = :func:`default_ks` of the most samples of a task.
+    Attributes:
+        ks: Sampling widths; ``None`` = :func:`analyses.grid_defaults.default_ks` of the most
+            samples of a task.
         ts: Turn limits, ``None`` entries meaning no limit (the rule of
             :func:`analyses.tgrid.normalise_ts`); ``None`` = :func:`default_ts` of the turn
             counts (truncation) or the budgets present in every run (budgeted).
@@ -185,6 +122,26 @@ def pass_at_kt(
         warn_mixed: In truncation mode, a ``UserWarning`` when a run holds trajectories made
             at several budgets (they are pooled); ``False`` for a caller that says so itself
             (the report does, in its notes).
+    """
+
+    ks: Sequence[int] | None = None
+    ts: Sequence[int | None] | None = None
+    mode: Mode = "truncation"
+    n_boot: int = 1000
+    ci: float = 0.95
+    seed: int = 0
+    warn_mixed: bool = True
+
+
+def pass_at_kt(trajectories: pd.DataFrame, options: GridOptions | None = None) -> pd.DataFrame:
+    """Pass@(K,T) per run over a grid of K and T, with percentile bootstrap intervals.
+
+    Args:
+        trajectories: One row per trajectory with columns ``run, task_id, budget, success,
+            n_turns, success_turn`` (as :func:`analyses.frames.trajectories_frame` returns).
+            A success without ``success_turn`` succeeds at its last turn; rows with unknown
+            ``success`` are ignored.
+        options: The grid and its intervals; defaults when ``None``.
 
     Returns:
         One row per (run, k, t) with columns ``run, k, t, value, lo, hi, n_tasks,
@@ -196,142 +153,16 @@ def pass_at_kt(
         ValueError: on an unknown mode, a ``None`` turn limit in budgeted mode, or (budgeted)
             a requested budget that a run lacks; the message lists what is missing.
     """
-    return _grid(trajectories, ks, ts, mode, "pass_at", n_boot, ci, seed, warn_mixed)
+    return _grid(trajectories, options or GridOptions(), "pass_at")
 
 
-def pass_hat_kt(
-    trajectories: pd.DataFrame,
-    ks: Sequence[int] | None = None,
-    ts: Sequence[int | None] | None = None,
-    mode: Mode = "truncation",
-    n_boot: int = 1000,
-    ci: float = 0.95,
-    seed: int = 0,
-    *,
-    warn_mixed: bool = True,
-) -> pd.DataFrame:
+def pass_hat_kt(trajectories: pd.DataFrame, options: GridOptions | None = None) -> pd.DataFrame:
     """pass^(K,T) (all K samples succeed) per run over a grid of K and T.
 
     Same arguments, output and errors as :func:`pass_at_kt`. It never increases in ``K``
     (with equal sample counts) and never decreases in ``T`` in truncation mode.
     """
-    return _grid(trajectories, ks, ts, mode, "pass_hat", n_boot, ci, seed, warn_mixed)
-
-
-@dataclass(frozen=True)
-class TaskCounts:
-    """Per task and T: samples ``n_i`` and successes by T ``c_i(T)``, what every analysis
-    reduces to.
-
-    Attributes:
-        tasks: Task ids (as text), sorted.
-        ts: The budgets of the columns: finite ones increasing, then ``None`` (no limit) if
-            asked for.
-        n: Samples, shape ``(tasks, T)``.
-        c: Successes by T, same shape.
-    """
-
-    tasks: np.ndarray
-    ts: list[int | None]
-    n: np.ndarray
-    c: np.ndarray
-
-
-def task_counts(
-    trajectories: pd.DataFrame, ts: Sequence[int | None], mode: Mode = "truncation"
-) -> TaskCounts:
-    """``n_i`` and ``c_i(T)`` of some trajectories (usually one run's) per task and T.
-
-    The one home of the per-task counts: Pass@(K,T), the surface of differences, the budget
-    curves and the empirical S(T) of the decomposition all start from it.
-
-    Args:
-        trajectories: Trajectories frame (``task_id, success, n_turns, success_turn`` and,
-            in budgeted mode, ``budget``); rows with an unknown outcome are left out.
-        ts: Turn limits (``None`` = no limit; truncation only) or, budgeted, budgets; the
-            rule of :func:`analyses.tgrid.normalise_ts`.
-        mode: ``"truncation"`` or ``"budgeted"``.
-
-    Returns:
-        The counts, columns in the order of :attr:`TaskCounts.ts`.
-    """
-    if mode not in ("truncation", "budgeted"):
-        raise ValueError(f"mode must be 'truncation' or 'budgeted', got {mode!r}")
-    finite_ts, with_none = split_ts(normalise_ts(ts, mode))
-    known = trajectories["success"].notna().to_numpy()
-    frame = trajectories.loc[known] if not known.all() else trajectories
-    tasks, task = np.unique(frame["task_id"].astype(str).to_numpy(dtype=object),
-                            return_inverse=True)
-    budget = (pd.to_numeric(frame["budget"]).to_numpy(dtype=float, na_value=np.nan)
-              if "budget" in frame else np.full(len(frame), np.nan))
-    n, c = _count_cells(task.reshape(-1), len(tasks), success_turns(frame), budget,
-                        finite_ts, with_none, mode)
-    return TaskCounts(tasks, [*finite_ts, *([None] if with_none else [])], n, c)
-
-
-def run_budgets(traj: pd.DataFrame) -> dict[str, list[int]]:
-    """The distinct known budgets of each run's trajectories."""
-    if "budget" not in traj:
-        return {}
-    out: dict[str, list[int]] = {}
-    for run, group in traj.groupby("run", sort=True)["budget"]:
-        out[str(run)] = sorted({int(b) for b in pd.to_numeric(group, errors="coerce").dropna()})
-    return out
-
-
-def _listing(values: Sequence[object]) -> str:
-    return ", ".join(str(v) for v in values)
-
-
-def resolve_mode(
-    traj: pd.DataFrame, mode: str, ts: Sequence[int | None] | None = None
-) -> tuple[str, str]:
-    """The mode to use and why, in the command line's words.
-
-    The one rule of the toolkit: ``recovery analyze`` and ``recovery budgetmix plan`` read a
-    store in the same mode. ``"auto"`` picks budgeted mode when some run holds trajectories made at several budgets,
-    some budget is present in every run, and every T asked for (if any) is one of those;
-    otherwise truncation. An explicit mode is kept, and the reason says what it means for data
-    with several budgets.
-
-    Args:
-        traj: The trajectories frame.
-        mode: ``"auto"``, ``"truncation"`` or ``"budgeted"``.
-        ts: The T asked for (``None`` = the defaults).
-
-    Returns:
-        ``(mode, reason)``.
-    """
-    budgets = run_budgets(traj)
-    mixed = {run: b for run, b in budgets.items() if len(b) > 1}
-    every = sorted({b for bs in budgets.values() for b in bs})
-    mixed_text = (
-        f"run{'s' if len(mixed) > 1 else ''} {_listing(mixed)} "
-        f"hold{'s' if len(mixed) == 1 else ''} trajectories made at several budgets "
-        f"({_listing(every)})"
-    )
-    if mode == "budgeted":
-        return mode, "asked for (--mode budgeted)"
-    if mode == "truncation":
-        if mixed:
-            return mode, (f"asked for (--mode truncation); {mixed_text}, which it pools at "
-                          "every T: use --mode budgeted to compare the budgets")
-        return mode, "asked for (--mode truncation)"
-    if not mixed:
-        return "truncation", (
-            "chosen: every run was made at one budget" if every else
-            "chosen: the trajectories carry no budget")
-    common = common_budgets(traj)
-    if not common:
-        return "truncation", (f"chosen: {mixed_text}, but no budget is present in every run, "
-                              "so truncation mode pools them at every T")
-    if ts is not None and any(t is None or int(t) not in common for t in ts):
-        return "truncation", (
-            f"chosen: {mixed_text}, but --t asks for turn limits that are not budgets every run "
-            f"has ({_listing(common)}), so truncation mode pools them at every T; use "
-            "--mode budgeted with those budgets to compare them")
-    return "budgeted", (f"chosen: {mixed_text}; each T uses only the trajectories run with "
-                        "budget T (--mode truncation pools them instead)")
+    return _grid(trajectories, options or GridOptions(), "pass_hat")
 
 
 # --------------------------------------------------------------------------- internals
@@ -409,43 +240,16 @@ def _run_budgets(data: _Outcomes) -> list[set[int]]:
     return budgets
 
 
-def _grid(
-    trajectories: pd.DataFrame,
-    ks: Sequence[int] | None,
-    ts: Sequence[int | None] | None,
-    mode: str,
-    metric: Metric,
-    n_boot: int,
-    ci: float,
-    seed: int,
-    warn_mixed: bool = True,
-) -> pd.DataFrame:
+def _grid(trajectories: pd.DataFrame, options: GridOptions, metric: Metric) -> pd.DataFrame:
+    """The ``metric`` grid of every run, runs in alphabetical order (see :func:`pass_at_kt`)."""
+    mode, ci = options.mode, options.ci
     if mode not in ("truncation", "budgeted"):
         raise ValueError(f"mode must be 'truncation' or 'budgeted', got {mode!r}")
     if not 0.0 < ci < 1.0:
         raise ValueError(f"ci must lie in (0, 1), got {ci}")
     data = _outcomes(trajectories)
-    budgets = _run_budgets(data)
-    if ks is None:
-        ks = default_ks(_most_samples(data, by_budget=mode == "budgeted"))
-    ks_arr = np.array(sorted({int(k) for k in ks}), dtype=np.int64)
-    if len(ks_arr) and ks_arr[0] < 1:
-        raise ValueError(f"K must be at least 1, got {ks_arr[0]}")
-    if ts is None:
-        ts = default_ts(trajectories["n_turns"]) if mode == "truncation" else (
-            common_budgets(trajectories))
-    finite_ts, with_none = split_ts(normalise_ts(ts, mode))
-    if mode == "budgeted":
-        if not finite_ts and data.run_names:
-            raise UsageProblem(
-                "budgeted mode: no budget T to report (no budget is common to every run, "
-                "or none was asked for); pass ts= or select runs"
-            )
-        _check_budgets(data.run_names, budgets, finite_ts)
-    elif warn_mixed:
-        _warn_mixed_budgets(data.run_names, budgets)
-    t_labels: list[int | None] = [*finite_ts, *([None] if with_none else [])]
-    if not t_labels or not len(ks_arr):
+    resolved = _resolved(trajectories, data, options)
+    if not resolved.ts or not resolved.ks:
         out = _empty_grid()
         out.attrs.update(mode=mode, metric=metric, ci=ci)
         return out
@@ -458,14 +262,41 @@ def _grid(
     frames = []
     for code in sorted(range(len(data.run_names)), key=data.run_names.__getitem__):
         rows = order[bounds[code] : bounds[code + 1]]
-        n, c = _counts(data, rows, finite_ts, with_none, mode)
-        run = data.run_names[code]
-        frames.append(
-            _run_grid(run, n, c, ks_arr, t_labels, metric, n_boot, ci, _run_seed(seed, run))
-        )
+        n, c = _counts(data, rows, list(resolved.ts), mode)
+        frames.append(_run_grid(data.run_names[code], n, c, metric, resolved))
     out = pd.concat(frames, ignore_index=True) if frames else _empty_grid()
     out.attrs.update(mode=mode, metric=metric, ci=ci)
     return out
+
+
+def _resolved(trajectories: pd.DataFrame, data: _Outcomes, options: GridOptions) -> GridOptions:
+    """``options`` with K and T settled: the defaults filled in, K sorted and unique, T by the
+    rule of :func:`analyses.tgrid.normalise_ts` (finite ones increasing, then ``None``); in
+    budgeted mode every T checked to be a budget of every run, in truncation mode runs of
+    several budgets warned of (``warn_mixed``)."""
+    mode = options.mode
+    budgets = _run_budgets(data)
+    ks = options.ks
+    if ks is None:
+        ks = default_ks(_most_samples(data, by_budget=mode == "budgeted"))
+    ks = sorted({int(k) for k in ks})
+    if ks and ks[0] < 1:
+        raise ValueError(f"K must be at least 1, got {ks[0]}")
+    ts = options.ts
+    if ts is None:
+        ts = default_ts(trajectories["n_turns"]) if mode == "truncation" else (
+            common_budgets(trajectories))
+    finite_ts, with_none = split_ts(normalise_ts(ts, mode))
+    if mode == "budgeted":
+        if not finite_ts and data.run_names:
+            raise UsageProblem(
+                "budgeted mode: no budget T to report (no budget is common to every run, "
+                "or none was asked for); pass ts= or select runs"
+            )
+        _check_budgets(data.run_names, budgets, finite_ts)
+    elif options.warn_mixed:
+        _warn_mixed_budgets(data.run_names, budgets)
+    return dataclasses.replace(options, ks=ks, ts=[*finite_ts, *([None] if with_none else [])])
 
 
 def _most_samples(data: _Outcomes, by_budget: bool) -> int:
@@ -509,61 +340,27 @@ def _warn_mixed_budgets(run_names: list[str], budgets: list[set[int]]) -> None:
         warnings.warn(
             f"runs {', '.join(map(repr, mixed))} hold trajectories made at several budgets; "
             "truncation mode pools them (use mode='budgeted' to compare budgets)",
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
 def _counts(
-    data: _Outcomes, rows: np.ndarray, finite_ts: list[int], with_none: bool, mode: str
+    data: _Outcomes, rows: np.ndarray, t_labels: list[int | None], mode: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per task of one run and per T: samples ``n`` and successes by T ``c``, (tasks, T)."""
     task, task_codes = pd.factorize(data.task[rows])
-    return _count_cells(task, len(task_codes), data.won_at[rows], data.budget[rows],
-                        finite_ts, with_none, mode)
-
-
-def _count_cells(
-    task: np.ndarray, n_tasks: int, won_at: np.ndarray, budget: np.ndarray,
-    finite_ts: list[int], with_none: bool, mode: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``n_i`` and ``c_i(T)`` per task code and T: the one count of the toolkit.
-
-    Truncation: every sample of the task counts in ``n_i``; ``c_i(T)`` = samples whose success
-    turn is at most T (a cumulative histogram). Budgeted: at T only the samples run with
-    budget T count, in both. The ``None`` column (no limit) comes last when asked for.
-    """
-    n_t = len(finite_ts) + int(with_none)
-    ts = np.asarray(finite_ts, dtype=float)
-    if mode == "truncation":
-        n = np.repeat(np.bincount(task, minlength=n_tasks)[:, None], n_t, axis=1)
-        first = np.searchsorted(ts, won_at, side="left")  # first T by which it has won
-        won = np.isfinite(won_at)  # len(ts) = only with no turn limit
-        hist = np.bincount(
-            task[won] * (len(ts) + 1) + first[won], minlength=n_tasks * (len(ts) + 1)
-        ).reshape(n_tasks, len(ts) + 1)
-        c = np.cumsum(hist, axis=1)
-        return n, (c if with_none else c[:, : len(ts)])
-    t_index = np.minimum(np.searchsorted(ts, budget), max(len(ts) - 1, 0))
-    at_t = np.isfinite(budget) & (len(ts) > 0)
-    at_t[at_t] = ts[t_index[at_t]] == budget[at_t]
-    cell = task[at_t] * n_t + t_index[at_t]
-    n = np.bincount(cell, minlength=n_tasks * n_t).reshape(n_tasks, n_t)
-    won = won_at[at_t] <= budget[at_t]
-    c = np.bincount(cell[won], minlength=n_tasks * n_t).reshape(n_tasks, n_t)
-    return n, c
+    return count_cells(task, len(task_codes), data.won_at[rows], data.budget[rows], t_labels,
+                       mode)
 
 
 def _run_grid(
-    run: str,
-    n: np.ndarray,
-    c: np.ndarray,
-    ks: np.ndarray,
-    t_labels: list[int | None],
-    metric: Metric,
-    n_boot: int,
-    ci: float,
-    seed: np.random.SeedSequence,
+    run: str, n: np.ndarray, c: np.ndarray, metric: Metric, resolved: GridOptions
 ) -> pd.DataFrame:
+    """One run's cells from its counts ``n``, ``c`` (tasks, T), over the K and T of
+    ``resolved`` (:func:`_resolved`), rows ordered by K then T."""
+    ks = np.asarray(resolved.ks, dtype=np.int64)
+    t_labels = list(resolved.ts or [])
+    n_boot, ci, seed = resolved.n_boot, resolved.ci, _run_seed(resolved.seed, run)
     n_tasks, n_t = n.shape
     n_k = len(ks)
     n_values = np.unique(n)
@@ -581,7 +378,7 @@ def _run_grid(
         point = flat_values.sum(axis=0) / kept_count
     lo = hi = np.full(n_t * n_k, np.nan)
     if n_boot > 0 and n_tasks > 0:
-        lo, hi = _bootstrap(flat_values, kept, cell_to_kept, n_boot, ci, seed)
+        lo, hi = bootstrap_interval(flat_values, kept, cell_to_kept, n_boot, ci, seed)
     by_k = np.arange(n_t * n_k).reshape(n_t, n_k).T.reshape(-1)  # rows ordered k, then t
     return pd.DataFrame(
         {
@@ -595,38 +392,3 @@ def _run_grid(
             "n_tasks_left_out": (n_tasks - kept_count[by_k]).astype(np.int64),
         }
     )
-
-
-def _bootstrap(
-    values: np.ndarray,
-    kept: np.ndarray,
-    cell_to_kept: np.ndarray,
-    n_boot: int,
-    ci: float,
-    seed: np.random.SeedSequence,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval of the mean over kept tasks, tasks resampled with replacement.
-
-    Each replicate is a vector of task multiplicities; a chunk of replicates times the
-    (tasks, cells) matrices gives every cell's resampled sums at once.
-    """
-    rng = np.random.default_rng(seed)
-    n_tasks = values.shape[0]
-    chunk = max(1, _BOOT_CHUNK_CELLS // n_tasks)
-    means = np.empty((n_boot, values.shape[1]))
-    for start in range(0, n_boot, chunk):
-        size = min(chunk, n_boot - start)
-        draws = rng.integers(0, n_tasks, size=(size, n_tasks), dtype=np.int64)
-        draws += np.arange(size, dtype=np.int64)[:, None] * n_tasks
-        weights = np.bincount(draws.ravel(), minlength=size * n_tasks).reshape(size, n_tasks)
-        weights = weights.astype(float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means[start : start + size] = (weights @ values) / (weights @ kept)[:, cell_to_kept]
-    alpha = (1.0 - ci) / 2.0
-    if not np.isnan(means).any():
-        lo, hi = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
-        return lo, hi
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells: no task kept
-        lo, hi = np.nanquantile(means, [alpha, 1.0 - alpha], axis=0)
-    return lo, hi

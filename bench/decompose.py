@@ -106,7 +106,7 @@ def measure_decompose(
 ) -> dict:
     """The fastest of ``repeat`` decompositions at horizon ``t_max`` (in this process)."""
     import analyses.decompose as dec
-    from analyses.passkt import default_ts
+    from analyses.grid_defaults import default_ts
 
     if reference:  # the direct programme, in the same engine: the speedup is the model's
         from tests.analyses.test_dp import reference_success_curve

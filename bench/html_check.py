@@ -32,7 +32,7 @@ ends with ``-<id>``.
 ``--reports FOLDER`` builds and checks the reports a reader meets
 (:func:`bench.html_reports.check_reports`): besides checks 1-6 on each page it checks, in
 Python, that every figure of each report has no overlapping texts and none off the image
-(:func:`analyses.report.plots.layout_problems`: a legend cut by its figure is a text off the
+(:func:`analyses.report.plot_layout.layout_problems`: a legend cut by its figure is a text off the
 image), and that each comparison has its "change of S(T) at every T" figure.
 
 Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``); it runs with

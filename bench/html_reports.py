@@ -12,7 +12,7 @@ Each is written by ``recovery simulate`` and ``recovery analyze --html``:
 
 Besides the page checks of :func:`html_check.check_html`, every figure a report draws (as the
 page draws it: run names as their labels) must have no overlapping text and none off the
-image (:func:`analyses.report.plots.layout_problems`), and every comparison its "change of
+image (:func:`analyses.report.plot_layout.layout_problems`), and every comparison its "change of
 S(T) at every T" figure on the page.
 """
 
@@ -89,32 +89,32 @@ def report_figures(report: object, labels: dict[str, str] | None = None) -> dict
     """Every figure the HTML page of ``report`` (a :class:`analyses.report.Report`) draws,
     by a name that says which; run names as ``labels`` (default: the page's,
     :func:`analyses.report.names.run_labels`)."""
-    from analyses.report import plots
+    from analyses.report import budget_plots, decomposition_plots, hazard_plots, heatmap_plots
     from analyses.report.names import relabel_report, run_labels
 
     report = relabel_report(report, labels or run_labels(list(report.runs)))
     figures: dict[str, object] = {
-        "budget curves": plots.budget_curves(report),
-        "hazards": plots.hazard_figure(report),
-        "latency": plots.latency_figure(report),
+        "budget curves": budget_plots.budget_curves(report),
+        "hazards": hazard_plots.hazard_figure(report),
+        "latency": hazard_plots.latency_figure(report),
     }
     for name, run in report.runs.items():
-        figures[f"Pass@(K,T) {name}"] = plots.pass_heatmap(run, report.ks, report.ts)
-        figures[f"pass^(K,T) {name}"] = plots.pass_heatmap(run, report.ks, report.ts,
+        figures[f"Pass@(K,T) {name}"] = heatmap_plots.pass_heatmap(run, report.ks, report.ts)
+        figures[f"pass^(K,T) {name}"] = heatmap_plots.pass_heatmap(run, report.ks, report.ts,
                                                            "pass_hat")
     for comp in report.comparisons:
         pair = f"{comp.candidate} vs {comp.baseline}"
-        figures[f"difference surface {pair}"] = plots.difference_heatmap(comp, report.ks,
+        figures[f"difference surface {pair}"] = heatmap_plots.difference_heatmap(comp, report.ks,
                                                                          report.ts)
-        figures[f"decomposition {pair}"] = plots.decomposition_bars(comp)
-        figures[f"{CHANGE_ALT} {pair}"] = plots.budget_difference_figure(comp)
+        figures[f"decomposition {pair}"] = decomposition_plots.decomposition_bars(comp)
+        figures[f"{CHANGE_ALT} {pair}"] = budget_plots.budget_difference_figure(comp)
     return figures
 
 
 def figure_problems(report: object, labels: dict[str, str] | None = None) -> list[str]:
     """Each overlapping pair of texts and each text off the image, in every figure of the
-    report (:func:`analyses.report.plots.layout_problems`), prefixed with the figure."""
-    from analyses.report.plots import layout_problems
+    report (:func:`analyses.report.plot_layout.layout_problems`), prefixed with the figure."""
+    from analyses.report.plot_layout import layout_problems
 
     out = []
     for name, figure in report_figures(report, labels).items():

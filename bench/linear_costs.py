@@ -87,7 +87,7 @@ def analyze_json(files: list[Path], out: Path, **options) -> None:
 
 def bench_long(workdir: Path, sizes: list[int]) -> None:
     from analyses.report.hazard_points import with_bins
-    from analyses.report.records import HazardPoint
+    from analyses.report.run_records import HazardPoint
     from tests.analyses.report.test_linear_costs import reference_with_bins
 
     print("1. analyze of two trajectories of N turns (wall / CPU s, ratio of CPU to the first)")

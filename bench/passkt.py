@@ -15,7 +15,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analyses.passkt import default_ks, pass_at_kt, pass_hat_kt
+from analyses.grid_defaults import default_ks
+from analyses.passkt import GridOptions, pass_at_kt, pass_hat_kt
 
 
 def synthetic_frame(
@@ -78,7 +79,7 @@ def main() -> None:
         for n_boot in (0, args.boot):
             for fn in (pass_at_kt, pass_hat_kt):
                 seconds = best_time(lambda fn=fn, ks=ks, n_boot=n_boot: fn(
-                    frame, ks=ks, ts=ts, n_boot=n_boot), args.repeat)
+                    frame, GridOptions(ks=ks, ts=ts, n_boot=n_boot)), args.repeat)
                 cells = len(ks) * len(ts)
                 print(f"  {fn.__name__:12s} {label:10s} ({cells:5d} cells) "
                       f"n_boot={n_boot:<5d} {seconds:7.3f} s")
@@ -90,7 +91,7 @@ def main() -> None:
           f"budgets = {len(budgeted):,} trajectories")
     for n_boot in (0, args.boot):
         seconds = best_time(lambda n_boot=n_boot: pass_at_kt(
-            budgeted, ks=ks, ts=budgets, mode="budgeted", n_boot=n_boot), args.repeat)
+            budgeted, GridOptions(ks=ks, ts=budgets, mode="budgeted", n_boot=n_boot)), args.repeat)
         print(f"  pass_at_kt   K={ks} n_boot={n_boot:<5d} {seconds:7.3f} s")
 
 

@@ -19,7 +19,7 @@ import pytest
 from analyses.decompose import DecomposeOptions, FitOptions, decompose, model_fit
 from analyses.descriptive import descriptive, latency_distribution, spell_stats
 from analyses.frames import spells_frame, success_turns, trajectories_frame, turn_flags_frame
-from analyses.passkt import pass_at_kt
+from analyses.passkt import GridOptions, pass_at_kt
 from recovery.marking.spells import spells_of_frames
 from recovery.schema import Trajectory, Turn
 from recovery.simulate import PRESETS, SimConfig
@@ -223,7 +223,7 @@ def unequal() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_empirical_success_is_task_weighted_everywhere() -> None:
     traj, flags = unequal()
     ts = [2, 3, None]
-    p1 = pass_at_kt(traj, ks=[1], ts=ts, n_boot=0)
+    p1 = pass_at_kt(traj, GridOptions(ks=[1], ts=ts, n_boot=0))
     want = {(r.run, None if pd.isna(r.t) else int(r.t)): r.value for r in p1.itertuples()}
     # Task-weighted differs from trajectory-weighted here, so the test can tell them apart.
     assert want[("A", None)] == pytest.approx((1 + 0.5 + 0) / 3)
@@ -292,10 +292,10 @@ def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
 
 def test_task_counts_are_the_one_count_of_every_consumer() -> None:
     """Unequal samples per task: Pass@(1,T), the difference surface, the budget curves and the
-    decomposition's empirical S(T) all come from analyses.passkt.task_counts."""
+    decomposition's empirical S(T) all come from analyses.task_counts.task_counts."""
     from analyses.budget import BandOptions, budget_difference, success_curves
-    from analyses.passkt import task_counts
     from analyses.report.surface import DifferenceOptions, pass_difference
+    from analyses.task_counts import task_counts
 
     traj, flags = unequal()
     ts = [1, 2, 3, 4]
@@ -304,7 +304,7 @@ def test_task_counts_are_the_one_count_of_every_consumer() -> None:
         counts = task_counts(traj[traj["run"] == run], ts)
         assert counts.n[:, 0].tolist() == [1, 2, 3]          # t1, t2, t3 have 1, 2, 3 samples
         s[run] = (counts.c / counts.n).mean(axis=0)
-        grid = pass_at_kt(traj[traj["run"] == run], ks=[1], ts=ts, n_boot=0)
+        grid = pass_at_kt(traj[traj["run"] == run], GridOptions(ks=[1], ts=ts, n_boot=0))
         assert grid["value"].tolist() == pytest.approx(s[run].tolist())
         curve = next(c for c in success_curves(traj, t_max=4) if c.run == run)
         assert curve.value == pytest.approx(s[run].tolist())
@@ -406,13 +406,13 @@ def test_t_grid_rule(ts: list, grid: list) -> None:
 
 def _t_grid_consumers(traj: pd.DataFrame, bad: object) -> dict:
     from analyses.budget import BandOptions, budget_difference, success_curves
-    from analyses.passkt import task_counts
     from analyses.report.defaults import choose_ts
+    from analyses.task_counts import task_counts
     from analyses.tgrid import normalise_ts
 
     return {
         "normalise_ts": lambda: normalise_ts([5, bad]),
-        "pass_at_kt": lambda: pass_at_kt(traj, ks=[1], ts=[5, bad], n_boot=0),
+        "pass_at_kt": lambda: pass_at_kt(traj, GridOptions(ks=[1], ts=[5, bad], n_boot=0)),
         "task_counts": lambda: task_counts(traj, [5, bad]),
         "choose_ts": lambda: choose_ts(traj, ts=[5, bad]),
         "success_curves": lambda: success_curves(traj, t_max=bad),
@@ -434,15 +434,16 @@ def test_t_grid_every_consumer_refuses_a_t_that_is_not_a_whole_number_of_turns(
 
 
 def test_t_grid_no_limit_is_refused_in_budgeted_mode_by_every_consumer() -> None:
-    from analyses.passkt import task_counts
     from analyses.report.defaults import choose_ts
+    from analyses.task_counts import task_counts
     from analyses.tgrid import normalise_ts
     from recovery.errors import UsageProblem
 
     traj, _ = unequal()
     traj["budget"] = 5
     for call in (lambda: normalise_ts([5, None], "budgeted"),
-                 lambda: pass_at_kt(traj, ks=[1], ts=[5, None], mode="budgeted", n_boot=0),
+                 lambda: pass_at_kt(traj, GridOptions(ks=[1], ts=[5, None], mode="budgeted",
+                                                      n_boot=0)),
                  lambda: task_counts(traj, [5, None], "budgeted"),
                  lambda: choose_ts(traj, "budgeted", [5, None])):
         with pytest.raises(UsageProblem, match="no limit"):
@@ -451,8 +452,8 @@ def test_t_grid_no_limit_is_refused_in_budgeted_mode_by_every_consumer() -> None
 
 def test_t_grid_consumers_agree_and_a_t_beyond_the_longest_episode_means_no_limit() -> None:
     from analyses.budget import success_curves
-    from analyses.passkt import task_counts
     from analyses.report.defaults import choose_ts
+    from analyses.task_counts import task_counts
 
     traj, _ = unequal()
     longest = int(traj["n_turns"].max())
@@ -464,7 +465,7 @@ def test_t_grid_consumers_agree_and_a_t_beyond_the_longest_episode_means_no_limi
         counts = task_counts(one, asked)
         assert counts.ts == grid
         assert counts.c[:, -2].tolist() == counts.c[:, -1].tolist()   # beyond = no limit
-        p1 = pass_at_kt(one, ks=[1], ts=asked, n_boot=0)
+        p1 = pass_at_kt(one, GridOptions(ks=[1], ts=asked, n_boot=0))
         assert [None if pd.isna(t) else int(t) for t in p1["t"]] == grid
         assert p1["value"].iloc[-2] == pytest.approx(p1["value"].iloc[-1])
         curve = next(c for c in success_curves(traj, t_max=longest + 10) if c.run == run)

@@ -67,7 +67,7 @@ def test_the_frames_count_what_the_rule_counts(store) -> None:
 
 def test_views_frames_and_quality_agree(store) -> None:
     from analyses.frames import trajectories_frame
-    from analyses.passkt import pass_at_kt
+    from analyses.passkt import GridOptions, pass_at_kt
     from analyses.report.quality import quality_from_frames
     from recovery.quality import run_quality
 
@@ -75,7 +75,7 @@ def test_views_frames_and_quality_agree(store) -> None:
     sql = {(k, t): (v, n) for k, t, v, n in con.execute(
         "SELECT k, t, value, n_tasks FROM pass_at_kt").fetchall()}
     frame = trajectories_frame(con)
-    py = pass_at_kt(frame, ks=[1, 2], ts=[None], n_boot=0)
+    py = pass_at_kt(frame, GridOptions(ks=[1, 2], ts=[None], n_boot=0))
     for row in py.itertuples():
         value, n_tasks = sql[(int(row.k), None)]
         assert value == pytest.approx(row.value, abs=1e-12)

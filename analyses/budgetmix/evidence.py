@@ -80,7 +80,7 @@ def _resolve_mode(traj: pd.DataFrame, wanted: Sequence[int], mode: str) -> str:
         return mode
     if mode == "auto":
         # the one rule: `recovery analyze` reads the same store in the same mode
-        from analyses.passkt import resolve_mode
+        from analyses.modes import resolve_mode
 
         return resolve_mode(traj, "auto", list(wanted))[0]
     return mode
@@ -90,12 +90,12 @@ def default_budgets(con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None =
     """Budgets to weigh when none are given.
 
     The distinct budgets of the store when there are at least two, else turn limits at
-    quantiles of the turn counts (:func:`analyses.passkt.default_ts`).
+    quantiles of the turn counts (:func:`analyses.grid_defaults.default_ts`).
 
     Raises:
         InputProblem: when the store has no trajectory with a known outcome (of ``runs``).
     """
-    from analyses.passkt import default_ts
+    from analyses.grid_defaults import default_ts
 
     traj = _selected_trajectories(con, runs)
     present = sorted(_budgets_present(traj))
@@ -136,7 +136,7 @@ def budget_evidence(
         InputProblem: when the store has no trajectory with a known outcome (of ``runs``), or
             ``mode="budgeted"`` asks for budgets no trajectory was run with.
     """
-    from analyses.passkt import pass_at_kt
+    from analyses.passkt import GridOptions, pass_at_kt
 
     # Checked, never rounded: 4.9 is refused rather than read as 4, 2**63 before DuckDB sees it.
     budgets = sorted({check_budget(b) for b in budgets})
@@ -152,7 +152,7 @@ def budget_evidence(
         pooled = pooled[_run_with(pooled, wanted)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # mixed budgets: the mode is reported
-        grid = pass_at_kt(pooled, ks=[1], ts=wanted, mode=used, n_boot=0)
+        grid = pass_at_kt(pooled, GridOptions(ks=[1], ts=wanted, mode=used, n_boot=0))
     pass1 = dict(zip(grid["t"].astype(int), grid["value"], strict=True))
     spells = _spell_counts(con, traj, wanted, used)
     ref_pass, ref_share = pass1[reference], spells[reference][2]

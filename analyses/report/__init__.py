@@ -6,8 +6,10 @@ pass^(K,T)), :mod:`analyses.descriptive` (e, c, r, hazard curves, spells, latenc
 data checks, through :func:`analyses.frames.data_quality`) and :mod:`analyses.report.surface`
 (the difference surface, paired by task). :mod:`analyses.report.build`
 only chooses sensible defaults, calls them, and puts the results into the dataclasses of
-:mod:`analyses.report.records` that the terminal report (:mod:`analyses.report.terminal`), the
-JSON file (:meth:`Report.to_dict`) and the HTML page (:mod:`analyses.report.page`) all read.
+:mod:`analyses.report.records` (a run's in :mod:`analyses.report.run_records`, a comparison's in
+:mod:`analyses.report.comparison_records`) that the terminal report
+(:mod:`analyses.report.terminal`), the JSON file (:meth:`Report.to_dict`) and the HTML page
+(:mod:`analyses.report.page`) all read.
 :func:`analyses.report.analyze.analyze` is ``recovery analyze`` as a library call.
 
 Example:
@@ -21,34 +23,31 @@ Example:
 
 from __future__ import annotations
 
-from analyses.report.build import (
-    ProgressFn,
-    build_grouped_report,
-    build_report,
-    report_from_frames,
-)
+from analyses.report.build import StoreFacts, build_report, report_from_frames
+from analyses.report.comparison_records import Comparison, ComparisonRow, DifferenceCell
 from analyses.report.defaults import choose_ks, choose_ts, samples_per_task
+from analyses.report.grouped import Grouping, build_grouped_report
+from analyses.report.options import ReportOptions
 from analyses.report.page import render_html, write_html
 from analyses.report.records import (
     MODE_DESCRIPTIONS,
-    Comparison,
-    ComparisonRow,
-    DescriptiveRow,
-    DifferenceCell,
-    ErrorStats,
     Group,
     GroupedReport,
     GroupSummaryRow,
+    Report,
+    write_json,
+)
+from analyses.report.run_records import (
+    DescriptiveRow,
+    ErrorStats,
     HazardPoint,
     LatencyBin,
     ModelFitRow,
     PassCell,
     RecoveryStats,
-    Report,
-    ReportOptions,
     RunReport,
-    write_json,
 )
+from analyses.report.steps import ProgressFn
 from analyses.report.surface import pass_difference
 from analyses.report.terminal import print_report
 
@@ -62,6 +61,7 @@ __all__ = [
     "Group",
     "GroupSummaryRow",
     "GroupedReport",
+    "Grouping",
     "HazardPoint",
     "LatencyBin",
     "ModelFitRow",
@@ -71,6 +71,7 @@ __all__ = [
     "Report",
     "ReportOptions",
     "RunReport",
+    "StoreFacts",
     "build_grouped_report",
     "build_report",
     "choose_ks",

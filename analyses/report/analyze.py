@@ -294,8 +294,10 @@ def analyze(
             without shared budgets, no input).
         InputProblem: when a file cannot be ingested or the store cannot be opened.
     """
-    from analyses.report.build import build_grouped_report, build_report
-    from analyses.report.records import ReportOptions, write_json
+    from analyses.report.build import build_report
+    from analyses.report.grouped import Grouping, build_grouped_report
+    from analyses.report.options import ReportOptions
+    from analyses.report.records import write_json
     from recovery.marking import load_rules
     from recovery.store import IngestOptions, open_store
 
@@ -357,9 +359,9 @@ def analyze(
                 raise UsageProblem(f"--by: {err}") from None
         try:
             if config.by:
-                report = build_grouped_report(con, config.by, runs or None, options,
-                                              progress=progress, traj_ids=traj_ids,
-                                              max_groups=config.max_groups)
+                report = build_grouped_report(con, Grouping(config.by, config.max_groups),
+                                              runs or None, options, progress=progress,
+                                              traj_ids=traj_ids)
                 if echo is not None and report.notes:
                     echo(f"note: {report.notes[0]}")
             else:

@@ -1,12 +1,12 @@
-"""The K and T grids of a report, from the one default policy of :mod:`analyses.passkt`."""
+"""The K and T grids of a report, from the one default policy of :mod:`analyses.grid_defaults`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-# The mode and the budgets of runs are facts of Pass@(K,T) itself: their one home is passkt.
-from analyses.passkt import resolve_mode, run_budgets
+# The mode and the budgets of runs are facts of Pass@(K,T) itself: their one home is modes.
+from analyses.modes import resolve_mode, run_budgets
 from analyses.tgrid import normalise_ts, split_ts
 from recovery.errors import UsageProblem
 
@@ -21,8 +21,8 @@ def samples_per_task(traj: pd.DataFrame, mode: str = "truncation") -> pd.Series:
 
 
 def choose_ks(traj: pd.DataFrame, mode: str = "truncation") -> list[int]:
-    """The default K grid: :func:`analyses.passkt.default_ks` of the most samples of a task."""
-    from analyses.passkt import default_ks
+    """The default K grid: :func:`analyses.grid_defaults.default_ks` of the most samples of a task."""
+    from analyses.grid_defaults import default_ks
 
     sizes = samples_per_task(traj, mode)
     return default_ks(int(sizes.max()) if len(sizes) else 0)
@@ -35,14 +35,15 @@ def choose_ts(
 
     ``ts`` follows :func:`analyses.tgrid.normalise_ts`; in truncation mode the report always
     shows the no-limit column. Defaults: quantiles of the observed turn counts
-    (:func:`analyses.passkt.default_ts`) in truncation mode; the budgets present in every run
-    (:func:`analyses.passkt.common_budgets`) in budgeted mode.
+    (:func:`analyses.grid_defaults.default_ts`) in truncation mode; the budgets present in every run
+    (:func:`analyses.modes.common_budgets`) in budgeted mode.
 
     Raises:
         UsageProblem: for a T that breaks the rule, or in budgeted mode when no budget is
             shared by every run.
     """
-    from analyses.passkt import common_budgets, default_ts
+    from analyses.grid_defaults import default_ts
+    from analyses.modes import common_budgets
 
     if ts is not None:
         finite, _ = split_ts(normalise_ts(ts, mode))

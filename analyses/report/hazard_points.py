@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analyses.report.records import HazardPoint
+from analyses.report.run_records import HazardPoint
 
 if TYPE_CHECKING:
     import pandas as pd

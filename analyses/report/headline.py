@@ -14,11 +14,13 @@ import math
 from typing import TYPE_CHECKING
 
 from analyses.budget import MIN_SHARED_TASKS
-from analyses.report.records import REACH_FRACTION
+from analyses.report.run_records import REACH_FRACTION
 from analyses.report.text import number, signed_interval
 
 if TYPE_CHECKING:
-    from analyses.report.records import Comparison, ComparisonRow, Report, RunReport
+    from analyses.report.comparison_records import Comparison, ComparisonRow
+    from analyses.report.records import Report
+    from analyses.report.run_records import RunReport
 
 
 def too_few(n_shared: int) -> bool:

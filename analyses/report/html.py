@@ -1,8 +1,9 @@
 """One self-contained HTML page of the ``recovery analyze`` report.
 
-Plots (from :mod:`analyses.report.plots`) are embedded as base64 PNG data URIs and the style
-sheet is inline, so the file opens anywhere with no network and no other file. Tables carry the
-same numbers as the JSON report (:meth:`analyses.report.Report.to_dict`).
+Plots (from the figure modules of the report, :mod:`analyses.report.plots` and its
+neighbours) are embedded as base64 PNG data URIs and the style sheet is inline, so the file
+opens anywhere with no network and no other file. Tables carry the same numbers as the JSON
+report (:meth:`analyses.report.Report.to_dict`).
 
 Sections, top to bottom (the ``id`` of each is stable, for links and checks): ``headline``,
 ``data-quality``, ``notes``, ``difference-surface`` (the Pass@(K,T) heatmaps of every run
@@ -35,13 +36,9 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-    from analyses.report.records import (
-        Comparison,
-        DifferenceCell,
-        PassCell,
-        Report,
-        RunReport,
-    )
+    from analyses.report.comparison_records import Comparison, DifferenceCell
+    from analyses.report.records import Report
+    from analyses.report.run_records import PassCell, RunReport
     from recovery.quality import RunQuality
 
 STYLE = """
@@ -363,14 +360,14 @@ def _quality_section(report: Report, prefix: str) -> list[str]:
 
 def _surface_section(report: Report, prefix: str) -> list[str]:
     """Each run's Pass@(K,T) surface, and each comparison's difference surface."""
-    from analyses.report import plots
+    from analyses.report.heatmap_plots import difference_heatmap, pass_heatmap
 
     esc = _esc
     parts = [f'<section id="{prefix}difference-surface"><h2>Pass@(K,T) surfaces</h2>']
-    figures = [_img(plots.pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
+    figures = [_img(pass_heatmap(run, report.ks, report.ts), f"Pass@(K,T) {name}")
                for name, run in report.runs.items()]
     compared = [comp for comp in report.comparisons if not comp.shares_no_task()]
-    figures += [_img(plots.difference_heatmap(comp, report.ks, report.ts),
+    figures += [_img(difference_heatmap(comp, report.ks, report.ts),
                      f"Pass@(K,T) difference {comp.candidate} minus {comp.baseline}")
                 for comp in compared]
     parts.append(f'<div class="figures surfaces">{"".join(figures)}</div>')
@@ -391,12 +388,12 @@ def _surface_section(report: Report, prefix: str) -> list[str]:
 def _budget_section(report: Report, prefix: str,
                     colours: Mapping[str, object] | None) -> list[str]:
     """The budget curves, and each comparison's change of S(T) at every T."""
-    from analyses.report import plots
+    from analyses.report.budget_plots import budget_curves, budget_difference_figure
 
     parts = [f'<section id="{prefix}budget-curves"><h2>Budget curves</h2>']
-    figures = [_img(plots.budget_curves(report, colours=colours),
+    figures = [_img(budget_curves(report, colours=colours),
                     "Pass@(K,T) against T per run and K")]
-    figures += [_img(plots.budget_difference_figure(comp),
+    figures += [_img(budget_difference_figure(comp),
                      f"change of S(T) at every T, {comp.candidate} vs {comp.baseline}")
                 for comp in report.comparisons
                 if comp.budget is not None and not comp.shares_no_task()]
@@ -412,7 +409,7 @@ def _budget_section(report: Report, prefix: str,
 
 def _decomposition_section(report: Report, prefix: str) -> list[str]:
     """Each comparison's gain decomposition: headline, bars and table."""
-    from analyses.report import plots
+    from analyses.report.decomposition_plots import decomposition_bars
 
     esc = _esc
     parts = [f'<section id="{prefix}decomposition"><h2>Gain decomposition: single-step '
@@ -426,7 +423,7 @@ def _decomposition_section(report: Report, prefix: str) -> list[str]:
             continue
         parts.append(f"<p>{esc(comp.headline)}</p>")
         parts.append('<div class="figures">'
-                     + _img(plots.decomposition_bars(comp),
+                     + _img(decomposition_bars(comp),
                             f"decomposition of {comp.candidate} vs {comp.baseline}")
                      + "</div>")
         parts.append(_comparison_html(comp))
@@ -437,13 +434,13 @@ def _decomposition_section(report: Report, prefix: str) -> list[str]:
 def _hazard_section(report: Report, prefix: str,
                     colours: Mapping[str, object] | None) -> list[str]:
     """The error and recovery hazards and the recovery latency of every run."""
-    from analyses.report import plots
+    from analyses.report.hazard_plots import hazard_figure, latency_figure
 
     return [
         f'<section id="{prefix}hazards"><h2>Errors and recoveries</h2>',
         '<div class="figures">'
-        + _img(plots.hazard_figure(report, colours=colours), "error and recovery hazards")
-        + _img(plots.latency_figure(report, colours=colours), "recovery latency")
+        + _img(hazard_figure(report, colours=colours), "error and recovery hazards")
+        + _img(latency_figure(report, colours=colours), "recovery latency")
         + "</div>",
         _defs(report, "h", "rho", "phi", "latency"),
         "<p>Under each hazard: the turns at risk of each bin, the sample count behind "
@@ -454,7 +451,7 @@ def _hazard_section(report: Report, prefix: str,
 
 def _run_section(report: Report, prefix: str, name: str, run: RunReport) -> list[str]:
     """One run's own numbers: its grids, error statistics and model fit."""
-    from analyses.report import plots
+    from analyses.report.heatmap_plots import pass_heatmap
 
     esc = _esc
     samples = (str(run.max_samples) if run.min_samples == run.max_samples
@@ -466,7 +463,7 @@ def _run_section(report: Report, prefix: str, name: str, run: RunReport) -> list
         f'<p class="meta">{run.n_tasks} tasks, {run.n_trajectories} trajectories, '
         f"{run.n_turns} turns, {samples} samples per task.{reach}</p>",
         '<div class="figures">'
-        + _img(plots.pass_heatmap(run, report.ks, report.ts, "pass_hat"), f"pass^(K,T) {name}")
+        + _img(pass_heatmap(run, report.ks, report.ts, "pass_hat"), f"pass^(K,T) {name}")
         + "</div>",
         "<h3>Pass@(K,T)</h3>",
         _grid_html(run.pass_at_kt, report, drop=len(report.ts) > 1),

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
     import duckdb
 
-    from analyses.report.records import ComparisonRow, PassCell, Report
+    from analyses.report.comparison_records import ComparisonRow
+    from analyses.report.records import Report
+    from analyses.report.run_records import PassCell
 
 
 @dataclass(slots=True)

@@ -3,9 +3,9 @@
 Per task that both runs have, each run's Pass@(k,t) is the unbiased estimate of
 :func:`analyses.passkt.pass_at_k` from that run's samples of the task; the cell is the mean over
 the tasks (with at least ``k`` samples in both runs) of the candidate's value minus the
-baseline's. The interval is the percentile bootstrap of :mod:`analyses.passkt` with one change:
-each resample draws tasks once and uses that draw for both runs, so the task-to-task spread
-that both runs share cancels out of the interval.
+baseline's. The interval is the percentile bootstrap of :mod:`analyses.task_bootstrap` with
+one change: each resample draws tasks once and uses that draw for both runs, so the
+task-to-task spread that both runs share cancels out of the interval.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from recovery.config import opt
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analyses.report.records import DifferenceCell
+    from analyses.report.comparison_records import DifferenceCell
 
 _CHUNK_CELLS = 4_000_000
 
@@ -31,8 +31,8 @@ def _counts(
     traj: pd.DataFrame, tasks: np.ndarray, ts: Sequence[int | None], mode: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per task (in ``tasks`` order) and T: samples ``n`` and successes by T ``c``, from the one
-    count of the toolkit (:func:`analyses.passkt.task_counts`)."""
-    from analyses.passkt import task_counts
+    count of the toolkit (:func:`analyses.task_counts.task_counts`)."""
+    from analyses.task_counts import task_counts
 
     per_task = task_counts(traj, ts, mode)  # type: ignore[arg-type]
     n = np.zeros((len(tasks), len(ts)))
@@ -48,7 +48,7 @@ def _counts(
 
 
 def _limit(t: object) -> int | None:
-    """A T as :func:`analyses.passkt.task_counts` labels it: ``None`` for no limit (also NaN
+    """A T as :func:`analyses.task_counts.task_counts` labels it: ``None`` for no limit (also NaN
     and ``pd.NA``), else an int."""
     import pandas as pd
 
@@ -96,18 +96,18 @@ def pass_difference(
     paired by the tasks both runs have, with intervals; other runs are ignored.
 
     Returns:
-        One :class:`~analyses.report.records.DifferenceCell` per (k, t), ordered by k then t;
-        ``value`` is NaN where no task has ``k`` samples in both runs. When the runs share no
-        task at all, every cell is NaN with ``n_tasks`` 0 and a ``UserWarning`` says so
-        (``runs A and B share no task: no comparison``); the report never asks for such a pair
-        (it notes the pair itself).
+        One :class:`~analyses.report.comparison_records.DifferenceCell` per (k, t), ordered by
+        k then t; ``value`` is NaN where no task has ``k`` samples in both runs. When the runs
+        share no task at all, every cell is NaN with ``n_tasks`` 0 and a ``UserWarning`` says
+        so (``runs A and B share no task: no comparison``); the report never asks for such a
+        pair (it notes the pair itself).
     """
     mode, n_boot, seed, progress = options.mode, options.n_boot, options.seed, options.progress
     import warnings
 
     import pandas as pd
 
-    from analyses.report.records import DifferenceCell, no_comparison_note
+    from analyses.report.comparison_records import DifferenceCell, no_comparison_note
 
     ks = [int(k) for k in ks]
     ts = list(ts)

@@ -16,15 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyses.decompose import COMPONENTS
-from analyses.report.records import (
-    MODE_DESCRIPTIONS,
-    Comparison,
-    GroupedReport,
-    PassCell,
-    Report,
-    RunReport,
-    headline_lines,
-)
+from analyses.report.comparison_records import Comparison
+from analyses.report.records import MODE_DESCRIPTIONS, GroupedReport, Report, headline_lines
+from analyses.report.run_records import PassCell, RunReport
 from analyses.report.text import interval, number, percent, t_header, t_label
 from recovery.display import printable
 

@@ -15,7 +15,8 @@ from analyses.budget import (
     shape_text,
     success_curves,
 )
-from analyses.passkt import pass_at_kt, task_counts
+from analyses.passkt import GridOptions, pass_at_kt
+from analyses.task_counts import task_counts
 
 
 def frame(rows: list[tuple[str, str, bool, int]]) -> pd.DataFrame:
@@ -48,7 +49,7 @@ def test_task_counts_are_cumulative_per_task_and_equal_pass_at_1() -> None:
     assert counts.n.tolist() == [[3, 3, 3, 3], [1, 1, 1, 1]]
     assert counts.c.tolist() == [[0, 1, 2, 2], [1, 1, 1, 1]]
     curves = success_curves(traj)
-    grid = pass_at_kt(traj, ks=[1], ts=list(range(1, 6)), n_boot=0)
+    grid = pass_at_kt(traj, GridOptions(ks=[1], ts=list(range(1, 6)), n_boot=0))
     assert curves[0].ts == [1, 2, 3, 4, 5]
     assert curves[0].value == pytest.approx(grid["value"].tolist())
 

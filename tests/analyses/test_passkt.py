@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyses.grid_defaults import default_ks, default_ts
 from analyses.passkt import (
     GRID_COLUMNS,
-    default_ks,
-    default_ts,
+    GridOptions,
     pass_at_k,
     pass_at_kt,
     pass_hat_k,
@@ -140,8 +140,8 @@ def test_scalar_edges_and_bad_counts() -> None:
 def test_grid_equals_brute_force_enumeration(tasks: dict[str, list[int | None]]) -> None:
     frame = make_frame(tasks)
     ks = list(range(1, 7))
-    at = pass_at_kt(frame, ks=ks, ts=TS, n_boot=0)
-    hat = pass_hat_kt(frame, ks=ks, ts=TS, n_boot=0)
+    at = pass_at_kt(frame, GridOptions(ks=ks, ts=TS, n_boot=0))
+    hat = pass_hat_kt(frame, GridOptions(ks=ks, ts=TS, n_boot=0))
     assert list(at.columns) == list(GRID_COLUMNS)
     assert len(at) == len(ks) * len(TS)
     at_cells, hat_cells = cells(at), cells(hat)
@@ -165,7 +165,8 @@ def test_values_in_unit_interval_and_non_decreasing_in_t(
     tasks: dict[str, list[int | None]],
 ) -> None:
     frame = make_frame(tasks)
-    for grid in (pass_at_kt(frame, ts=TS, n_boot=0), pass_hat_kt(frame, ts=TS, n_boot=0)):
+    options = GridOptions(ts=TS, n_boot=0)
+    for grid in (pass_at_kt(frame, options), pass_hat_kt(frame, options)):
         values = grid["value"].dropna()
         assert ((values >= 0) & (values <= 1)).all()
         for _, by_t in grid.dropna(subset=["value"]).groupby("k"):
@@ -184,8 +185,8 @@ def test_monotone_in_k_with_equal_sample_counts(
     tasks = {f"t{i}": samples[:n] for i, samples in enumerate(outcomes)}
     frame = make_frame(tasks)
     ks = list(range(1, n + 1))
-    at = pass_at_kt(frame, ks=ks, ts=TS, n_boot=0)
-    hat = pass_hat_kt(frame, ks=ks, ts=TS, n_boot=0)
+    at = pass_at_kt(frame, GridOptions(ks=ks, ts=TS, n_boot=0))
+    hat = pass_hat_kt(frame, GridOptions(ks=ks, ts=TS, n_boot=0))
     at_cells, hat_cells = cells(at), cells(hat)
     for t in TS:
         at_k = [at_cells[k, t][0] for k in ks]
@@ -197,7 +198,7 @@ def test_monotone_in_k_with_equal_sample_counts(
 def test_tasks_with_fewer_than_k_samples_are_left_out_and_counted() -> None:
     # a: 1 sample (won), b: 2 samples (1 won), c: 3 samples (none won)
     frame = make_frame({"a": [3], "b": [2, None], "c": [None, None, None]})
-    grid = pass_at_kt(frame, ks=[1, 2, 3, 4], ts=[None], n_boot=0)
+    grid = pass_at_kt(frame, GridOptions(ks=[1, 2, 3, 4], ts=[None], n_boot=0))
     k1, k2, k3, k4 = (cell(grid, k, None) for k in (1, 2, 3, 4))
     assert (k1["n_tasks"], k1["n_tasks_left_out"]) == (3, 0)
     assert k1["value"] == pytest.approx((1 + 0.5 + 0) / 3)
@@ -212,7 +213,7 @@ def test_tasks_with_fewer_than_k_samples_are_left_out_and_counted() -> None:
 def test_success_without_success_turn_counts_at_its_last_turn() -> None:
     frame = make_frame({"a": [4, None]})
     frame.loc[0, "success_turn"] = pd.NA  # n_turns is 4
-    grid = pass_at_kt(frame, ks=[1], ts=[3, 4, None], n_boot=0)
+    grid = pass_at_kt(frame, GridOptions(ks=[1], ts=[3, 4, None], n_boot=0))
     assert [cell(grid, 1, t)["value"] for t in (3, 4, None)] == [0.0, 0.5, 0.5]
 
 
@@ -220,7 +221,7 @@ def test_runs_are_kept_apart() -> None:
     frame = pd.concat(
         [make_frame({"a": [1, 1]}, run="good"), make_frame({"a": [None, None]}, run="bad")]
     )
-    grid = pass_at_kt(frame, ks=[1, 2], ts=[None], n_boot=0)
+    grid = pass_at_kt(frame, GridOptions(ks=[1, 2], ts=[None], n_boot=0))
     assert sorted(grid["run"].unique()) == ["bad", "good"]
     assert cell(grid, 2, None, "good")["value"] == 1.0
     assert cell(grid, 2, None, "bad")["value"] == 0.0
@@ -245,7 +246,7 @@ def budget_example() -> pd.DataFrame:
 
 def test_budgeted_uses_only_the_runs_made_at_each_budget() -> None:
     frame = budget_example()
-    grid = pass_at_kt(frame, ks=[1, 2], ts=[5, 10], mode="budgeted", n_boot=0)
+    grid = pass_at_kt(frame, GridOptions(ks=[1, 2], ts=[5, 10], mode="budgeted", n_boot=0))
     assert grid.attrs["mode"] == "budgeted"
     assert cell(grid, 1, 5)["value"] == pytest.approx((0.5 + 0) / 2)
     assert cell(grid, 2, 5)["value"] == pytest.approx((1 + 0) / 2)
@@ -253,7 +254,8 @@ def test_budgeted_uses_only_the_runs_made_at_each_budget() -> None:
     assert cell(grid, 2, 10)["value"] == pytest.approx((1 + 1) / 2)
     assert (grid["n_tasks"] == 2).all()
     # default T in budgeted mode: the budgets present
-    assert sorted(pass_at_kt(frame, n_boot=0, mode="budgeted")["t"].unique()) == [5, 10]
+    grid = pass_at_kt(frame, GridOptions(n_boot=0, mode="budgeted"))
+    assert sorted(grid["t"].unique()) == [5, 10]
 
 
 @settings(max_examples=40, deadline=None)
@@ -266,8 +268,8 @@ def test_budgeted_equals_brute_force_within_each_budget(
         ignore_index=True,
     )
     ks = [1, 2, 3]
-    at = cells(pass_at_kt(frame, ks=ks, ts=[3, 5, 8], mode="budgeted", n_boot=0))
-    hat = cells(pass_hat_kt(frame, ks=ks, ts=[3, 5, 8], mode="budgeted", n_boot=0))
+    at = cells(pass_at_kt(frame, GridOptions(ks=ks, ts=[3, 5, 8], mode="budgeted", n_boot=0)))
+    hat = cells(pass_hat_kt(frame, GridOptions(ks=ks, ts=[3, 5, 8], mode="budgeted", n_boot=0)))
     all_tasks = set().union(*(tasks.keys() for tasks in by_budget.values()))
     for b, tasks in by_budget.items():
         for k in ks:
@@ -282,14 +284,14 @@ def test_budgeted_equals_brute_force_within_each_budget(
 def test_truncation_pools_budgets_and_cuts_at_t() -> None:
     frame = budget_example()
     with pytest.warns(UserWarning, match="several budgets"):
-        grid = pass_at_kt(frame, ks=[1], ts=[5, 10], n_boot=0)
+        grid = pass_at_kt(frame, GridOptions(ks=[1], ts=[5, 10], n_boot=0))
     assert grid.attrs["mode"] == "truncation"
     # x: 4 samples, by turn 5 one has won (the budget-5 one); y: by turn 5 one of 4 (turn 3)
     assert cell(grid, 1, 5)["value"] == pytest.approx((1 / 4 + 1 / 4) / 2)
     # cut at T = 5, the budget-10 runs alone differ from the budget-5 runs
-    only_10 = pass_at_kt(frame[frame["budget"] == 10], ks=[1], ts=[5], n_boot=0)
+    only_10 = pass_at_kt(frame[frame["budget"] == 10], GridOptions(ks=[1], ts=[5], n_boot=0))
     assert cell(only_10, 1, 5)["value"] == pytest.approx((0 + 0.5) / 2)
-    budgeted = pass_at_kt(frame, ks=[1], ts=[5], mode="budgeted", n_boot=0)
+    budgeted = pass_at_kt(frame, GridOptions(ks=[1], ts=[5], mode="budgeted", n_boot=0))
     assert cell(budgeted, 1, 5)["value"] == pytest.approx((0.5 + 0) / 2)
 
 
@@ -298,12 +300,12 @@ def test_budgeted_says_which_budgets_are_missing() -> None:
         [budget_example(), make_frame({"x": [2]}, run="other", budget=10)], ignore_index=True
     )
     with pytest.raises(UsageProblem, match=r"'other' lacks 5, 20 \(has 10\)") as info:
-        pass_at_kt(frame, ks=[1], ts=[5, 10, 20], mode="budgeted")
+        pass_at_kt(frame, GridOptions(ks=[1], ts=[5, 10, 20], mode="budgeted"))
     assert "'r' lacks 20 (has 5, 10)" in str(info.value)
     with pytest.raises(UsageProblem, match="None"):
-        pass_at_kt(frame, ks=[1], ts=[10, None], mode="budgeted")
+        pass_at_kt(frame, GridOptions(ks=[1], ts=[10, None], mode="budgeted"))
     with pytest.raises(ValueError, match="mode"):
-        pass_at_kt(frame, mode="truncated")
+        pass_at_kt(frame, GridOptions(mode="truncated"))
 
 
 def test_budgeted_counts_tasks_absent_at_a_budget_as_left_out() -> None:
@@ -311,7 +313,7 @@ def test_budgeted_counts_tasks_absent_at_a_budget_as_left_out() -> None:
         [make_frame({"x": [1], "y": [1]}, budget=10), make_frame({"x": [None]}, budget=5)],
         ignore_index=True,
     )
-    grid = pass_at_kt(frame, ks=[1], ts=[5, 10], mode="budgeted", n_boot=0)
+    grid = pass_at_kt(frame, GridOptions(ks=[1], ts=[5, 10], mode="budgeted", n_boot=0))
     at5 = cell(grid, 1, 5)
     assert (at5["value"], at5["n_tasks"], at5["n_tasks_left_out"]) == (0.0, 1, 1)
     assert cell(grid, 1, 10)["n_tasks"] == 2
@@ -340,7 +342,7 @@ def test_bootstrap_interval_contains_estimate_and_shrinks_with_more_tasks() -> N
     widths = {}
     for name, frame in (("small", small), ("large", large)):
         for fn in (pass_at_kt, pass_hat_kt):
-            grid = fn(frame, ks=ks, ts=ts, n_boot=400, seed=3)
+            grid = fn(frame, GridOptions(ks=ks, ts=ts, n_boot=400, seed=3))
             assert (grid["lo"] <= grid["value"] + 1e-12).all()
             assert (grid["value"] <= grid["hi"] + 1e-12).all()
             assert ((grid["lo"] >= 0) & (grid["hi"] <= 1)).all()
@@ -356,7 +358,7 @@ def test_bootstrap_interval_contains_estimate_and_shrinks_with_more_tasks() -> N
 def test_bootstrap_interval_is_near_the_normal_one() -> None:
     tasks = random_tasks(400, 1, seed=5)
     frame = make_frame(tasks)
-    grid = pass_at_kt(frame, ks=[1], ts=[None], n_boot=2000, ci=0.95, seed=0)
+    grid = pass_at_kt(frame, GridOptions(ks=[1], ts=[None], n_boot=2000, ci=0.95, seed=0))
     per_task = np.array([s[0] is not None for s in tasks.values()], dtype=float)
     half = 1.96 * per_task.std(ddof=0) / math.sqrt(len(per_task))
     row = cell(grid, 1, None)
@@ -366,20 +368,20 @@ def test_bootstrap_interval_is_near_the_normal_one() -> None:
 
 def test_bootstrap_is_deterministic_given_the_seed() -> None:
     frame = make_frame(random_tasks(30, 4, seed=2))
-    first = pass_at_kt(frame, n_boot=200, seed=7)
-    again = pass_at_kt(frame, n_boot=200, seed=7)
-    other = pass_at_kt(frame, n_boot=200, seed=8)
+    first = pass_at_kt(frame, GridOptions(n_boot=200, seed=7))
+    again = pass_at_kt(frame, GridOptions(n_boot=200, seed=7))
+    other = pass_at_kt(frame, GridOptions(n_boot=200, seed=8))
     pd.testing.assert_frame_equal(first, again)
     assert not np.allclose(first["lo"], other["lo"]) or not np.allclose(first["hi"], other["hi"])
     assert first["lo"].notna().all()
-    assert pass_at_kt(frame, n_boot=0)["lo"].isna().all()
+    assert pass_at_kt(frame, GridOptions(n_boot=0))["lo"].isna().all()
 
 
 def test_a_runs_interval_does_not_depend_on_other_runs() -> None:
     a = make_frame(random_tasks(30, 4, seed=2), run="a")
     b = make_frame(random_tasks(25, 4, seed=4), run="b")
-    alone = pass_at_kt(a, ks=[1, 2], ts=[None], n_boot=200, seed=1)
-    together = pass_at_kt(pd.concat([a, b]), ks=[1, 2], ts=[None], n_boot=200, seed=1)
+    alone = pass_at_kt(a, GridOptions(ks=[1, 2], ts=[None], n_boot=200, seed=1))
+    together = pass_at_kt(pd.concat([a, b]), GridOptions(ks=[1, 2], ts=[None], n_boot=200, seed=1))
     pd.testing.assert_frame_equal(alone, together[together["run"] == "a"].reset_index(drop=True))
 
 
@@ -407,7 +409,7 @@ def test_default_ts_spreads_over_observed_turns() -> None:
 
 def test_default_grid_when_ks_and_ts_are_not_given() -> None:
     frame = make_frame(random_tasks(10, 5, seed=0))
-    grid = pass_at_kt(frame, n_boot=0)
+    grid = pass_at_kt(frame, GridOptions(n_boot=0))
     assert sorted(grid["k"].unique()) == [1, 2, 4, 5]
     ts = [None if pd.isna(t) else int(t) for t in grid["t"].drop_duplicates()]
     assert ts == default_ts(frame["n_turns"])
@@ -424,8 +426,8 @@ def test_tau_bench_airline_pass_at_k_and_pass_hat_k(tau_airline, con, memory_sto
     memory_store.ingest_file(tau_airline, IngestOptions(mark=False))  # outcomes only: no marking
     frame = trajectories_frame(con)
     ks = [1, 2, 3, 4]
-    at = pass_at_kt(frame, ks=ks, ts=[None], n_boot=200)
-    hat = pass_hat_kt(frame, ks=ks, ts=[None], n_boot=0)
+    at = pass_at_kt(frame, GridOptions(ks=ks, ts=[None], n_boot=200))
+    hat = pass_hat_kt(frame, GridOptions(ks=ks, ts=[None], n_boot=0))
     assert list(at["value"].round(4)) == [0.42, 0.5667, 0.66, 0.72]
     assert (at["n_tasks"] == 50).all() and (at["n_tasks_left_out"] == 0).all()
     # pass^k, tau-bench's way: per task C(c, k) / C(n, k) from the raw outcomes
@@ -434,7 +436,7 @@ def test_tau_bench_airline_pass_at_k_and_pass_hat_k(tau_airline, con, memory_sto
         want = np.mean([math.comb(int(c), k) / math.comb(int(n), k) for n, c in per_task.values])
         assert cell(hat, k, None)["value"] == pytest.approx(want, abs=1e-12)
     # and a turn limit can only lower it
-    cut = pass_at_kt(frame, ks=ks, ts=[10, None], n_boot=0)
+    cut = pass_at_kt(frame, GridOptions(ks=ks, ts=[10, None], n_boot=0))
     assert all(cell(cut, k, 10)["value"] < cell(cut, k, None)["value"] for k in ks)
 
 
@@ -457,8 +459,8 @@ def python_vs_view(con, frame: pd.DataFrame) -> int:
         assert list(sql.columns) == ["run", "k", "t", "value", "n_tasks", "n_tasks_left_out"]
         ts = [None if pd.isna(t) else int(t) for t in sql["t"].unique()]
         for run, by_run in sql.groupby("run"):
-            py = fn(frame[frame["run"] == run], ks=sorted(by_run["k"].unique()), ts=ts,
-                    n_boot=0)
+            py = fn(frame[frame["run"] == run],
+                    GridOptions(ks=sorted(by_run["k"].unique()), ts=ts, n_boot=0))
             py_ts = set(py["t"].dropna())
             assert set(by_run["t"].dropna()) <= py_ts
             merged = by_run.astype({"t": "Int64"}).merge(py, on=["run", "k", "t"],
@@ -508,15 +510,16 @@ def test_no_warning_for_a_single_budget() -> None:
     frame = make_frame({"a": [1, None]}, budget=30)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        pass_at_kt(frame, ks=[1], ts=[None], n_boot=10)
+        pass_at_kt(frame, GridOptions(ks=[1], ts=[None], n_boot=10))
 
 
 def test_empty_input_and_missing_columns() -> None:
     empty = make_frame({"a": [1]}).iloc[:0]
-    grid = pass_at_kt(empty, ks=[1], ts=[None])
+    grid = pass_at_kt(empty, GridOptions(ks=[1], ts=[None]))
     assert list(grid.columns) == list(GRID_COLUMNS) and grid.empty
     no_budget = make_frame({"a": [1, None]}).drop(columns=["budget"])
-    assert cell(pass_at_kt(no_budget, ks=[1], ts=[None], n_boot=0), 1, None)["value"] == 0.5
+    grid = pass_at_kt(no_budget, GridOptions(ks=[1], ts=[None], n_boot=0))
+    assert cell(grid, 1, None)["value"] == 0.5
     with pytest.raises(ValueError, match="success_turn"):
         pass_at_kt(no_budget.drop(columns=["success_turn"]))
 
@@ -526,5 +529,5 @@ def test_budgeted_without_a_common_budget_says_so() -> None:
         [make_frame({"a": [1]}, run="x", budget=5), make_frame({"a": [1]}, run="y", budget=9)]
     )
     with pytest.raises(UsageProblem, match="no budget is common"):
-        pass_at_kt(frame, mode="budgeted")
-    assert pass_at_kt(make_frame({"a": [1]}), ks=[1], ts=[], n_boot=5).empty
+        pass_at_kt(frame, GridOptions(mode="budgeted"))
+    assert pass_at_kt(make_frame({"a": [1]}), GridOptions(ks=[1], ts=[], n_boot=5)).empty

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from agent_recovery_cli.recovery import main
 from analyses.decompose import DecomposeOptions, decompose
 from analyses.frames import trajectories_frame, turn_flags_frame
-from analyses.passkt import pass_at_kt, pass_hat_kt
+from analyses.passkt import GridOptions, pass_at_kt, pass_hat_kt
 from recovery.simulate import PRESETS, SimConfig, write_runs
 from recovery.store import open_store
 
@@ -132,8 +132,8 @@ def test_two_runs_with_store_json_and_html(sim_runs: list[Path], tmp_path: Path)
     finally:
         opened.close()
     ts = data["ts"]
-    grid = pass_at_kt(traj, ks=data["ks"], ts=ts, n_boot=30, seed=4)
-    hat = pass_hat_kt(traj, ks=data["ks"], ts=ts, n_boot=30, seed=4)
+    grid = pass_at_kt(traj, GridOptions(ks=data["ks"], ts=ts, n_boot=30, seed=4))
+    hat = pass_hat_kt(traj, GridOptions(ks=data["ks"], ts=ts, n_boot=30, seed=4))
     for frame, key in ((grid, "pass_at_kt"), (hat, "pass_hat_kt")):
         for row in frame.itertuples():
             t = None if pd.isna(row.t) else int(row.t)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analyses.report import ReportOptions, build_report, plots
+from analyses.report import ReportOptions, budget_plots, build_report, plot_layout, plots
 from analyses.report.names import (
     key_table_html,
     relabel_text,
@@ -161,8 +161,8 @@ def test_a_legend_wider_than_its_figure_is_fitted_inside_it():
     figure = plots.new_figure(4.0, 3.0)
     figure.add_subplot().plot([0, 1], [0, 1])
     handles = [Line2D([], [], label=name * 2) for name in LONG]
-    plots._shared_legend(figure, handles)
-    assert plots.layout_problems(figure) == []
+    plots.shared_legend(figure, handles)
+    assert plot_layout.layout_problems(figure) == []
     legend = figure.legends[0]
     box = legend.get_window_extent(figure.canvas.get_renderer())
     assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
@@ -174,14 +174,14 @@ def test_the_figure_check_finds_a_legend_cut_by_its_figure():
     figure = plots.new_figure(4.0, 3.0)
     figure.add_subplot().plot([0, 1], [0, 1])
     figure.legend(handles=[Line2D([], [], label=LONG[-1] * 2)], loc="outside lower center")
-    assert any("runs off the image" in p for p in plots.layout_problems(figure))
+    assert any("runs off the image" in p for p in plot_layout.layout_problems(figure))
 
 
 def test_budget_curves_of_six_long_names_keep_their_legend_inside(six_long):
     from analyses.report.names import relabel_report
 
     for report in (six_long, relabel_report(six_long, run_labels(list(six_long.runs)))):
-        assert plots.layout_problems(plots.budget_curves(report)) == []
+        assert plot_layout.layout_problems(budget_plots.budget_curves(report)) == []
 
 
 # ------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from analyses.report.hazard_points import (
     run_curves,
     with_bins,
 )
-from analyses.report.records import HazardPoint
+from analyses.report.run_records import HazardPoint
 from tests.cli_support import run_cli
 
 

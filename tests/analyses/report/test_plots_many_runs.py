@@ -9,7 +9,16 @@ import math
 
 import pytest
 
-from analyses.report import ReportOptions, build_report, plots
+from analyses.report import (
+    ReportOptions,
+    budget_plots,
+    build_report,
+    decomposition_plots,
+    hazard_plots,
+    heatmap_plots,
+    plot_layout,
+    plots,
+)
 from tests.conftest import simulated_store
 
 RUN_NAMES = (
@@ -55,22 +64,22 @@ def all_figures(report, every: bool = True) -> dict[str, object]:
     heatmaps of the first and last run, the figures of the first and last comparison (the
     others differ only in their numbers; the bench checks them all)."""
     figures = {
-        "budget curves": plots.budget_curves(report),
-        "hazards": plots.hazard_figure(report),
-        "latency": plots.latency_figure(report),
+        "budget curves": budget_plots.budget_curves(report),
+        "hazards": hazard_plots.hazard_figure(report),
+        "latency": hazard_plots.latency_figure(report),
     }
     runs = list(report.runs.items())
     comparisons = list(report.comparisons)
     if not every:
         runs, comparisons = runs[:: max(len(runs) - 1, 1)], comparisons[:: max(len(comparisons) - 1, 1)]
     for name, run in runs:
-        figures[f"Pass@ {name}"] = plots.pass_heatmap(run, report.ks, report.ts)
-        figures[f"pass^ {name}"] = plots.pass_heatmap(run, report.ks, report.ts, "pass_hat")
+        figures[f"Pass@ {name}"] = heatmap_plots.pass_heatmap(run, report.ks, report.ts)
+        figures[f"pass^ {name}"] = heatmap_plots.pass_heatmap(run, report.ks, report.ts, "pass_hat")
     for comp in comparisons:
-        figures[f"surface {comp.candidate}"] = plots.difference_heatmap(comp, report.ks,
+        figures[f"surface {comp.candidate}"] = heatmap_plots.difference_heatmap(comp, report.ks,
                                                                          report.ts)
-        figures[f"bars {comp.candidate}"] = plots.decomposition_bars(comp)
-        figures[f"S(T) change {comp.candidate}"] = plots.budget_difference_figure(comp)
+        figures[f"bars {comp.candidate}"] = decomposition_plots.decomposition_bars(comp)
+        figures[f"S(T) change {comp.candidate}"] = budget_plots.budget_difference_figure(comp)
     return figures
 
 
@@ -105,7 +114,7 @@ def seven_figures(seven):
 def test_no_text_overlaps_or_runs_off_in_any_figure_of_seven_runs(seven_figures):
     assert len(seven_figures) == 3 + 2 * 2 + 3 * 2
     for name, figure in seven_figures.items():
-        assert plots.layout_problems(figure) == [], name
+        assert plot_layout.layout_problems(figure) == [], name
 
 
 def test_the_overlap_check_finds_overlapping_and_clipped_texts():
@@ -115,9 +124,9 @@ def test_the_overlap_check_finds_overlapping_and_clipped_texts():
     ax.text(0.5, 0.5, "a", transform=ax.transAxes)
     ax.text(0.5, 0.5, "b", transform=ax.transAxes)
     figure.text(0.98, 0.5, "runs off the right edge")
-    overlaps = plots.overlapping_texts(figure)
+    overlaps = plot_layout.overlapping_texts(figure)
     assert ("eighty", "seventy-eight") in overlaps and ("a", "b") in overlaps
-    assert plots.texts_outside(figure) == ["runs off the right edge"]
+    assert plot_layout.texts_outside(figure) == ["runs off the right edge"]
 
 
 def test_legends_stand_outside_the_axes(seven_figures, seven):
@@ -169,8 +178,8 @@ def test_titles_fit_and_name_no_run_list(seven_figures, seven):
 def test_dense_t_grid_ticks_are_thinned_and_the_figures_stay_page_wide(dense):
     for name, figure in all_figures(dense, every=False).items():
         assert figure.get_figwidth() <= 14.5, name
-        assert plots.layout_problems(figure) == [], name
-    heat = plots.pass_heatmap(next(iter(dense.runs.values())), dense.ks, dense.ts)
+        assert plot_layout.layout_problems(figure) == [], name
+    heat = heatmap_plots.pass_heatmap(next(iter(dense.runs.values())), dense.ks, dense.ts)
     labels = [t.get_text() for t in heat.axes[0].get_xticklabels() if t.get_text()]
     assert labels[-1] == "no limit" and 3 <= len(labels) <= len(dense.ts) // 2 + 1
     assert all(label.isdigit() for label in labels[:-1])
@@ -185,7 +194,7 @@ def _one_bin(report, name: str, x: int = 1):
 
 
 def plots_point(x: int, value: float, at_risk: int):
-    from analyses.report.records import HazardPoint
+    from analyses.report.run_records import HazardPoint
 
     return HazardPoint(x=x, value=value, events=round(value * at_risk), at_risk=at_risk,
                        bin_start=x, bin_end=x, bin_events=round(value * at_risk),
@@ -194,7 +203,7 @@ def plots_point(x: int, value: float, at_risk: int):
 
 def test_a_single_hazard_bin_is_drawn_inside_the_axes_and_said(seven):
     report = _one_bin(_one_bin(seven, "rho"), "phi")
-    figure = plots.hazard_figure(report)
+    figure = hazard_plots.hazard_figure(report)
     figure.canvas.draw()
     panels = [ax for ax in figure.axes if ax.get_title().startswith(("rho", "phi"))]
     assert len(panels) == 2
@@ -210,7 +219,7 @@ def test_a_single_hazard_bin_is_drawn_inside_the_axes_and_said(seven):
                     assert low + 0.1 * (high - low) <= x <= high - 0.1 * (high - low)
     counts = [ax for ax in figure.axes if ax.get_ylabel() == "at risk / bin"]
     assert counts and all(ax.get_yscale() == "linear" for ax in counts[1:])
-    assert plots.layout_problems(figure) == []
+    assert plot_layout.layout_problems(figure) == []
 
 
 def test_hazard_counts_over_a_wide_range_have_readable_log_ticks(seven):
@@ -222,9 +231,9 @@ def test_hazard_counts_over_a_wide_range_have_readable_log_ticks(seven):
                   enumerate((700, 420, 300, 210, 160, 110, 80, 60, 45, 35), start=1)]
         runs[name] = dataclasses.replace(run, hazards={**run.hazards, "h": points,
                                                        "rho": points, "phi": points})
-    figure = plots.hazard_figure(dataclasses.replace(seven, runs=runs))
+    figure = hazard_plots.hazard_figure(dataclasses.replace(seven, runs=runs))
     assert any(ax.get_yscale() == "log" for ax in figure.axes)
-    assert plots.layout_problems(figure) == []
+    assert plot_layout.layout_problems(figure) == []
 
 
 @pytest.mark.slow

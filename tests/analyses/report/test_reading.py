@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from analyses.report import ReportOptions, print_report, report_from_frames
-from analyses.report.build import reach_turn
+from analyses.report import ReportOptions, StoreFacts, print_report, report_from_frames
+from analyses.report.run_numbers import reach_turn
 from recovery.jsonsafe import json_safe
 from tests.analyses.helpers import two_runs
 from tests.analyses.report.test_report import SPECS, make_frames
@@ -231,7 +231,7 @@ def test_extreme_shares_warn_in_terminal_json_and_html(monkeypatch):
         end_reasons={"success": 7, "failure": 5, "budget": 0, "crash": 0, "unknown": 0},
     ) for run in ("A", "B")}
     report = report_from_frames(traj, flags, ReportOptions(n_boot=0, strata=1, ks=[1, 8]),
-                                quality=quality)
+                                facts=StoreFacts(quality=quality))
     warning = "run A: 90.0% of actions are empty (36 of 40 turns)"
     assert any(w.startswith(warning) for w in report.data_warnings)
     assert any("3 of 3 tasks (100.0%) have fewer than K=8 samples" in w
@@ -286,7 +286,7 @@ def test_truncation_over_several_budgets_names_the_flag_not_python():
 
 
 def test_k_without_one_still_reports_k_one_and_draws_without_warnings():
-    from analyses.report import plots
+    from analyses.report import budget_plots, heatmap_plots, plots
 
     traj, flags = make_frames(SPECS)
     with warnings.catch_warnings(record=True) as caught:
@@ -295,10 +295,10 @@ def test_k_without_one_still_reports_k_one_and_draws_without_warnings():
         assert report.ks == [1, 8]
         assert any("K = 1 is added" in n for n in report.notes)
         figures = [
-            plots.budget_curves(report),
-            plots.pass_heatmap(report.runs["A"], report.ks, report.ts),
-            plots.pass_heatmap(report.runs["A"], report.ks, report.ts, "pass_hat"),
-            plots.difference_heatmap(report.comparisons[0], report.ks, report.ts),
+            budget_plots.budget_curves(report),
+            heatmap_plots.pass_heatmap(report.runs["A"], report.ks, report.ts),
+            heatmap_plots.pass_heatmap(report.runs["A"], report.ks, report.ts, "pass_hat"),
+            heatmap_plots.difference_heatmap(report.comparisons[0], report.ks, report.ts),
         ]
         for figure in figures:
             assert len(plots.figure_png(figure, dpi=40)) > 1000
@@ -330,7 +330,8 @@ def test_hazard_points_carry_their_bins(clear):
 
 
 def test_hazard_figure_shows_phi_and_turns_at_risk_on_integer_axes(clear):
-    from analyses.report.plots import figure_png, hazard_figure
+    from analyses.report.hazard_plots import hazard_figure
+    from analyses.report.plots import figure_png
 
     figure = hazard_figure(clear)
     figure_png(figure)
@@ -350,7 +351,7 @@ def test_hazard_figure_shows_phi_and_turns_at_risk_on_integer_axes(clear):
 
 
 def test_titles_fit_their_figures_even_with_long_run_names():
-    from analyses.report import plots
+    from analyses.report import budget_plots, decomposition_plots, heatmap_plots, plots
 
     traj, flags = make_frames(SPECS)
     long = {"A": "qwen2.5-7b-instruct-baseline-checkpoint-0",
@@ -358,9 +359,9 @@ def test_titles_fit_their_figures_even_with_long_run_names():
     traj = traj.assign(run=traj["run"].map(long))
     report = report_from_frames(traj, flags, ReportOptions(n_boot=10, strata=1))
     comp = report.comparisons[0]
-    for figure in (plots.decomposition_bars(comp),
-                   plots.difference_heatmap(comp, report.ks, report.ts),
-                   plots.budget_curves(report)):
+    for figure in (decomposition_plots.decomposition_bars(comp),
+                   heatmap_plots.difference_heatmap(comp, report.ks, report.ts),
+                   budget_plots.budget_curves(report)):
         plots.figure_png(figure)
         renderer = figure.canvas.get_renderer()
         width = figure.bbox.width

@@ -19,7 +19,7 @@ import pytest
 
 from analyses.decompose import COMPONENTS, DecomposeOptions, FitOptions, decompose, model_fit
 from analyses.descriptive import spell_stats
-from analyses.passkt import pass_at_kt
+from analyses.passkt import GridOptions, pass_at_kt
 from analyses.report import (
     ReportOptions,
     choose_ks,
@@ -231,7 +231,7 @@ def test_budgeted_mode_uses_each_budgets_own_runs():
     traj, flags = make_frames(specs)
     report = report_from_frames(traj, flags, ReportOptions(mode="budgeted", n_boot=0))
     assert report.mode == "budgeted" and report.ts == [2, 4] and report.reference_t == 4
-    expected = pass_at_kt(traj, ks=report.ks, ts=[2, 4], mode="budgeted", n_boot=0)
+    expected = pass_at_kt(traj, GridOptions(ks=report.ks, ts=[2, 4], mode="budgeted", n_boot=0))
     got = {(r, c.k, c.t): c.value for r, run in report.runs.items() for c in run.pass_at_kt}
     for row in expected.itertuples():
         assert got[(row.run, row.k, int(row.t))] == pytest.approx(row.value)
@@ -321,7 +321,7 @@ def test_print_report_shows_grid_drop_and_decomposition(report):
 
 
 def test_decomposition_bars_draw_the_two_shares(report):
-    from analyses.report.plots import decomposition_bars
+    from analyses.report.decomposition_plots import decomposition_bars
 
     comp = report.comparisons[0]
     figure = decomposition_bars(comp)
@@ -335,7 +335,7 @@ def test_decomposition_bars_draw_the_two_shares(report):
 
 
 def test_heatmap_annotates_every_cell(report):
-    from analyses.report.plots import pass_heatmap
+    from analyses.report.heatmap_plots import pass_heatmap
 
     run = report.runs["A"]
     figure = pass_heatmap(run, report.ks, report.ts)
@@ -429,13 +429,13 @@ def test_concepts_worked_example():
     from analyses.sampling import DrawLabels, sample_two_clock
 
     traj, flags = make_frames(TOY)
-    grid = pass_at_kt(traj, ks=[1, 2, 3], ts=[2, 4, None], n_boot=0)
+    grid = pass_at_kt(traj, GridOptions(ks=[1, 2, 3], ts=[2, 4, None], n_boot=0))
     got = {(r.k, None if pd.isna(r.t) else int(r.t)): round(r.value, 4)
            for r in grid.itertuples()}
     assert got == {(1, 2): 0.1111, (1, 4): 0.2222, (1, None): 0.3333,
                    (2, 2): 0.2222, (2, 4): 0.3333, (2, None): 0.5556,
                    (3, 2): 0.3333, (3, 4): 0.3333, (3, None): 0.6667}
-    hat = pass_hat_kt(traj, ks=[2], ts=[2, 4, None], n_boot=0)
+    hat = pass_hat_kt(traj, GridOptions(ks=[2], ts=[2, 4, None], n_boot=0))
     assert [round(v, 4) for v in hat["value"]] == [0.0, 0.1111, 0.1111]
     report = report_from_frames(traj, flags, ReportOptions(n_boot=0, ts=[2, 4]))
     run = report.runs["A"]

@@ -156,7 +156,7 @@ def _legend_inside(figure) -> None:
 
 
 def test_timeline_drawing_names_end_reasons_and_keeps_its_texts_apart(game_store):
-    from analyses.report.plots import layout_problems
+    from analyses.report.plot_layout import layout_problems
 
     con, _ = game_store
     figure = timeline_figure(task_timeline(con, "game/1"))
@@ -173,7 +173,7 @@ def test_timeline_drawing_names_end_reasons_and_keeps_its_texts_apart(game_store
 
 def test_a_long_game_timeline_stays_legible(tmp_path):
     """25 samples of 100 turns each of two runs (a game with a 100-step cap)."""
-    from analyses.report.plots import layout_problems
+    from analyses.report.plot_layout import layout_problems
 
     store = open_store(None)
     trajectories = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from analyses.frames import trajectories_frame
-from analyses.passkt import pass_at_kt, pass_hat_kt
+from analyses.passkt import GridOptions, pass_at_kt, pass_hat_kt
 from recovery.simulate import PRESETS, SimConfig
 from recovery.store import open_store
 from tests.conftest import TAU_AIRLINE, simulated_store
@@ -16,7 +16,7 @@ LIMITS = [1, 3, 7, 10, 13, 40, 1000, None]
 
 def _compare(con, macro: str, reference) -> None:
     frame = trajectories_frame(con)
-    expected = reference(frame, ks=[1, 2, 3, 4], ts=LIMITS, n_boot=0)
+    expected = reference(frame, GridOptions(ks=[1, 2, 3, 4], ts=LIMITS, n_boot=0))
     import pandas as pd
 
     want = {(r.run, int(r.k), None if pd.isna(r.t) else int(r.t)): r
