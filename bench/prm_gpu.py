@@ -142,7 +142,7 @@ def run_prm(store: Path, backbone: str, mode: str, out: Path, device: str, smoke
     )
     started = time.perf_counter()
     result = train(config, echo=lambda line: print("  " + line, flush=True))
-    from prm.neural.model import load_scorer
+    from prm.neural.folder import load_scorer
 
     parameters = sum(p.numel() for p in load_scorer(out).scorer.parameters())
     return Measured(f"prm train smollm2 {mode}", parameters, result.real_tokens_per_s,

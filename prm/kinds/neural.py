@@ -105,7 +105,7 @@ class NeuralKind(SpecKind):
 
     def _trained(self, data: FitData) -> NeuralKind:
         from prm.neural.device import resolve_device
-        from prm.neural.model import load_scorer
+        from prm.neural.folder import load_scorer
 
         self.split = data.split
         self.model_dir = Path(self.config.out)
@@ -158,7 +158,7 @@ class NeuralKind(SpecKind):
     def load(cls, folder: str | Path, *, device: str = "auto",
              trust_remote_code: bool = False) -> NeuralKind:
         from prm.neural.device import resolve_device
-        from prm.neural.model import load_scorer
+        from prm.neural.folder import load_scorer
 
         model = cls()
         model.device = resolve_device(device)

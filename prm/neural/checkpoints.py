@@ -108,7 +108,7 @@ def save_checkpoint(
     from safetensors.torch import save_file
 
     from prm.neural.distributed import barrier
-    from prm.neural.model import save_scorer
+    from prm.neural.folder import save_scorer
 
     final = directory / CHECKPOINT_DIR / f"step-{position.step:08d}"
     staging = final.with_name(final.name + ".tmp")

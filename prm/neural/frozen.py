@@ -332,7 +332,7 @@ def train_frozen(
     import torch
 
     from prm.neural.device import resolve_device
-    from prm.neural.model import save_scorer
+    from prm.neural.folder import save_scorer
 
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -163,7 +163,7 @@ def _log(path: Path, record: dict[str, Any]) -> None:
 def _save_model(out: Path, scorer: Any, tokenizer: Any, spec: PRMSpec, split: TaskSplit,
                 val_frame: pd.DataFrame | None) -> PRMSpec:
     from prm.evaluation.decisions import choose_error_threshold
-    from prm.neural.model import save_scorer
+    from prm.neural.folder import save_scorer
 
     if val_frame is not None and len(val_frame):
         spec = dataclasses.replace(spec, error_threshold=choose_error_threshold(val_frame))
@@ -384,7 +384,8 @@ def _scorer(
     """The scorer to train, its tokenizer and spec: loaded from ``resume_from``, else built
     on the backbone (with LoRA adapters in ``lora`` mode), its step token in the spec."""
     from prm.backbones import load_backbone, tiny_backbone
-    from prm.neural.model import build_scorer, load_scorer
+    from prm.neural.folder import load_scorer
+    from prm.neural.model import build_scorer
 
     if resume_from is not None:
         loaded = load_scorer(resume_from, device="cpu",
@@ -416,7 +417,7 @@ def _scorer(
 
 def _resume(resume_from: Path, run: _Run) -> TrainPosition:
     """Load the checkpoint's optimizer, schedule and random state into ``run``; its position."""
-    from prm.neural.model import load_weights
+    from prm.neural.folder import load_weights
 
     info = run.info
     state = read_trainer_state(resume_from)

@@ -164,7 +164,7 @@ def test_every_spec_field_is_checked(trained_tiny, store, tmp_path, field, value
     named = "tiny" if field == "tiny" else field
     _refused_by_score_and_eval(store, folder, "prm_config.json", named, fragment)
     from prm.kinds import load_model
-    from prm.neural.model import load_scorer
+    from prm.neural.folder import load_scorer
 
     for load in (load_model, load_scorer):
         with pytest.raises(UsageProblem, match=named):
@@ -260,7 +260,7 @@ def test_a_frozen_head_over_a_local_transformers_folder_trains_and_loads(sim_sto
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from prm.data.tokenize import train_tokenizer
-    from prm.neural.model import load_scorer
+    from prm.neural.folder import load_scorer
     from prm.train import train
     from tests.prm.conftest import tiny_train_config
 

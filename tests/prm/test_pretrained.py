@@ -123,7 +123,7 @@ def test_lora_trains_adapters_only_and_saves_plain_merged_weights(sim_store, tmp
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from prm.data.tokenize import train_tokenizer
-    from prm.neural.model import load_scorer
+    from prm.neural.folder import load_scorer
 
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
                                 vocab_size=280)

@@ -137,7 +137,7 @@ def test_a_local_model_path_is_a_backbone(error_store, tmp_path):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from prm.data.tokenize import STEP_TOKEN, train_tokenizer
-    from prm.neural.model import load_scorer
+    from prm.neural.folder import load_scorer
 
     tokenizer = train_tokenizer(["Action: lookup(id=1)\nObservation: record 1 found"] * 5,
                                 vocab_size=280)
