@@ -176,7 +176,7 @@ def run_graph(config: GraphConfig, *, echo=click.echo) -> None:
 def _write_task_view(con, config: GraphConfig, echo) -> None:
     """Write the view of ``config.task`` that ``config.view`` asks for (module docs)."""
     from recovery.graph import choose_view, shared_share, state_graph, task_timeline, write_graph
-    from recovery.graph.draw import write_timeline
+    from recovery.graph.timeline_drawing import write_timeline
 
     runs = config.run or None
     view = config.view

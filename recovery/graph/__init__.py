@@ -29,7 +29,7 @@ real runs, whose observations rarely repeat so that the state graph merges littl
 
 from __future__ import annotations
 
-from recovery.graph.draw import draw_graph, timeline_figure, write_graph, write_timeline
+from recovery.graph.draw import draw_graph, write_graph
 from recovery.graph.state import (
     DEFAULT_NORMALISER,
     EXCERPT_CHARS,
@@ -50,6 +50,7 @@ from recovery.graph.timeline import (
     task_timeline,
     timeline_graph,
 )
+from recovery.graph.timeline_drawing import timeline_figure, write_timeline
 from recovery.graph.turn import turn_graph
 
 __all__ = [

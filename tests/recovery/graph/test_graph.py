@@ -342,7 +342,9 @@ def _texts(figure) -> list[str]:
 
 
 def test_turn_graph_boxes_name_the_action_and_the_error_kind(marked_con):
-    from recovery.graph.draw import graph_figure, shorten, turn_label
+    from recovery.graph.canvas import shorten
+    from recovery.graph.draw import graph_figure
+    from recovery.graph.turn_drawing import turn_label
 
     con, traj_id = marked_con
     graph = turn_graph(con, traj_id)
@@ -364,7 +366,9 @@ def test_turn_graph_boxes_name_the_action_and_the_error_kind(marked_con):
 def test_state_graph_drawing_is_page_sized_labelled_and_has_a_legend(sim_con, tmp_path):
     from PIL import Image
 
-    from recovery.graph.draw import PAGE_INCHES, graph_figure, select_states, state_label
+    from recovery.graph.draw import graph_figure
+    from recovery.graph.state_drawing import PAGE_INCHES, state_label
+    from recovery.graph.state_selection import select_states
 
     graph = state_graph(sim_con, "task0001")
     n_states = sum(d["type"] == "state" for _, d in graph.nodes(data=True))
