@@ -1,14 +1,17 @@
-"""The canonical trajectory record and its validation.
+"""The canonical trajectory record: :class:`Trajectory` and :class:`Turn`, the one rule of
+each field derived from the data (success turn, end reason, success from the reward; each in
+Python and as SQL), and the one canonical JSONL writer.
 
 Every reader turns its format into :class:`Trajectory` objects; the store only ever sees these.
 Validation errors are :class:`RecordError` values that name the file, the line and the field, so
 that a reader can report a bad record and carry on when the user asked for ``--skip-bad``.
+Reading a field of the data is :mod:`recovery.fields`; a canonical JSONL record read into a
+trajectory is :mod:`recovery.canonical_records`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,32 +227,9 @@ def end_reason_sql(success: str, n_turns: str, budget: str, given: str = "NULL")
     )
 
 
-def coerce_end_reason(value: Any, where: str = "end_reason") -> str | None:
-    """An optional end reason: one of :data:`END_REASONS`, or null."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or value not in END_REASONS:
-        raise RecordError(
-            f"field '{where}': expected one of {', '.join(END_REASONS)} or null, got {value!r}"
-        )
-    return value
-
-
-# --------------------------------------------------------------------------------------------
-# Field coercion with messages that name the field and the expected type.
-
-
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """The JSON name of a value's type, for messages: ``null``, ``str``, ``list``, ..."""
     return "null" if value is None else type(value).__name__
-
-
-def as_text(value: Any) -> str:
-    """Render an action/observation as text: strings as they are, anything else as JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return compact_json(value)
 
 
 def compact_json(value: Any) -> str:
@@ -260,86 +240,8 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def coerce_task_id(value: Any, where: str = "task_id") -> str:
-    """Task ids are strings; ints are converted. Anything else is an error."""
-    if isinstance(value, bool) or value is None:
-        raise RecordError(f"field '{where}': expected string or integer, got {_type_name(value)}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        if not value:
-            raise RecordError(f"field '{where}': expected a non-empty string")
-        return value
-    raise RecordError(f"field '{where}': expected string or integer, got {_type_name(value)}")
-
-
 MAX_STORED_INT = 2**31 - 1
 """Largest value of an INTEGER column of the store (sample, budget, turn counts)."""
-
-
-def coerce_optional_int(value: Any, where: str) -> int | None:
-    """An optional non-negative integer that fits the store's INTEGER columns.
-
-    Floats with an integral value are accepted.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise RecordError(f"field '{where}': expected integer, got bool")
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        raise RecordError(f"field '{where}': expected integer, got {_type_name(value)}")
-    if value < 0:
-        raise RecordError(f"field '{where}': expected a non-negative integer, got {value}")
-    if value > MAX_STORED_INT:
-        raise RecordError(
-            f"field '{where}': {value} is out of range (at most {MAX_STORED_INT})"
-        )
-    return value
-
-
-def coerce_optional_float(value: Any, where: str) -> float | None:
-    """An optional finite number."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecordError(f"field '{where}': expected number, got {_type_name(value)}")
-    try:
-        value = float(value)
-    except OverflowError:
-        raise RecordError(f"field '{where}': {value} is out of the range of a double") from None
-    if not math.isfinite(value):
-        raise RecordError(f"field '{where}': expected a finite number, got {value}")
-    return value
-
-
-def coerce_label(value: Any, where: str) -> float | None:
-    """A process label in [-1, 1] (a Monte Carlo value v in [0, 1] is stored as 2v - 1)."""
-    label = coerce_optional_float(value, where)
-    if label is not None and not -1.0 <= label <= 1.0:
-        raise RecordError(f"field '{where}': expected a label in [-1, 1], got {label}")
-    return label
-
-
-def coerce_error(value: Any, where: str) -> str | None:
-    """An explicit error mark: a kind name, ``true`` (kind ``explicit``), or false/null."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return EXPLICIT_ERROR_KIND
-    if isinstance(value, str):
-        return value or None
-    raise RecordError(f"field '{where}': expected string, boolean or null, got {_type_name(value)}")
-
-
-def coerce_meta(value: Any, where: str) -> dict[str, Any]:
-    """Optional object."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RecordError(f"field '{where}': expected object, got {_type_name(value)}")
-    return value
 
 
 def derive_success(
@@ -363,7 +265,7 @@ def derive_success(
             return success
         if isinstance(success, (int, float)) and success in (0, 1):
             return bool(success)
-        raise RecordError(f"field 'success': expected boolean, got {_type_name(success)}")
+        raise RecordError(f"field 'success': expected boolean, got {type_name(success)}")
     if reward is None:
         if not required:
             return None
@@ -378,98 +280,9 @@ def derive_success_sql(success: str, reward: str, threshold: str) -> str:
     return f"coalesce({success}, {reward} >= {threshold})"
 
 
-def turn_from_dict(raw: Any, index: int) -> Turn:
-    """Validate one canonical turn object (``index`` is 1-based, for messages)."""
-    where = f"turns[{index - 1}]"
-    if not isinstance(raw, dict):
-        raise RecordError(f"field '{where}': expected object, got {_type_name(raw)}")
-    if "action" not in raw:
-        raise RecordError(f"field '{where}.action' is missing")
-    action = raw["action"]
-    observation = raw.get("observation")
-    done = raw.get("done")
-    if done is None:  # null is absent, as for every other optional field
-        done = False
-    if not isinstance(done, bool):
-        raise RecordError(f"field '{where}.done': expected boolean, got {_type_name(done)}")
-    meta = dict(coerce_meta(raw.get("meta"), f"{where}.meta"))
-    for key, value in raw.items():
-        if key not in CANONICAL_TURN_KEYS:
-            meta[key] = value
-    return Turn(
-        action=as_text(action),
-        observation=as_text(observation),
-        action_json=None if isinstance(action, str) or action is None else action,
-        observation_json=None
-        if isinstance(observation, str) or observation is None
-        else observation,
-        reward=coerce_optional_float(raw.get("reward"), f"{where}.reward"),
-        error=coerce_error(raw.get("error"), f"{where}.error"),
-        label=coerce_label(raw.get("label"), f"{where}.label"),
-        done=done,
-        meta=meta,
-    )
-
-
-def trajectory_from_dict(
-    raw: Any,
-    *,
-    default_run: str,
-    run_override: str | None = None,
-    success_threshold: float = SUCCESS_THRESHOLD,
-    file: str | None = None,
-    line: int | None = None,
-) -> Trajectory:
-    """Validate one canonical JSONL record into a :class:`Trajectory`.
-
-    Args:
-        raw: The parsed JSON value of the line.
-        default_run: Run label when the record has none (the file's stem).
-        run_override: Run label that replaces the record's own (``--run``).
-        success_threshold: ``success`` is derived as ``reward >= success_threshold`` when absent.
-        file: Source file, for messages and provenance.
-        line: 1-based source line.
-
-    Raises:
-        RecordError: naming the field, the expected type, the file and the line.
-    """
-    try:
-        if not isinstance(raw, dict):
-            raise RecordError(f"expected a JSON object per line, got {_type_name(raw)}")
-        if "task_id" not in raw:
-            raise RecordError("field 'task_id' is missing")
-        turns_raw = raw.get("turns")
-        if not isinstance(turns_raw, list):
-            raise RecordError(f"field 'turns': expected array, got {_type_name(turns_raw)}")
-        run = run_override or raw.get("run") or default_run
-        if not isinstance(run, str):
-            raise RecordError(f"field 'run': expected string, got {_type_name(run)}")
-        reward = coerce_optional_float(raw.get("reward"), "reward")
-        meta = dict(coerce_meta(raw.get("meta"), "meta"))
-        for key, value in raw.items():
-            if key not in CANONICAL_TRAJECTORY_KEYS:
-                meta[key] = value
-        prompt = raw.get("prompt")
-        return Trajectory(
-            run=run,
-            task_id=coerce_task_id(raw["task_id"]),
-            turns=[turn_from_dict(t, i) for i, t in enumerate(turns_raw, start=1)],
-            success=derive_success(raw.get("success"), reward, success_threshold),
-            sample=coerce_optional_int(raw.get("sample"), "sample"),
-            budget=coerce_optional_int(raw.get("budget"), "budget"),
-            reward=reward,
-            prompt=as_text(prompt),
-            end_reason=coerce_end_reason(raw.get("end_reason")),
-            meta=meta,
-            source_file=file,
-            source_line=line,
-        )
-    except RecordError as err:
-        raise err.located(file, line) from None
-
-
 def trajectory_to_dict(traj: Trajectory) -> dict[str, Any]:
-    """The canonical JSONL object of a trajectory (the inverse of :func:`trajectory_from_dict`)."""
+    """The canonical JSONL object of a trajectory (the inverse of
+    :func:`recovery.canonical_records.trajectory_from_dict`)."""
     turns = []
     for turn in traj.turns:
         item: dict[str, Any] = {

@@ -257,7 +257,7 @@ def test_success_turn_one_rule_for_every_consumer(tmp_path: Path) -> None:
         {"task_id": "d", "success": True, "turns": []},
     ]
     expected = {"a": 2, "b": 1, "c": None, "d": 0}
-    from recovery.schema import trajectory_from_dict
+    from recovery.canonical_records import trajectory_from_dict
 
     for raw in records:
         traj = trajectory_from_dict(raw, default_run="r")

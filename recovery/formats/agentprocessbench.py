@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_label, coerce_optional_float
 from recovery.formats._chat import read_records
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, stem
 from recovery.formats.openai_chat import KNOWN_KEYS, ChatContext, chat_trajectory
-from recovery.schema import RecordError, Trajectory, coerce_label, coerce_optional_float
+from recovery.schema import RecordError, Trajectory
 
 APB_KEYS = KNOWN_KEYS | {"step_labels", "final_label"}
 

@@ -29,18 +29,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_optional_float, coerce_task_id
 from recovery.formats._chat import split_turns, task_id_from_prompt
 from recovery.formats._common import first_key, guard, type_name
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import stem
 from recovery.formats.jsontext import parse_json
-from recovery.schema import (
-    RecordError,
-    Trajectory,
-    coerce_optional_float,
-    coerce_task_id,
-    derive_success,
-)
+from recovery.schema import RecordError, Trajectory, derive_success
 
 PARQUET_MAGIC = b"PAR1"
 FORMAT_VERSIONS = (1, 2)

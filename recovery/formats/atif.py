@@ -40,6 +40,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_optional_float, coerce_task_id
 from recovery.formats._chat import (
     content_text,
     render_observation,
@@ -58,14 +59,7 @@ from recovery.formats._common import (
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import entry_problem, excerpt, first_json_char, read_entry_document
 from recovery.formats.jsontext import parse_json
-from recovery.schema import (
-    RecordError,
-    Trajectory,
-    Turn,
-    coerce_optional_float,
-    coerce_task_id,
-    derive_success,
-)
+from recovery.schema import RecordError, Trajectory, Turn, derive_success
 
 _SCHEMA = re.compile(rb'"schema_version"\s*:\s*"ATIF-v\d')
 _CONTINUATION = re.compile(r"^(?P<head>.+)\.cont-\d+\.json$")

@@ -40,17 +40,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_optional_float, coerce_optional_int
 from recovery.formats._common import expect_dict, guard, type_name
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import entry_problem, excerpt, open_entry, read_entry_document
 from recovery.formats.jsontext import parse_json
-from recovery.schema import (
-    RecordError,
-    Trajectory,
-    Turn,
-    coerce_optional_float,
-    coerce_optional_int,
-)
+from recovery.schema import RecordError, Trajectory, Turn
 
 ESCAPECHAR = "˘"
 """The escape character BALROG's evaluator writes its CSV files with."""

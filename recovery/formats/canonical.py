@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recovery.canonical_records import trajectory_from_dict
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, iter_lines, stem
 from recovery.formats.jsontext import parse_json
-from recovery.schema import RecordError, trajectory_from_dict
+from recovery.schema import RecordError
 
 
 def sniff(path: Path, head: bytes) -> bool:

@@ -25,11 +25,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from recovery.fields import coerce_task_id
 from recovery.formats._chat import split_turns
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import READ_ERRORS, excerpt, first_json_char, read_document, stem
 from recovery.formats.jsontext import parse_json
-from recovery.schema import MAX_STORED_INT, RecordError, Trajectory, coerce_task_id
+from recovery.schema import MAX_STORED_INT, RecordError, Trajectory
 
 ZIP_METHOD_ZSTD = 93
 ATTACHMENT_PROTOCOL = "attachment://"

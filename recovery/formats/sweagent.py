@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_optional_int
 from recovery.formats._chat import content_text
 from recovery.formats._common import (
     Results,
@@ -47,7 +48,7 @@ from recovery.formats._common import (
 )
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_json_char
-from recovery.schema import RecordError, Trajectory, Turn, coerce_optional_int
+from recovery.schema import RecordError, Trajectory, Turn
 
 SUFFIX = ".traj"
 _START = re.compile(

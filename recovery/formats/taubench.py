@@ -12,17 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_optional_float, coerce_optional_int, coerce_task_id
 from recovery.formats._chat import read_records, split_turns
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, stem
-from recovery.schema import (
-    RecordError,
-    Trajectory,
-    coerce_optional_float,
-    coerce_optional_int,
-    coerce_task_id,
-    derive_success,
-)
+from recovery.schema import RecordError, Trajectory, derive_success
 
 KNOWN_KEYS = frozenset({"task_id", "trial", "reward", "traj"})
 

@@ -34,19 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recovery.fields import coerce_optional_float, coerce_optional_int
 from recovery.formats._chat import render_observation, task_id_from_prompt
 from recovery.formats._common import guard, type_name
 from recovery.formats.base import Reader, ReadOptions, ReadResult
 from recovery.formats.files import first_record_has_keys, iter_lines, stem
 from recovery.formats.jsontext import parse_json
-from recovery.schema import (
-    RecordError,
-    Trajectory,
-    Turn,
-    coerce_optional_float,
-    coerce_optional_int,
-    derive_success,
-)
+from recovery.schema import RecordError, Trajectory, Turn, derive_success
 
 KNOWN_KEYS = frozenset({"input", "output", "score", "step"})
 
