@@ -99,8 +99,7 @@ class NeuralKind(SpecKind):
 
         spec = model_spec(self.config, data.examples, self.echo)
         self.result = self._new_result(data)
-        train_neural(self.config, spec, data.examples, data.split, data.resume_from,
-                     self.echo, self.result)
+        train_neural(self.config, spec, data, self.echo, self.result)
         return self._trained(data)
 
     def _trained(self, data: FitData) -> NeuralKind:
@@ -176,12 +175,10 @@ class FrozenKind(NeuralKind):
     def fit(self, data: FitData) -> FrozenKind:
         """Fit the head on the train and validation tasks' features (``data.shared`` keeps
         the backbone's features for the folds of one cross-validation)."""
-        from prm.neural.frozen import FeatureCache, train_frozen
+        from prm.neural.frozen import train_frozen
 
         spec = model_spec(self.config, data.examples, self.echo)
         self.result = self._new_result(data)
         Path(self.config.out).mkdir(parents=True, exist_ok=True)
-        cache = data.shared.setdefault("frozen-features", FeatureCache())
-        train_frozen(self.config, spec, data.examples, data.split, self.echo, self.result,
-                     cache)
+        train_frozen(self.config, spec, data, self.echo, self.result)
         return self._trained(data)

@@ -4,7 +4,8 @@ A checkpoint holds the model (as a model folder: spec, config, tokenizer, ``mode
 the optimizer tensors and each rank's RNG state in safetensors, and the step, data position,
 scheduler and best validation loss in ``trainer_state.json``. It is written under a temporary
 name and renamed into place only when complete. On resume the newest checkpoint whose files are
-all intact is used; a damaged newer one is named and skipped (:func:`resume_checkpoint`).
+all intact is used; a damaged newer one is named and skipped (:func:`resume_checkpoint`), and
+its optimizer, schedule and random state go back into the run (:func:`restore_checkpoint`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.neural.run import TrainPosition
 from prm.spec import (
     CHECKPOINT_DIR,
     OPTIMIZER_FILE,
@@ -28,22 +29,9 @@ from prm.spec import (
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:
-    from prm.data.examples import TaskSplit
-    from prm.neural.distributed import Distributed
+    from prm.neural.run import TrainingRun
 
 STATE_KEYS = ("step", "epoch", "group", "world_size", "optimizer", "scheduler")
-
-
-@dataclass
-class TrainPosition:
-    """Where a run is: optimizer steps taken, the epoch and the batch group to start at next,
-    and the best validation loss so far with its step."""
-
-    step: int = 0
-    epoch: int = 0
-    group: int = 0
-    best_loss: float | None = None
-    best_step: int | None = None
 
 
 def flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -91,25 +79,15 @@ def restore_rng(tensors: dict[str, Any], device: str) -> None:
         torch.cuda.set_rng_state(tensors["torch_cuda"], torch.device(device))
 
 
-def save_checkpoint(
-    directory: Path,
-    info: Distributed,
-    *,
-    scorer: Any,
-    tokenizer: Any,
-    spec: PRMSpec,
-    optimizer: Any,
-    scheduler: Any,
-    position: TrainPosition,
-    split: TaskSplit,
-    keep: int,
-) -> Path:
-    """Write a resumable checkpoint ``checkpoints/step-NNNNNNNN`` (atomic rename by rank 0)."""
+def save_checkpoint(run: TrainingRun) -> Path:
+    """Write a resumable checkpoint of ``run`` into ``checkpoints/step-NNNNNNNN`` of its folder
+    (atomic rename by rank 0), keeping its ``keep_checkpoints`` newest."""
     from safetensors.torch import save_file
 
     from prm.neural.distributed import barrier
     from prm.neural.folder import save_scorer
 
+    directory, info, position = run.out, run.info, run.position
     final = directory / CHECKPOINT_DIR / f"step-{position.step:08d}"
     staging = final.with_name(final.name + ".tmp")
     if info.is_main:
@@ -118,9 +96,9 @@ def save_checkpoint(
     barrier(info)
     save_file(rng_tensors(info.device), str(staging / f"rng_rank{info.rank}.safetensors"))
     if info.is_main:
-        save_scorer(staging, scorer, tokenizer, spec)
-        split.save(staging / SPLIT_FILE)
-        tensors, other = flatten_optimizer(optimizer.state_dict())
+        save_scorer(staging, run.scorer, run.tokenizer, run.spec)
+        run.split.save(staging / SPLIT_FILE)
+        tensors, other = flatten_optimizer(run.optimizer.state_dict())
         save_file(tensors, str(staging / OPTIMIZER_FILE))
         (staging / TRAINER_STATE_FILE).write_text(
             json.dumps(
@@ -132,7 +110,7 @@ def save_checkpoint(
                     "best_step": position.best_step,
                     "world_size": info.world_size,
                     "optimizer": other,
-                    "scheduler": scheduler.state_dict(),
+                    "scheduler": run.scheduler.state_dict(),
                 },
                 indent=1,
             )
@@ -141,6 +119,7 @@ def save_checkpoint(
     if info.is_main:
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
+        keep = run.config.keep_checkpoints
         for old in sorted((directory / CHECKPOINT_DIR).glob("step-????????"))[:-keep or None]:
             if old != final:
                 shutil.rmtree(old, ignore_errors=True)
@@ -231,3 +210,25 @@ def resume_checkpoint(directory: str | Path, echo: Callable[[str], Any] = print)
                                 else "")
         )
     return None
+
+
+def restore_checkpoint(run: TrainingRun, resume_from: Path) -> TrainPosition:
+    """Load the checkpoint's optimizer, schedule and random state into ``run``; its position."""
+    from prm.neural.folder import load_weights
+
+    info = run.info
+    state = read_trainer_state(resume_from)
+    if state["world_size"] != info.world_size:
+        raise InputProblem(
+            f"checkpoint {resume_from} was written by {state['world_size']} processes; "
+            f"resume with the same number (now {info.world_size})"
+        )
+    run.optimizer.load_state_dict(
+        unflatten_optimizer(load_weights(resume_from / OPTIMIZER_FILE), state["optimizer"])
+    )
+    run.scheduler.load_state_dict(state["scheduler"])
+    rng_file = resume_from / f"rng_rank{info.rank}.safetensors"
+    if rng_file.exists():
+        restore_rng(load_weights(rng_file), info.device)
+    return TrainPosition(state["step"], state["epoch"], state["group"],
+                         state.get("best_loss"), state.get("best_step"))

@@ -50,10 +50,11 @@ def save_scorer(
 
 @dataclass
 class LoadedPRM:
-    """A neural PRM ready to score.
+    """A neural PRM: loaded from its folder, ready to score, or a frozen backbone whose head is
+    fitted next (:func:`prm.neural.frozen.frozen_scorer`).
 
     Attributes:
-        scorer: The ``StepScorer`` module (eval mode).
+        scorer: The ``StepScorer`` module (eval mode when loaded).
         tokenizer: Its tokenizer.
         spec: How it was built.
     """

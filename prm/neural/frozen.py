@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from prm.config import TrainConfig, TrainResult
-    from prm.data.examples import StepExample, TaskSplit
+    from prm.data.examples import StepExample
+    from prm.kinds.base import FitData
+    from prm.neural.folder import LoadedPRM
 
 HEAD_CS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 """Inverse regularisation strengths the head's inner cross-validation tries (on whitened
@@ -74,9 +76,7 @@ class FeatureCache:
 
 
 def extract_features(
-    scorer: Any,
-    tokenizer: Any,
-    spec: PRMSpec,
+    prm: LoadedPRM,
     examples: Sequence[StepExample],
     *,
     device: str = "cpu",
@@ -84,7 +84,8 @@ def extract_features(
     cache: FeatureCache | None = None,
     progress: bool = True,
 ) -> list[Any]:
-    """The head's features of every turn, one ``(turns, width)`` float32 array per example.
+    """The features ``prm``'s head reads at every turn (its scorer on ``device``, in batches of
+    ``batch_tokens`` padded tokens), one ``(turns, width)`` float32 array per example.
 
     Examples already in ``cache`` are not recomputed; new ones are added to it.
     """
@@ -95,6 +96,7 @@ def extract_features(
     from prm.data.tokenize import TokenIds
     from prm.data.windows import collate, encode_examples, token_budget_batches
 
+    scorer, tokenizer, spec = prm.scorer, prm.tokenizer, prm.spec
     cache = cache if cache is not None else FeatureCache()
     cached = cache.get(examples)
     todo = [e for e, c in zip(examples, cached, strict=True) if c is None]
@@ -284,11 +286,11 @@ def fit_head(
 
 
 
-def frozen_scorer(config: TrainConfig, spec: PRMSpec, echo: Callable[[str], Any]
-                  ) -> tuple[Any, Any, PRMSpec]:
+def frozen_scorer(config: TrainConfig, spec: PRMSpec, echo: Callable[[str], Any]) -> LoadedPRM:
     """The frozen backbone wrapped in a ``StepScorer`` (head untrained), its tokenizer, and the
     spec with its marker token."""
     from prm.backbones import load_backbone
+    from prm.neural.folder import LoadedPRM
     from prm.neural.model import build_scorer
 
     backbone, tokenizer, step_token = load_backbone(
@@ -299,7 +301,7 @@ def frozen_scorer(config: TrainConfig, spec: PRMSpec, echo: Callable[[str], Any]
                           pool=spec.pool)
     for parameter in scorer.backbone.parameters():
         parameter.requires_grad_(False)
-    return scorer, tokenizer, spec
+    return LoadedPRM(scorer=scorer, tokenizer=tokenizer, spec=spec)
 
 
 def set_head(scorer: Any, fit: HeadFit) -> None:
@@ -311,19 +313,15 @@ def set_head(scorer: Any, fit: HeadFit) -> None:
         scorer.head.bias.copy_(torch.as_tensor(fit.intercept, dtype=scorer.head.bias.dtype))
 
 
-def train_frozen(
-    config: TrainConfig,
-    spec: PRMSpec,
-    examples: list[StepExample],
-    split: TaskSplit,
-    echo: Callable[[str], Any],
-    result: TrainResult,
-    cache: FeatureCache | None = None,
-) -> TrainResult:
-    """Fit the head of a frozen backbone on the train and validation tasks; save the model.
+def train_frozen(config: TrainConfig, spec: PRMSpec, data: FitData, echo: Callable[[str], Any],
+                 result: TrainResult) -> TrainResult:
+    """Fit the head of a frozen backbone on ``data``'s train and validation tasks; save the
+    model into ``config.out`` and fill ``result``.
 
     The head's regularisation and error threshold are chosen by grouped cross-validation over
     those tasks, so the validation split joins the training rows instead of being held out.
+    The backbone's features are kept in ``data.shared`` (the folds of one cross-validation
+    share them).
     """
     import json
     import time
@@ -338,11 +336,12 @@ def train_frozen(
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     started = time.perf_counter()
-    scorer, tokenizer, spec = frozen_scorer(config, spec, echo)
-    scorer = scorer.to(device)
-    fit_examples = split.select(examples, "train") + split.select(examples, "validation")
+    prm = frozen_scorer(config, spec, echo)
+    scorer, tokenizer, spec = prm.scorer.to(device), prm.tokenizer, prm.spec  # moved in place
+    split, cache = data.split, data.shared.setdefault("frozen-features", FeatureCache())
+    fit_examples = data.fitted("train", "validation")
     echo(f"frozen {config.backbone}: features of {len(fit_examples)} trajectories on {device}")
-    features = extract_features(scorer, tokenizer, spec, fit_examples, device=device,
+    features = extract_features(prm, fit_examples, device=device,
                                 batch_tokens=config.batch_tokens, cache=cache,
                                 progress=config.progress)
     rows = turn_rows(fit_examples)

@@ -1,17 +1,13 @@
-"""The training loop of the neural PRM (full fine-tuning or LoRA): a plain torch loop.
+"""The training loop of the neural PRM (full fine-tuning or LoRA): a plain torch loop, as in
+nanoGPT's ``train.py``: set-up (:mod:`prm.neural.setup`), one optimizer step over a group of
+micro-batches (gradients accumulated, all-reduced once, clipped; bf16 autocast on CUDA), the
+loss log, a checkpoint, the evaluation after each epoch and the saved model. Batches are
+length-bucketed by a token budget (:func:`prm.data.windows.epoch_batches`); the padding
+fraction is logged. Only rank 0 logs, shows progress and writes files.
 
-AdamW (weight decay on matrices only), linear warm-up then cosine or linear decay, gradient
-accumulation, gradient clipping, bf16 autocast and TF32 on CUDA, optional gradient
-checkpointing. Batches are length-bucketed by a token budget (:func:`prm.data.windows.epoch_batches`);
-the padding fraction is logged.
-
-Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in DistributedDataParallel (NCCL on
-CUDA, gloo on CPU); every process builds the same epoch batches and takes every
-``world_size``-th one. Only rank 0 logs, shows progress and writes files.
-
-Checkpoints (:mod:`prm.neural.checkpoints`) make a run resumable exactly: the data order is a function
-of (seed, epoch), so a resumed run skips the batches it already took, and on the same device and
-thread count the final weights equal those of an uninterrupted run.
+Checkpoints (:mod:`prm.neural.checkpoints`) make a run resumable exactly: the data order is a
+function of (seed, epoch), so a resumed run skips the batches it already took, and on the same
+device and thread count the final weights equal those of an uninterrupted run.
 
 After each epoch rank 0 measures the validation split (loss, AUROC, calibration); with
 ``keep_best`` the saved model is the epoch with the lowest validation loss, and its error
@@ -24,8 +20,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import math
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -33,49 +27,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prm.data.labels import class_index
-from prm.neural.checkpoints import (
-    TrainPosition,
-    read_trainer_state,
-    restore_rng,
-    save_checkpoint,
-    unflatten_optimizer,
-)
-from prm.neural.distributed import Distributed, barrier, init_distributed
-from prm.spec import METRICS_FILE, OPTIMIZER_FILE, SPLIT_FILE, SUMMARY_FILE, PRMSpec
-from recovery.errors import InputProblem
+from prm.neural.checkpoints import save_checkpoint
+from prm.neural.distributed import barrier
+from prm.neural.setup import setup_run
+from prm.spec import SPLIT_FILE, SUMMARY_FILE, PRMSpec
 
 if TYPE_CHECKING:
     import pandas as pd
     import torch
 
     from prm.config import TrainConfig, TrainResult
-    from prm.data.examples import StepExample, TaskSplit
-
-
-def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
-    """Learning-rate multiplier at ``step``: linear warm-up, then cosine or linear decay to 0."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    progress = min(max(progress, 0.0), 1.0)
-    if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    if schedule == "linear":
-        return 1.0 - progress
-    raise ValueError(f"unknown schedule {schedule!r}; use cosine or linear")
-
-
-def make_optimizer(model: Any, lr: float, weight_decay: float, device: str) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters; matrices (and embeddings) decay, biases and norm
-    gains do not, as in nanoGPT. Fused on CUDA."""
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=device.startswith("cuda"))
+    from prm.data.examples import TaskSplit
+    from prm.kinds.base import FitData
+    from prm.neural.run import TrainingRun
 
 
 def validate(scorer: Any, windows: list[Any], pad_id: int, device: str, batch_tokens: int
@@ -108,42 +72,6 @@ def validate(scorer: Any, windows: list[Any], pad_id: int, device: str, batch_to
     }, frame
 
 
-def shared_tokenizer(
-    config: TrainConfig, train_examples: list[StepExample], info: Distributed, out: Path
-) -> Any:
-    """Train the tiny tokenizer on rank 0; other ranks load rank 0's, so all share one vocabulary."""
-    from prm.data.tokenize import load_tokenizer, train_tokenizer
-
-    staging = out / ".tokenizer"
-    if info.is_main:
-        texts = sorted({e.prompt for e in train_examples if e.prompt})
-        texts += [s for e in train_examples for s in e.steps]
-        tokenizer = train_tokenizer(texts, vocab_size=config.tiny.vocab_size,
-                                    split_digits=config.tiny.split_digits)
-        if info.enabled:
-            tokenizer.save_pretrained(staging)
-    barrier(info)
-    if not info.is_main:
-        tokenizer = load_tokenizer(staging)
-    barrier(info)
-    if info.is_main and info.enabled:
-        shutil.rmtree(staging, ignore_errors=True)
-    return tokenizer
-
-
-def add_lora(scorer: Any, rank: int, alpha: float | None = None) -> Any:
-    """Freeze the backbone and give every linear layer of it a LoRA adapter (``peft``).
-
-    The head and the novelty embeddings stay fully trainable.
-    """
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=0.0,
-                        target_modules="all-linear")
-    scorer.backbone = get_peft_model(scorer.backbone, config)
-    return scorer
-
-
 def plain_scorer(scorer: Any) -> Any:
     """The scorer to save: for LoRA a copy with the adapters merged into the weights."""
     from peft import PeftModel
@@ -172,87 +100,23 @@ def _save_model(out: Path, scorer: Any, tokenizer: Any, spec: PRMSpec, split: Ta
     return spec
 
 
-@dataclasses.dataclass
-class _Run:
-    """What one training run holds, made by :func:`_setup` and used by the loop's parts.
-
-    Attributes:
-        config: The options.
-        info: This process's place among the processes.
-        out: The output folder.
-        scorer: The model being trained (unwrapped).
-        model: ``scorer``, in DistributedDataParallel when several processes train.
-        tokenizer: The tokenizer.
-        spec: The model's spec; its error threshold is set each time the model is saved.
-        pad_id: The padding token.
-        train_windows: The encoded training windows.
-        val_windows: The encoded validation windows.
-        optimizer: AdamW.
-        scheduler: The learning-rate schedule.
-        total_steps: Optimizer steps of the whole run.
-        position: Where the run is (step, epoch, batch group, best validation loss).
-    """
-
-    config: TrainConfig
-    info: Distributed
-    out: Path
-    scorer: Any
-    model: Any
-    tokenizer: Any
-    spec: PRMSpec
-    pad_id: int
-    train_windows: list[Any]
-    val_windows: list[Any]
-    optimizer: Any
-    scheduler: Any
-    total_steps: int
-    position: TrainPosition
-
-    @property
-    def metrics_path(self) -> Path:
-        """The JSON-lines log of losses and validation numbers."""
-        return self.out / METRICS_FILE
-
-    def epoch_groups(self, epoch: int) -> list[list[list[int]]]:
-        """This process's batches of ``epoch``, ``grad_accum`` to an optimizer step."""
-        from prm.data.windows import epoch_batches
-
-        config, info = self.config, self.info
-        batches = epoch_batches([len(w) for w in self.train_windows], config.batch_tokens,
-                                config.seed, epoch, info.world_size, info.rank)
-        return [batches[i : i + config.grad_accum]
-                for i in range(0, len(batches), config.grad_accum)]
-
-
-def train_neural(
-    config: TrainConfig,
-    spec: PRMSpec,
-    examples: list[StepExample],
-    split: TaskSplit,
-    resume_from: Path | None,
-    echo: Callable[[str], Any],
-    result: TrainResult,
-) -> TrainResult:
+def train_neural(config: TrainConfig, spec: PRMSpec, data: FitData, echo: Callable[[str], Any],
+                 result: TrainResult) -> TrainResult:
     """Train a neural PRM (``full`` or ``lora``) and save it to ``config.out``.
 
-    The parts, as in nanoGPT's ``train.py``: set-up (:func:`_setup`), one optimizer step
-    (:func:`_train_step`), the loss log (:func:`_log_losses`), a checkpoint, the evaluation
-    after each epoch (:func:`_evaluate`) and the saved model (:func:`_finish`).
+    The parts, as in nanoGPT's ``train.py``: set-up (:func:`prm.neural.setup.setup_run`), one
+    optimizer step (:func:`_train_step`), the loss log (:func:`_log_losses`), a checkpoint, the
+    evaluation after each epoch (:func:`_evaluate`) and the saved model (:func:`_finish`).
 
-    Args:
-        config: The options.
-        spec: The model's spec (backbone, head, windows); its step token and error threshold
-            are filled in here.
-        examples: Every example; ``split`` says which train and validate.
-        split: The task split.
-        resume_from: A checkpoint to continue from.
-        echo: Where rank 0 prints progress lines.
-        result: The summary to fill.
+    ``spec`` is the model's (backbone, head, windows); its step token and error threshold are
+    filled in here. ``data`` holds the examples, the task split and a checkpoint to resume from;
+    rank 0 prints progress lines through ``echo``; ``result`` is the summary to fill.
     """
     import torch
     from tqdm import tqdm
 
-    run = _setup(config, spec, examples, split, resume_from, echo)
+    run = setup_run(config, spec, data, echo)
+    split = run.split
     info = run.info
     result.steps, result.total_steps = run.position.step, run.total_steps
     autocast = torch.autocast("cuda", dtype=torch.bfloat16,
@@ -279,9 +143,7 @@ def train_neural(
                 _log_losses(run, counters, result, epoch, time.perf_counter() - started,
                             progress)
             if config.save_every and run.position.step % config.save_every == 0 and not at_end:
-                save_checkpoint(run.out, info, scorer=run.scorer, tokenizer=run.tokenizer,
-                                spec=run.spec, optimizer=run.optimizer, scheduler=run.scheduler,
-                                position=run.position, split=split, keep=config.keep_checkpoints)
+                save_checkpoint(run)
             if config.stop_after is not None and run.position.step >= config.stop_after:
                 stopped = not at_end
                 break
@@ -305,139 +167,7 @@ def train_neural(
     return result
 
 
-def _setup(
-    config: TrainConfig, spec: PRMSpec, examples: list[StepExample], split: TaskSplit,
-    resume_from: Path | None, echo: Callable[[str], Any],
-) -> _Run:
-    """The processes (threads, distributed set-up), the output folder, the model (built, or
-    loaded to resume), the encoded windows, the optimizer and schedule, and the position to
-    start from; rank 0 says what it will train."""
-    import torch
-    from torch.nn.parallel import DistributedDataParallel
-
-    from prm.config import learning_rate
-    from prm.data.tokenize import TokenIds
-    from prm.data.windows import encode_examples
-
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    info = init_distributed(config.device)
-    out = Path(config.out)
-    if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if resume_from is None:
-            (out / METRICS_FILE).unlink(missing_ok=True)  # a fresh run starts a fresh log
-            if config.resume:
-                echo(f"no checkpoint in {out}: starting from scratch")
-    barrier(info)
-    on_cuda = info.device.startswith("cuda")
-    if on_cuda:  # TF32 matmuls for whatever autocast leaves in float32
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.allow_tf32 = True
-    train_examples = split.select(examples, "train")
-    val_examples = split.select(examples, "validation")
-    torch.manual_seed(config.seed)
-    scorer, tokenizer, spec = _scorer(config, spec, train_examples, info, out, resume_from,
-                                      echo)
-
-    def encode(some: list[StepExample]) -> list[Any]:
-        return encode_examples(some, tokenizer, spec.max_length, spec.max_prompt_tokens,
-                               spec.step_token)
-
-    train_windows, val_windows = encode(train_examples), encode(val_examples)
-    scorer = scorer.to(info.device).train()
-    model = (
-        DistributedDataParallel(scorer, device_ids=[info.local_rank] if on_cuda else None)
-        if info.enabled else scorer
-    )
-    optimizer = make_optimizer(scorer, learning_rate(config, spec.mode), config.weight_decay,
-                               info.device)
-    run = _Run(config=config, info=info, out=out, scorer=scorer, model=model,
-               tokenizer=tokenizer, spec=spec, pad_id=TokenIds.of(tokenizer, spec.step_token).pad,
-               train_windows=train_windows, val_windows=val_windows, optimizer=optimizer,
-               scheduler=None, total_steps=0, position=TrainPosition())
-    # Bucket boundaries move with each epoch's shuffle, so each epoch counts its own batches.
-    run.total_steps = sum(len(run.epoch_groups(epoch)) for epoch in range(config.epochs))
-    warmup_steps = int(config.warmup * run.total_steps)
-    run.scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, run.total_steps, warmup_steps, config.schedule)
-    )
-    if resume_from is not None:
-        run.position = _resume(resume_from, run)
-    if info.is_main:
-        n_params = sum(p.numel() for p in scorer.parameters())
-        n_trained = sum(p.numel() for p in scorer.parameters() if p.requires_grad)
-        echo(
-            f"train {len(train_examples)} trajectories ({len(train_windows)} windows), "
-            f"validation {len(val_examples)}; {n_params / 1e6:.2f}M parameters"
-            + (f" ({n_trained / 1e6:.2f}M trained, {spec.mode})" if n_trained < n_params else "")
-            + f" on {info.device} x{info.world_size}; {run.total_steps} steps"
-            + (f", resuming at step {run.position.step}" if resume_from else "")
-        )
-    return run
-
-
-def _scorer(
-    config: TrainConfig, spec: PRMSpec, train_examples: list[StepExample], info: Distributed,
-    out: Path, resume_from: Path | None, echo: Callable[[str], Any],
-) -> tuple[Any, Any, PRMSpec]:
-    """The scorer to train, its tokenizer and spec: loaded from ``resume_from``, else built
-    on the backbone (with LoRA adapters in ``lora`` mode), its step token in the spec."""
-    from prm.backbones import load_backbone, tiny_backbone
-    from prm.neural.folder import load_scorer
-    from prm.neural.model import build_scorer
-
-    if resume_from is not None:
-        loaded = load_scorer(resume_from, device="cpu",
-                             trust_remote_code=config.trust_remote_code)
-        scorer, tokenizer, spec = loaded.scorer.train(), loaded.tokenizer, loaded.spec
-    else:
-        if config.backbone == "tiny":
-            tokenizer = shared_tokenizer(config, train_examples, info, out)
-            backbone = tiny_backbone(config.tiny, len(tokenizer), spec.max_length)
-            step_token = spec.step_token
-        else:
-            backbone, tokenizer, step_token = load_backbone(
-                config.backbone, trust_remote_code=config.trust_remote_code, echo=echo
-            )
-        spec = dataclasses.replace(spec, step_token=step_token)
-        scorer = build_scorer(backbone, tokenizer, novelty=spec.novelty,
-                              n_outputs=spec.n_outputs, pool=spec.pool)
-        if spec.mode == "lora":
-            scorer = add_lora(scorer, config.lora_rank)
-    if config.gradient_checkpointing:
-        backbone = scorer.backbone
-        kwargs = {"use_reentrant": False}
-        if hasattr(backbone, "activation_checkpointing_enable"):  # transformers >= 5.x
-            backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    return scorer, tokenizer, spec
-
-
-def _resume(resume_from: Path, run: _Run) -> TrainPosition:
-    """Load the checkpoint's optimizer, schedule and random state into ``run``; its position."""
-    from prm.neural.folder import load_weights
-
-    info = run.info
-    state = read_trainer_state(resume_from)
-    if state["world_size"] != info.world_size:
-        raise InputProblem(
-            f"checkpoint {resume_from} was written by {state['world_size']} processes; "
-            f"resume with the same number (now {info.world_size})"
-        )
-    run.optimizer.load_state_dict(
-        unflatten_optimizer(load_weights(resume_from / OPTIMIZER_FILE), state["optimizer"])
-    )
-    run.scheduler.load_state_dict(state["scheduler"])
-    rng_file = resume_from / f"rng_rank{info.rank}.safetensors"
-    if rng_file.exists():
-        restore_rng(load_weights(rng_file), info.device)
-    return TrainPosition(state["step"], state["epoch"], state["group"],
-                         state.get("best_loss"), state.get("best_step"))
-
-
-def _train_step(run: _Run, group: list[list[int]], counters: torch.Tensor, autocast: Any
+def _train_step(run: TrainingRun, group: list[list[int]], counters: torch.Tensor, autocast: Any
                 ) -> None:
     """One optimizer step over a group of micro-batches (gradients accumulated, all-reduced
     once, clipped); ``counters`` take each micro-batch's loss, tokens and scored turns."""
@@ -473,7 +203,7 @@ def _train_step(run: _Run, group: list[list[int]], counters: torch.Tensor, autoc
     run.optimizer.zero_grad(set_to_none=True)
 
 
-def _log_losses(run: _Run, counters: torch.Tensor, result: TrainResult, epoch: int,
+def _log_losses(run: TrainingRun, counters: torch.Tensor, result: TrainResult, epoch: int,
                 elapsed: float, progress: Any) -> None:
     """The mean loss and the token counts since the last log (over every process) into
     ``result``; rank 0 writes them to the metrics log. ``counters`` start again from 0."""
@@ -501,7 +231,7 @@ def _log_losses(run: _Run, counters: torch.Tensor, result: TrainResult, epoch: i
         progress.set_postfix(loss=f"{mean_loss:.4f}")
 
 
-def _evaluate(run: _Run, result: TrainResult, split: TaskSplit, epoch: int) -> None:
+def _evaluate(run: TrainingRun, result: TrainResult, split: TaskSplit, epoch: int) -> None:
     """After an epoch (rank 0): the validation numbers, logged; with ``keep_best`` the model
     is saved when its validation loss is the lowest yet."""
     result.validation, val_frame = validate(run.scorer, run.val_windows, run.pad_id,
@@ -518,7 +248,7 @@ def _evaluate(run: _Run, result: TrainResult, split: TaskSplit, epoch: int) -> N
                                            best_step=run.position.step)
 
 
-def _finish(run: _Run, result: TrainResult, split: TaskSplit, echo: Callable[[str], Any]
+def _finish(run: TrainingRun, result: TrainResult, split: TaskSplit, echo: Callable[[str], Any]
             ) -> None:
     """At the end of a whole run (rank 0): the model saved (the last weights when no
     validation chose an epoch), the summary written, and a line saying so."""

@@ -12,7 +12,7 @@ import pytest
 
 from prm.data.windows import epoch_batches
 from prm.neural.checkpoints import latest_checkpoint
-from prm.neural.loop import lr_factor
+from prm.neural.setup import lr_factor
 from prm.train import train
 from recovery.errors import InputProblem
 from recovery.store import open_store
