@@ -23,8 +23,8 @@ Modules, one idea each:
 - :mod:`~analyses.budgetmix.reference`: the reference trainer on a simulated task.
 
 Example:
-    >>> from analyses.budgetmix import adaptive_schedule, export_shaped_rewards
-    >>> schedule = adaptive_schedule(con, budgets=[8, 16, 32], evidence="shortfall")
+    >>> from analyses.budgetmix import EvidenceOptions, adaptive_schedule, export_shaped_rewards
+    >>> schedule = adaptive_schedule(con, [8, 16, 32], EvidenceOptions(evidence="shortfall"))
     >>> schedule.save("schedule.json"); schedule.sample(0, 4)
     >>> export_shaped_rewards(con, "prm-ckpt", "rewards.parquet", lam=1.0)
 """
@@ -33,6 +33,7 @@ from analyses.budgetmix.alignment import last_token_indices, render_offsets, ren
 from analyses.budgetmix.assign import (
     BUDGET_KEY,
     AssignConfig,
+    AssignOptions,
     AssignResult,
     assign_budgets,
     row_budget,
@@ -41,6 +42,7 @@ from analyses.budgetmix.assign import (
 from analyses.budgetmix.evidence import (
     EVIDENCE_KINDS,
     EVIDENCE_MODES,
+    EvidenceOptions,
     adaptive_schedule,
     budget_evidence,
     default_budgets,
@@ -92,9 +94,11 @@ __all__ = [
     "SCHEDULE_VERSION",
     "STRATEGIES",
     "AssignConfig",
+    "AssignOptions",
     "AssignResult",
     "BudgetEvidence",
     "BudgetSchedule",
+    "EvidenceOptions",
     "PlanConfig",
     "RewardsConfig",
     "RewardsExport",

@@ -238,38 +238,32 @@ def _suffix(path: Path, what: str) -> str:
     return suffix
 
 
+@dataclass(frozen=True)
+class AssignOptions:
+    """How :func:`assign_budgets` draws and writes (``recovery budgetmix assign``'s settings)."""
+
+    seed: int = opt(0, "Seed of the draws (same seed, schedule and rows: same budgets).")
+    trainer: str = opt("all", "Where max_turns goes: one of TRAINERS (verl: extra_info; "
+                              "skyrl or trl: a column; all: both).")
+    overwrite: bool = opt(False, "Replace a max_turns the rows already have (else an error).")
+    max_record_bytes: int = opt(DEFAULT_MAX_RECORD_BYTES, "The largest row accepted (decoded); "
+                                                          "a larger one is an error.")
+
+
 def assign_budgets(
     dataset: str | Path,
     schedule: BudgetSchedule,
     out: str | Path,
-    *,
-    seed: int = 0,
-    trainer: str = "all",
-    overwrite: bool = False,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    options: AssignOptions = AssignOptions(),
 ) -> AssignResult:
-    """Add a ``max_turns`` drawn from ``schedule`` to every row of ``dataset``; write ``out``.
+    """Add a ``max_turns`` drawn from ``schedule`` to every row of ``dataset`` (``.parquet`` or
+    ``.jsonl``); write ``out`` (either kind) and say what was written.
 
-    The draws are ``schedule.sample(numpy.random.default_rng(seed), n_rows)``, row ``i``
-    getting the ``i``-th (drawn a piece at a time from the one generator: the same numbers).
-    The dataset is streamed (:mod:`analyses.budgetmix.assign_stream`): Parquet in batches under
-    a byte budget, changed in Arrow (every other column and its type kept) and written batch
-    by batch; JSON Lines a line at a time (every other field kept; for a Parquet output the
-    rows are read twice, the first time for their schema). Memory follows the batch budget and
-    ``max_record_bytes``, not the file. ``out`` is written to a unique temporary file beside
-    it and renamed, so a failure leaves no partial file (and ``out`` may be ``dataset``).
-
-    Args:
-        dataset: The training dataset (``.parquet`` or ``.jsonl``).
-        schedule: The budget schedule.
-        out: The output dataset (``.parquet`` or ``.jsonl``).
-        seed: Seed of the draws.
-        trainer: One of :data:`TRAINERS`.
-        overwrite: Replace a ``max_turns`` the rows already have.
-        max_record_bytes: The largest row accepted (decoded); a larger one is an error.
-
-    Returns:
-        What was written.
+    Row ``i`` gets the ``i``-th of ``schedule.sample(numpy.random.default_rng(seed), n_rows)``;
+    every other column or field is kept. The dataset is streamed
+    (:mod:`analyses.budgetmix.assign_stream`), so memory follows the batch budget and
+    ``max_record_bytes``, not the file; ``out`` is written beside itself and renamed, so a
+    failure leaves no partial file (and ``out`` may be ``dataset``).
 
     Raises:
         UsageProblem: for a file type, trainer, seed or limit that cannot be used, or a
@@ -283,6 +277,8 @@ def assign_budgets(
     from recovery.errors import Problem
     from recovery.outputs import atomic_output
 
+    seed, trainer, overwrite = options.seed, options.trainer, options.overwrite
+    max_record_bytes = options.max_record_bytes
     dataset, out = Path(dataset), Path(out)
     _check_arguments(trainer, seed, max_record_bytes)
     validate_schedule(schedule.budgets, schedule.weights)  # also a schedule changed since made
@@ -433,6 +429,6 @@ def assign(config: AssignConfig) -> AssignResult:
     from recovery.outputs import check_output_path
 
     check_output_path(config.out, "--out")  # before the dataset is read
-    return assign_budgets(config.dataset, schedule, config.out, seed=config.seed,
-                          trainer=config.trainer, overwrite=config.overwrite,
-                          max_record_bytes=int(config.max_record_mb * 1024 * 1024))
+    return assign_budgets(config.dataset, schedule, config.out, AssignOptions(
+        seed=config.seed, trainer=config.trainer, overwrite=config.overwrite,
+        max_record_bytes=int(config.max_record_mb * 1024 * 1024)))

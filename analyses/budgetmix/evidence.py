@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from analyses.budgetmix.schedule import (
     check_budget,
     evidence_weights,
 )
+from recovery.config import opt
 from recovery.errors import InputProblem, UsageProblem
 from recovery.jsonsafe import json_safe
 
@@ -233,35 +235,35 @@ def _spell_counts(
     return out
 
 
+@dataclass(frozen=True)
+class EvidenceOptions:
+    """What :func:`adaptive_schedule` weighs by (``recovery budgetmix plan``'s adaptive
+    settings)."""
+
+    evidence: str = opt("shortfall", "'shortfall' (Pass@(1,T) below the reference) or "
+                                     "'unrecovered' (error spells left unrecovered at T beyond "
+                                     "the reference's share).")
+    runs: Sequence[str] | None = opt(None, "Runs to read (pooled); None = all.")
+    mode: str = opt("auto", "'auto', 'budgeted' or 'truncation' (see budget_evidence).")
+    reference_budget: int | None = opt(None, "The large budget compared with; None = the "
+                                             "largest budget.")
+    floor: float = opt(0.2, "Share of the mass kept uniform, in [0, 1].")
+
+
 def adaptive_schedule(
     con: duckdb.DuckDBPyConnection,
     budgets: Sequence[int] | None = None,
-    *,
-    evidence: str = "shortfall",
-    runs: Sequence[str] | None = None,
-    mode: str = "auto",
-    reference_budget: int | None = None,
-    floor: float = 0.2,
+    options: EvidenceOptions = EvidenceOptions(),
 ) -> BudgetSchedule:
-    """A schedule weighted by where the policy in the store falls short (see module docstring).
-
-    Args:
-        con: The store.
-        budgets: Budgets to weigh; ``None`` = :func:`default_budgets`.
-        evidence: ``shortfall`` (Pass@(1,T) below the reference) or ``unrecovered`` (error
-            spells left unrecovered at ``T`` beyond the reference's share).
-        runs: Runs to read (pooled); ``None`` = all.
-        mode: ``auto``, ``budgeted`` or ``truncation`` (see :func:`budget_evidence`).
-        reference_budget: The large budget compared with; default the largest budget.
-        floor: Share of the mass kept uniform, in [0, 1].
-
-    Returns:
-        The schedule, with its evidence and parameters.
+    """A schedule over ``budgets`` (``None`` = :func:`default_budgets`) weighted by where the
+    policy in the store falls short (see module docstring), with its evidence and parameters.
 
     Raises:
         UsageProblem: for an unknown ``evidence`` or ``mode``, or a ``floor`` outside [0, 1].
         InputProblem: when the store cannot give the evidence (see :func:`budget_evidence`).
     """
+    evidence, runs, mode = options.evidence, options.runs, options.mode
+    reference_budget, floor = options.reference_budget, options.floor
     if evidence not in EVIDENCE_KINDS:
         raise UsageProblem(f"unknown evidence {evidence!r}; known: {', '.join(EVIDENCE_KINDS)}")
     if not 0.0 <= floor <= 1.0:

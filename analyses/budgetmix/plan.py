@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyses.budgetmix.evidence import EVIDENCE_KINDS, EVIDENCE_MODES, adaptive_schedule
+from analyses.budgetmix.evidence import (
+    EVIDENCE_KINDS,
+    EVIDENCE_MODES,
+    EvidenceOptions,
+    adaptive_schedule,
+)
 from analyses.budgetmix.schedule import (
     STRATEGIES,
     BudgetSchedule,
@@ -112,10 +117,10 @@ def plan_schedule(config: PlanConfig) -> BudgetSchedule:
     store = open_store(config.store, read_only=True)
     con = store.con
     try:
-        schedule = adaptive_schedule(
-            con, budgets, evidence=config.evidence, runs=config.runs, mode=config.mode,
+        schedule = adaptive_schedule(con, budgets, EvidenceOptions(
+            evidence=config.evidence, runs=config.runs, mode=config.mode,
             reference_budget=config.reference, floor=config.floor,
-        )
+        ))
         schedule.params.update(_step_cap_params(con, config.runs, given))
         return schedule
     except InputProblem as err:  # what the store cannot give, named by the store

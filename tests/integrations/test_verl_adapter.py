@@ -230,7 +230,7 @@ def test_a_dataset_from_budgetmix_assign_reaches_the_loop(trainer_config, tmp_pa
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    from analyses.budgetmix.assign import assign_budgets
+    from analyses.budgetmix.assign import AssignOptions, assign_budgets
     from analyses.budgetmix.schedule import BudgetSchedule
 
     n = 6
@@ -240,7 +240,8 @@ def test_a_dataset_from_budgetmix_assign_reaches_the_loop(trainer_config, tmp_pa
          "extra_info": {"index": i, "split": "train"}} for i in range(n)]),
         tmp_path / "train.parquet")
     result = assign_budgets(tmp_path / "train.parquet", BudgetSchedule([1, 3], [0.5, 0.5]),
-                            tmp_path / "train-budgets.parquet", seed=2, trainer="verl")
+                            tmp_path / "train-budgets.parquet",
+                            AssignOptions(seed=2, trainer="verl"))
     assigned = [row["extra_info"]["max_turns"]
                 for row in pq.read_table(result.path).to_pylist()]
     assert set(assigned) == {1, 3}  # the seed draws both budgets

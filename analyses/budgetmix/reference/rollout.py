@@ -3,43 +3,42 @@ per turn index)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analyses.budgetmix.reference.env import ACTIONS, ENDS, EVENTS, EnvParams, Rollouts
 from analyses.budgetmix.reference.policy import FEATURES, masked_logits, state_features
+from recovery.config_need import need
 
 if TYPE_CHECKING:
     import torch
 
 
+@dataclass(frozen=True)
+class EpisodeBatch:
+    """The episodes :func:`run_episodes` runs, one entry each."""
+
+    length: np.ndarray = need("``L`` per episode.")
+    difficulty: np.ndarray = need("``d`` per episode.")
+    budget: np.ndarray = need("Turn budget per episode.")
+
+
 def run_episodes(
     policy: torch.nn.Module,
     env: EnvParams,
-    length: np.ndarray,
-    difficulty: np.ndarray,
-    budget: np.ndarray,
+    batch: EpisodeBatch,
     rng: np.random.Generator,
     generator: torch.Generator,
 ) -> Rollouts:
-    """Run one episode per entry, all at once (one policy call per turn index).
+    """Run every episode of ``batch`` at once (one policy call per turn index), the
+    environment's draws from ``rng`` and the policy's actions from ``generator``.
 
     Long because it steps every episode at once with numpy arrays per turn index; the arrays
     made at its top are the loop's state.
-
-    Args:
-        policy: The policy network.
-        env: Environment parameters.
-        length: ``L`` per episode.
-        difficulty: ``d`` per episode.
-        budget: Turn budget per episode.
-        rng: Draws of the environment.
-        generator: Draws of the policy's actions.
-
-    Returns:
-        The episodes.
     """
+    length, difficulty, budget = batch.length, batch.difficulty, batch.budget
     import torch
 
     n = len(length)

@@ -10,10 +10,12 @@ canonical trajectory (the ground truth in each turn's ``meta``); the interactive
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 
 from analyses.budgetmix.reference.env import ACTIONS, ENDS, EVENTS, Rollouts
+from recovery.config_need import need
 from recovery.schema import Trajectory, Turn
 
 ERROR_KINDS = ("tool_error", "invalid_action", "parse_error")
@@ -63,21 +65,24 @@ def action_text(choice: str, done: int, length: int, failed_action: str = "") ->
     return f"diagnose_and_fix(unit={nxt})"
 
 
-def observation_text(
-    choice: str, event: str, done: int, done_after: int, length: int, turns_left: int,
-    spell_kind: str | None,
-) -> str:
-    """What the environment answers to a turn.
+@dataclass(frozen=True)
+class TurnProgress:
+    """Where a turn leaves the task."""
 
-    Args:
-        choice: The action taken.
-        event: One of :data:`~analyses.budgetmix.reference.env.EVENTS`.
-        done: Units done before the turn.
-        done_after: Units done after it.
-        length: Units the task needs.
-        turns_left: Turns left after the turn.
-        spell_kind: The error kind of the current spell (set by its ``error`` turn).
-    """
+    done: int = need("Units done before the turn.")
+    done_after: int = need("Units done after it.")
+    length: int = need("Units the task needs.")
+    turns_left: int = need("Turns left after the turn.")
+
+
+def observation_text(
+    choice: str, event: str, progress: TurnProgress, spell_kind: str | None,
+) -> str:
+    """What the environment answers to a turn: the action ``choice`` taken, its ``event`` (one
+    of :data:`~analyses.budgetmix.reference.env.EVENTS`), and ``spell_kind``, the error kind of
+    the current spell (set by its ``error`` turn)."""
+    done, done_after = progress.done, progress.done_after
+    length, turns_left = progress.length, progress.turns_left
     nxt = done + 1
     status = f"{plural(length - done_after, 'unit')} to go, {plural(turns_left, 'turn')} left."
     left = plural(turns_left, "turn")
@@ -128,7 +133,8 @@ def render_episode(
         if event == "error":
             spell_kind = ERROR_KINDS[int(kinds[t])]
             failed_action = action
-        obs = observation_text(choice, event, p0, p1, length, budget - t - 1, spell_kind)
+        obs = observation_text(choice, event, TurnProgress(p0, p1, length, budget - t - 1),
+                               spell_kind)
         is_error = event in ("error", "repeat", "fatal")
         turns.append(Turn(action=action, observation=obs, meta={
             "choice": choice,

@@ -23,6 +23,7 @@ from analyses.budgetmix.assign import row_budget
 from analyses.budgetmix.reference.env import EnvParams
 from analyses.budgetmix.reference.text import (
     ERROR_KINDS,
+    TurnProgress,
     action_text,
     observation_text,
     plural,
@@ -134,8 +135,8 @@ class UnitsTaskEnv:
             else:
                 event = "repeat"
         self._turns += 1
-        text = observation_text(choice, event, done, after, self._length,
-                                self._budget - self._turns, self._spell_kind)
+        text = observation_text(choice, event, TurnProgress(
+            done, after, self._length, self._budget - self._turns), self._spell_kind)
         self._done = after
         self._in_spell = event in ("error", "repeat")
         if event == "recover":

@@ -10,7 +10,10 @@ transcripts of scripted tool calls (a random model never writes a well-formed to
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
+
+from recovery.config import opt
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
                   "<tool_response>", "</tool_response>"]
@@ -104,24 +107,23 @@ def build_model(tokenizer: Any, seed: int = 0) -> Any:
     return Qwen2ForCausalLM(config)
 
 
+@dataclass(frozen=True)
+class WarmStartOptions:
+    """How :func:`supervised_warm_start` trains."""
+
+    steps: int = opt(60, "Optimiser steps.")
+    lr: float = opt(3e-3, "Adam's learning rate.")
+    batch_size: int | None = opt(None, "Conversations per step, drawn at random; None = all.")
+    seed: int = opt(0, "Seed of the mini-batch draws.")
+
+
 def supervised_warm_start(model: Any, tokenizer: Any, conversations: list[list[dict[str, Any]]],
-                          tools: list[dict[str, Any]], steps: int = 60, lr: float = 3e-3,
-                          batch_size: int | None = None, seed: int = 0) -> float:
-    """Teach the model to answer with tool calls: loss on the assistant spans only.
-
-    Args:
-        model: The causal LM (trained in place).
-        tokenizer: Its chat tokenizer.
-        conversations: Message lists (see :func:`scripted_conversations`).
-        tools: The tools' JSON schemas (rendered in the system prompt).
-        steps: Optimiser steps.
-        lr: Adam's learning rate.
-        batch_size: Conversations per step, drawn at random; ``None`` = all of them.
-        seed: Seed of the mini-batch draws.
-
-    Returns:
-        The last step's mean loss.
-    """
+                          tools: list[dict[str, Any]],
+                          options: WarmStartOptions = WarmStartOptions()) -> float:
+    """Teach ``model`` (in place) to answer with tool calls, the loss on the assistant spans of
+    ``conversations`` only (``tools``: the JSON schemas rendered in the system prompt); returns
+    the last step's mean loss."""
+    steps, lr, batch_size, seed = options.steps, options.lr, options.batch_size, options.seed
     import torch
 
     examples = []

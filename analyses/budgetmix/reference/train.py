@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,7 @@ import numpy as np
 
 from analyses.budgetmix.reference.env import EnvParams, draw_tasks, eval_tasks
 from analyses.budgetmix.reference.policy import build_policy, masked_logits
-from analyses.budgetmix.reference.rollout import run_episodes
+from analyses.budgetmix.reference.rollout import EpisodeBatch, run_episodes
 from analyses.budgetmix.reference.text import render_episode
 from analyses.budgetmix.schedule import BudgetSchedule, parse_budget_range, uniform_schedule
 from analyses.budgetmix.scorer import ScorerFactory, StepScorer
@@ -250,8 +250,10 @@ def train_policy(
         length, difficulty = draw_tasks(env, rng, b)
         group_budget = (np.full(b, fixed_budget) if kind == "fixed"
                         else schedule.sample(rng, b))  # type: ignore[union-attr]
-        roll = run_episodes(policy, env, np.repeat(length, g), np.repeat(difficulty, g),
-                            np.repeat(group_budget, g), rng, generator)
+        roll = run_episodes(policy, env, EpisodeBatch(np.repeat(length, g),
+                                                      np.repeat(difficulty, g),
+                                                      np.repeat(group_budget, g)),
+                            rng, generator)
         outcome = roll.success.astype(float)
         mask = roll.mask
         texts: list[Trajectory] = []
@@ -309,20 +311,19 @@ def train_policy(
 
 
 def evaluate_policy(
-    policy: torch.nn.Module,
-    mode: str,
-    env: EnvParams,
-    budgets: Sequence[int],
-    n_tasks: int,
-    n_samples: int,
-    seed: int,
+    policy: torch.nn.Module, mode: str, env: EnvParams, config: TrainSimConfig,
 ) -> list[Trajectory]:
-    """Run the policy on the shared held-out tasks at every budget; return the episodes.
+    """Run the policy on the shared held-out tasks (``config.eval_tasks`` of them,
+    ``config.eval_samples`` each) at every budget of ``config.eval_budgets``; return the
+    episodes.
 
-    Tasks depend only on ``seed`` (every mode sees the same ones, ``task_id`` ``eval0000``...);
-    the episodes' draws depend on ``seed``, the mode and the budget.
+    Tasks depend only on ``config.seed`` (every mode sees the same ones, ``task_id``
+    ``eval0000``...); the episodes' draws depend on the seed, the mode and the budget.
     """
     import torch
+
+    budgets, n_tasks, n_samples = config.eval_budgets, config.eval_tasks, config.eval_samples
+    seed = config.seed
 
     length, difficulty = eval_tasks(env, seed, n_tasks)
     out: list[Trajectory] = []
@@ -331,9 +332,10 @@ def evaluate_policy(
         seeds = [*_mode_seed(seed, mode), 100, int(budget)]
         rng = np.random.default_rng(seeds)
         generator = torch.Generator().manual_seed(int(np.random.default_rng([*seeds, 1]).integers(2**62)))
-        roll = run_episodes(policy, env, np.repeat(length, n_samples),
-                            np.repeat(difficulty, n_samples),
-                            np.full(n_tasks * n_samples, int(budget)), rng, generator)
+        roll = run_episodes(policy, env, EpisodeBatch(np.repeat(length, n_samples),
+                                                      np.repeat(difficulty, n_samples),
+                                                      np.full(n_tasks * n_samples, int(budget))),
+                            rng, generator)
         for i in range(len(roll)):
             out.append(render_episode(roll, i, run=mode, task_id=f"eval{i // n_samples:0{width}d}",
                                       sample=i % n_samples, seed=seed))
@@ -421,8 +423,7 @@ def _train_sim(
         if prm is not None and prm.n_fits > 0:
             prm_path = out / f"{stem}.prm"
             prm.save(prm_path)
-        trajectories = evaluate_policy(policy, mode, env, config.eval_budgets, config.eval_tasks,
-                                       config.eval_samples, config.seed)
+        trajectories = evaluate_policy(policy, mode, env, config)
         rollouts = out / f"{stem}.jsonl"
         write_jsonl(trajectories, rollouts)
         success: dict[int, list[bool]] = {}

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from analyses.budgetmix.assign import (
     AssignConfig,
+    AssignOptions,
     assign,
     assign_budgets,
     row_budget,
@@ -76,7 +77,7 @@ def test_parquet_keeps_every_column_and_follows_the_schedule(tmp_path):
     rows = _verl_rows(3000)
     rows[5]["extra_info"] = None  # a row without extra_info still gets one
     pq.write_table(pa.Table.from_pylist(rows), dataset)
-    result = assign_budgets(dataset, schedule, tmp_path / "out.parquet", seed=3)
+    result = assign_budgets(dataset, schedule, tmp_path / "out.parquet", AssignOptions(seed=3))
     table = pq.read_table(result.path)
     original = pq.read_table(dataset)
     assert table.num_rows == 3000 == result.n_rows
@@ -94,15 +95,15 @@ def test_parquet_keeps_every_column_and_follows_the_schedule(tmp_path):
     assert [(top == b).mean() for b in (4, 8, 16)] == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
     assert result.counts == {b: int((top == b).sum()) for b in (4, 8, 16)}
     # seeded: the same seed gives the same budgets, another seed others
-    again = assign_budgets(dataset, schedule, tmp_path / "again.parquet", seed=3)
+    again = assign_budgets(dataset, schedule, tmp_path / "again.parquet", AssignOptions(seed=3))
     assert pq.read_table(again.path).column("max_turns").equals(table.column("max_turns"))
-    other = assign_budgets(dataset, schedule, tmp_path / "other.parquet", seed=4)
+    other = assign_budgets(dataset, schedule, tmp_path / "other.parquet", AssignOptions(seed=4))
     assert not pq.read_table(other.path).column("max_turns").equals(table.column("max_turns"))
     # an existing budget is refused, and replaced on request
     with pytest.raises(InputProblem, match="already has a max_turns column"):
         assign_budgets(result.path, schedule, tmp_path / "twice.parquet")
-    replaced = assign_budgets(result.path, schedule, tmp_path / "twice.parquet", seed=9,
-                              overwrite=True)
+    replaced = assign_budgets(result.path, schedule, tmp_path / "twice.parquet",
+                              AssignOptions(seed=9, overwrite=True))
     twice = pq.read_table(replaced.path)
     assert twice.column_names == table.column_names
     assert [e["max_turns"] for e in twice.column("extra_info").to_pylist()] == \
@@ -114,11 +115,11 @@ def test_trainer_forms_in_parquet(tmp_path):
     dataset = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": 1}] * 20), dataset)
     verl = pq.read_table(assign_budgets(dataset, schedule, tmp_path / "v.parquet",
-                                        trainer="verl").path)
+                                        AssignOptions(trainer="verl")).path)
     assert "max_turns" not in verl.column_names
     assert {e["max_turns"] for e in verl.column("extra_info").to_pylist()} <= {2, 3}
     skyrl = pq.read_table(assign_budgets(dataset, schedule, tmp_path / "s.parquet",
-                                         trainer="skyrl").path)
+                                         AssignOptions(trainer="skyrl")).path)
     assert "extra_info" not in skyrl.column_names
     assert set(skyrl.column("max_turns").to_pylist()) <= {2, 3}
 
@@ -128,14 +129,15 @@ def test_jsonl_round_trip_and_conversion(tmp_path):
     rows = _verl_rows(40)
     rows[0]["meta"] = {"tags": ["a", "ü"], "x": None}
     dataset = _write_jsonl(tmp_path / "train.jsonl", rows)
-    out = assign_budgets(dataset, schedule, tmp_path / "out.jsonl", seed=1).path
+    out = assign_budgets(dataset, schedule, tmp_path / "out.jsonl", AssignOptions(seed=1)).path
     written = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     for before, after in zip(rows, written, strict=True):
         assert after["max_turns"] == after["extra_info"]["max_turns"]
         assert {k: v for k, v in after.items() if k not in ("max_turns", "extra_info")} == \
             {k: v for k, v in before.items() if k != "extra_info"}
     # the same draws whichever format is written
-    as_parquet = assign_budgets(dataset, schedule, tmp_path / "out.parquet", seed=1).path
+    as_parquet = assign_budgets(dataset, schedule, tmp_path / "out.parquet",
+                                AssignOptions(seed=1)).path
     assert pq.read_table(as_parquet).column("max_turns").to_pylist() == \
         [r["max_turns"] for r in written]
     # and a trainer's loader reads the budget back per row

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analyses.budgetmix import assign_stream
-from analyses.budgetmix.assign import assign_budgets
+from analyses.budgetmix.assign import AssignOptions, assign_budgets
 from analyses.budgetmix.schedule import mixture_schedule
 from recovery.errors import InputProblem
 from recovery.formats import parquet_budget
@@ -47,7 +47,7 @@ def test_a_parquet_row_over_the_limit_is_refused_by_file_and_row(tmp_path: Path)
     assert dataset.stat().st_size < 50_000
     out = tmp_path / "o.parquet"
     with pytest.raises(InputProblem) as err:
-        assign_budgets(dataset, mixture_schedule([4], [1]), out, max_record_bytes=MB)
+        assign_budgets(dataset, mixture_schedule([4], [1]), out, AssignOptions(max_record_bytes=MB))
     message = str(err.value)
     assert message.startswith(f"{dataset}: row 1 is larger than the limit of {MB} bytes")
     assert "--max-record-mb" in message and "\n" not in message
@@ -61,7 +61,7 @@ def test_a_parquet_row_group_over_the_limit_is_refused_from_its_metadata(tmp_pat
     with pytest.raises(InputProblem, match=r"d\.parquet: row group 0 \(rows 1-3\) holds .*"
                                            r"--max-record-mb"):
         assign_budgets(dataset, mixture_schedule([4], [1]), tmp_path / "o.jsonl",
-                       max_record_bytes=MB)
+                       AssignOptions(max_record_bytes=MB))
     assert _leftovers(tmp_path, "d.parquet") == []
 
 
@@ -71,7 +71,7 @@ def test_a_jsonl_line_over_the_limit_is_refused_by_file_and_line(tmp_path: Path)
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(InputProblem) as err:
         assign_budgets(dataset, mixture_schedule([4], [1]), tmp_path / "o.parquet",
-                       max_record_bytes=MB)
+                       AssignOptions(max_record_bytes=MB))
     assert str(err.value).startswith(f"{dataset}:2: record is larger than the limit")
     assert "--max-record-mb" in str(err.value)
     assert _leftovers(tmp_path, "d.jsonl") == []
@@ -88,8 +88,8 @@ def test_pieces_draw_the_same_budgets_as_one_draw(tmp_path: Path,
     monkeypatch.setattr(assign_stream, "JSONL_CHUNK_BYTES", 300)  # about ten rows a chunk
     monkeypatch.setattr(parquet_budget, "BATCH_BYTES", 2000)
     expected = schedule.sample(np.random.default_rng(7), 500).tolist()
-    from_jsonl = assign_budgets(jsonl, schedule, tmp_path / "a.parquet", seed=7)
-    from_parquet = assign_budgets(parquet, schedule, tmp_path / "b.jsonl", seed=7)
+    from_jsonl = assign_budgets(jsonl, schedule, tmp_path / "a.parquet", AssignOptions(seed=7))
+    from_parquet = assign_budgets(parquet, schedule, tmp_path / "b.jsonl", AssignOptions(seed=7))
     written = pq.read_table(from_jsonl.path)
     assert pq.ParquetFile(from_jsonl.path).metadata.num_row_groups > 10  # written in pieces
     assert written.column("max_turns").to_pylist() == expected
@@ -150,7 +150,7 @@ def test_a_parquet_failure_in_a_later_batch_leaves_no_temporary_file(
     pq.write_table(pa.Table.from_pylist(rows), dataset, use_dictionary=False)
     with pytest.raises(InputProblem, match=r"row 21 is larger than the limit of 3000 bytes"):
         assign_budgets(dataset, mixture_schedule([4], [1]), tmp_path / "o.parquet",
-                       max_record_bytes=3000)
+                       AssignOptions(max_record_bytes=3000))
     assert _leftovers(tmp_path, "d.parquet") == []
 
 

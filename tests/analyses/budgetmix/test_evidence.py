@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyses.budgetmix.evidence import adaptive_schedule, budget_evidence
+from analyses.budgetmix.evidence import EvidenceOptions, adaptive_schedule, budget_evidence
 from analyses.budgetmix.schedule import evidence_weights
 from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import budgeted_store, traj
@@ -12,7 +12,7 @@ from tests.analyses.budgetmix.helpers import budgeted_store, traj
 
 def test_adaptive_shortfall_puts_weight_where_short_budgets_fall_short(con, memory_store):
     budgeted_store(memory_store, {4: 0.2, 8: 0.6, 16: 0.9})
-    schedule = adaptive_schedule(con, [4, 8, 16], evidence="shortfall", floor=0.2)
+    schedule = adaptive_schedule(con, [4, 8, 16], EvidenceOptions(evidence="shortfall", floor=0.2))
     assert sum(schedule.weights) == pytest.approx(1.0)
     assert schedule.params["mode"] == "budgeted"
     ev = {e.budget: e for e in schedule.evidence}
@@ -38,7 +38,7 @@ def test_adaptive_truncation_mode(con, memory_store):
         for s, (n, ok) in enumerate([(2, True), (6, True), (12, True), (20, False)])
     ]
     memory_store.ingest_trajectories(trajectories)
-    schedule = adaptive_schedule(con, [4, 8, 16], mode="auto")
+    schedule = adaptive_schedule(con, [4, 8, 16], EvidenceOptions(mode="auto"))
     assert schedule.params["mode"] == "truncation"
     ev = {e.budget: e for e in schedule.evidence}
     assert [ev[t].pass_at_1 for t in (4, 8, 16)] == pytest.approx([0.25, 0.5, 0.75])
@@ -62,7 +62,7 @@ def test_adaptive_unrecovered_evidence(con, memory_store):
     assert (ev[4].n_spells, ev[4].n_unrecovered, ev[4].unrecovered_share) == (12, 12, 1.0)
     assert (ev[12].n_spells, ev[12].n_unrecovered, ev[12].unrecovered_share) == (12, 0, 0.0)
     assert ev[4].unrecovered_excess == pytest.approx(1.0)
-    schedule = adaptive_schedule(con, [4, 12], evidence="unrecovered", floor=0.2)
+    schedule = adaptive_schedule(con, [4, 12], EvidenceOptions(evidence="unrecovered", floor=0.2))
     assert schedule.weights == pytest.approx([0.1 + 0.8, 0.1])
     assert schedule.evidence_kind == "unrecovered"
     # truncation mode reads the same spells cut at T: at T = 3 the spell is open
@@ -76,13 +76,13 @@ def test_adaptive_errors(con, memory_store):
         adaptive_schedule(con, [4, 8])
     budgeted_store(memory_store, {4: 0.5, 8: 0.5})
     with pytest.raises(UsageProblem, match="unknown evidence"):
-        adaptive_schedule(con, [4, 8], evidence="vibes")
+        adaptive_schedule(con, [4, 8], EvidenceOptions(evidence="vibes"))
     with pytest.raises(InputProblem, match="no trajectories"):
-        adaptive_schedule(con, [4, 8], runs=["nope"])
+        adaptive_schedule(con, [4, 8], EvidenceOptions(runs=["nope"]))
     with pytest.raises(UsageProblem, match="unknown mode 'exact'"):
-        adaptive_schedule(con, [4, 8], mode="exact")
+        adaptive_schedule(con, [4, 8], EvidenceOptions(mode="exact"))
     with pytest.raises(UsageProblem, match=r"floor must lie in \[0, 1\], got 1.5") as err:
-        adaptive_schedule(con, [4, 8], floor=1.5)
+        adaptive_schedule(con, [4, 8], EvidenceOptions(floor=1.5))
     assert not isinstance(err.value, ValueError)
     with pytest.raises(UsageProblem, match="no budgets to describe"):
         budget_evidence(con, [])

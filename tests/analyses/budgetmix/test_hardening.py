@@ -303,14 +303,14 @@ def test_plan_adaptive_refuses_a_budget_out_of_range(tmp_path):
 
 
 def test_adaptive_budgets_are_checked_not_rounded(tmp_path, con, memory_store):
-    from analyses.budgetmix.evidence import adaptive_schedule
+    from analyses.budgetmix.evidence import EvidenceOptions, adaptive_schedule
     from tests.analyses.budgetmix.helpers import budgeted_store
 
     budgeted_store(memory_store, {4: 0.2, 8: 0.6}, n_tasks=2, n_samples=2)
     with pytest.raises(UsageProblem, match=r"budget 4\.9 is not an integer"):
         adaptive_schedule(con, [4.9, 8])  # type: ignore[list-item]
     with pytest.raises(UsageProblem, match="the reference budget 2147483648 is larger"):
-        adaptive_schedule(con, [4, 8], reference_budget=MAX_BUDGET + 1)
+        adaptive_schedule(con, [4, 8], EvidenceOptions(reference_budget=MAX_BUDGET + 1))
     assert adaptive_schedule(con, [4, 8]).budgets == [4, 8]
 
 

@@ -177,9 +177,9 @@ def test_grpo_trainer_stops_episodes_at_their_row_budget_and_sees_the_shaped_rew
 
 
 def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRPOTrainer):
-    from analyses.budgetmix.assign import assign_budgets
+    from analyses.budgetmix.assign import AssignOptions, assign_budgets
     from analyses.budgetmix.reference.env import EnvParams
-    from analyses.budgetmix.reference.rollout import run_episodes
+    from analyses.budgetmix.reference.rollout import EpisodeBatch, run_episodes
     from analyses.budgetmix.reference.text import render_episode
     from analyses.budgetmix.schedule import mixture_schedule
     from prm.online import TfidfStepScorer
@@ -190,7 +190,7 @@ def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRP
     schedule = mixture_schedule([1, 2, 3], [1.0, 1.0, 1.0])
     pq.write_table(pa.Table.from_pylist(_rows(8)), tmp_path / "train.parquet")
     assigned = assign_budgets(tmp_path / "train.parquet", schedule, tmp_path / "budgets.parquet",
-                              seed=0, trainer="trl")
+                              AssignOptions(seed=0, trainer="trl"))
     dataset = datasets.Dataset.from_list(pq.read_table(assigned.path).to_pylist())  # no HF cache
     budget_of = {row["task_id"]: row["max_turns"] for row in dataset}
     assert set(budget_of.values()) == {1, 2, 3}
@@ -198,8 +198,9 @@ def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRP
     # a PRM fitted on rendered reference episodes (the same wording as the tool environment)
     env_params = EnvParams()
     rng = np.random.default_rng(0)
-    roll = run_episodes(Scripted([0.0, 0.0, 0.0, 0.0]), env_params, np.full(120, 4),
-                        rng.random(120), np.full(120, 6), rng, torch.Generator().manual_seed(0))
+    roll = run_episodes(Scripted([0.0, 0.0, 0.0, 0.0]), env_params,
+                        EpisodeBatch(np.full(120, 4), rng.random(120), np.full(120, 6)), rng,
+                        torch.Generator().manual_seed(0))
     scorer = TfidfStepScorer("outcome")
     scorer.fit([render_episode(roll, i, run="scripted", task_id=f"s{i // 4}", sample=i % 4,
                                seed=0) for i in range(len(roll))])
@@ -216,7 +217,8 @@ def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRP
     conversations = tiny_chat.scripted_conversations(UnitsTaskEnv, _rows(4), n_turns=3)
     tokenizer = tiny_chat.chat_tokenizer(conversations, tools)
     model = tiny_chat.build_model(tokenizer)
-    loss = tiny_chat.supervised_warm_start(model, tokenizer, conversations, tools, steps=100)
+    loss = tiny_chat.supervised_warm_start(model, tokenizer, conversations, tools,
+                                           tiny_chat.WarmStartOptions(steps=100))
     assert loss < 0.2
 
     args = GRPOConfig(

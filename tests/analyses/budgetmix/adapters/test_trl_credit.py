@@ -221,7 +221,8 @@ def test_one_grpo_step_trains_on_per_turn_advantages(tmp_path):
     conversations = tiny_chat.scripted_conversations(UnitsTaskEnv, _rows(4), n_turns=3)
     tokenizer = tiny_chat.chat_tokenizer(conversations, tools)
     model = tiny_chat.build_model(tokenizer)
-    tiny_chat.supervised_warm_start(model, tokenizer, conversations, tools, steps=100)
+    tiny_chat.supervised_warm_start(model, tokenizer, conversations, tools,
+                                    tiny_chat.WarmStartOptions(steps=100))
     rows = [dict(r, max_turns=3) for r in _rows(4)]
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
                       max_steps=1, max_completion_length=600, max_tool_calling_iterations=4,

@@ -3,6 +3,7 @@
 
 from analyses.budgetmix.reference.tinylm import (  # noqa: F401
     SPECIAL_TOKENS,
+    WarmStartOptions,
     build_model,
     build_tokenizer,
     chat_tokenizer,

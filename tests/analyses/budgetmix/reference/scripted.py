@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from analyses.budgetmix.reference.rollout import run_episodes
+from analyses.budgetmix.reference.rollout import EpisodeBatch, run_episodes
 
 
 class Scripted(torch.nn.Module):
@@ -21,6 +21,6 @@ class Scripted(torch.nn.Module):
 
 def run(logits, env, n=3000, length=5, budget=30, seed=0):
     return run_episodes(
-        Scripted(logits), env, np.full(n, length), np.full(n, 0.5), np.full(n, budget),
+        Scripted(logits), env, EpisodeBatch(np.full(n, length), np.full(n, 0.5), np.full(n, budget)),
         np.random.default_rng(seed), torch.Generator().manual_seed(seed),
     )

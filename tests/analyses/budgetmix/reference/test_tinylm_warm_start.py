@@ -40,6 +40,7 @@ def test_mini_batch_warm_up_steps_train():
     pytest.importorskip("transformers")
     from analyses.budgetmix.reference.textenv import UnitsTaskEnv
     from analyses.budgetmix.reference.tinylm import (
+        WarmStartOptions,
         build_model,
         chat_tokenizer,
         scripted_conversations,
@@ -52,8 +53,8 @@ def test_mini_batch_warm_up_steps_train():
     conversations = scripted_conversations(UnitsTaskEnv, _rows(6, 4), n_turns=None)
     tokenizer = chat_tokenizer(conversations, tools)
     model = build_model(tokenizer)
-    first = supervised_warm_start(model, tokenizer, conversations, tools, steps=1,
-                                  batch_size=2)
-    last = supervised_warm_start(model, tokenizer, conversations, tools, steps=30,
-                                 batch_size=2)
+    first = supervised_warm_start(model, tokenizer, conversations, tools,
+                                  WarmStartOptions(steps=1, batch_size=2))
+    last = supervised_warm_start(model, tokenizer, conversations, tools,
+                                 WarmStartOptions(steps=30, batch_size=2))
     assert math.isfinite(first) and last < first
