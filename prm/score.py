@@ -10,9 +10,12 @@ and :class:`ModelScorer` serves BudgetMix. A structured folder records its setti
 or ``hindsight``) and scores only in it; the other kinds read no outcome and no later turn, so
 they score in either.
 
+Its options are :class:`ScoreConfig`, the dataclass ``prm score`` builds.
+
 Example:
-    >>> from prm.score import score_store
-    >>> score_store(store, "prm-ckpt/")        # model name "prm-ckpt"
+    >>> from prm.score import ScoreConfig, score_store
+    >>> score_store(store, "prm-ckpt/")                       # model name "prm-ckpt"
+    >>> score_store(store, "prm-ckpt/", ScoreConfig(name="v2", setting="blind"))
 """
 
 from __future__ import annotations
@@ -22,12 +25,42 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.data.features import SETTINGS
+from prm.neural.device import DEVICES
+from recovery.config import CheckedOptions, opt
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from prm.kinds.base import PRMKind
     from recovery.schema import Trajectory
     from recovery.store import Store
+
+
+@dataclass
+class ScoreConfig(CheckedOptions):
+    """Options of ``prm score`` (and of :func:`score_store`)."""
+
+    store: Path | None = opt(
+        None, "Store whose turns are scored (DuckDB file or Parquet folder; must exist).",
+        required=True)
+    model: Path | None = opt(None, "Model folder written by prm train.", required=True)
+    name: str | None = opt(
+        None, "Model name in step_scores (default: the model folder's name)."
+    )
+    device: str = opt("auto", "auto, cuda or cpu.", choices=DEVICES)
+    batch_tokens: int = opt(16384, "Padded tokens per scoring batch.")
+    trust_remote_code: bool = opt(
+        False, "Allow the backbone's own Python code, for a model folder that needs it."
+    )
+    progress: bool = opt(True, "Show progress with turn counts on stderr.",
+                         flag="--progress/--no-progress")
+    setting: str | None = opt(
+        None, "blind or hindsight: the setting the scores are for (default: the model's). A "
+        "structured model scores only in the setting it was trained for; the other models "
+        "read no outcome and no later turn, so they score in either.",
+        choices=SETTINGS,
+    )
 
 
 def model_name(model_dir: str | Path) -> str:
@@ -147,22 +180,14 @@ def write_step_scores(store: Store, scores: pd.DataFrame, model: str) -> int:
     return len(scores)
 
 
-def score_store(store: Store, model: str | Path | PRMKind, *, name: str | None = None,
-                traj_ids: Sequence[str] | None = None, batch_tokens: int = 16384,
-                progress: bool = False, setting: str | None = None,
-                **load: Any) -> ScoreResult:
-    """Score trajectories of the store and write ``step_scores``.
+def score_store(store: Store, model: str | Path | PRMKind, options: ScoreConfig | None = None,
+                *, traj_ids: Sequence[str] | None = None) -> ScoreResult:
+    """Score trajectories of the (writable) store, ``traj_ids`` or all, and write
+    ``step_scores``.
 
-    Args:
-        store: The store (writable).
-        model: A folder written by ``prm train`` (loaded with ``load``'s ``device`` and
-            ``trust_remote_code``, refused before the store is read), or a loaded model.
-        name: Model name in ``step_scores``; default :func:`model_name` of its folder.
-        traj_ids: Trajectories to score; ``None`` = all.
-        batch_tokens: Padded tokens per scoring batch.
-        progress: Show a progress bar with turn counts on stderr.
-        setting: ``blind`` or ``hindsight``: the setting the scores are for; ``None``: the
-            model's own.
+    ``model`` is a folder written by ``prm train`` (loaded with the options' ``device`` and
+    ``trust_remote_code``, refused before the store is read) or a loaded model; ``options``
+    default to :class:`ScoreConfig`'s (its ``store`` and ``model`` are the command line's).
 
     Returns:
         What was written (``setting``: a structured model's, else ``None``).
@@ -174,15 +199,18 @@ def score_store(store: Store, model: str | Path | PRMKind, *, name: str | None =
     from prm.data.examples import load_step_examples
     from prm.kinds import check_setting_name, load_model
 
+    options = options if options is not None else ScoreConfig()
+    setting = options.setting
     if isinstance(model, (str, Path)):
-        model = load_model(model, setting=setting, **load)
+        model = load_model(model, setting=setting, device=options.device,
+                           trust_remote_code=options.trust_remote_code)
     else:
         check_setting_name(setting)
         model.check_setting(setting)
     examples = load_step_examples(store.con, labels=None, traj_ids=traj_ids)
-    scores = model.predict_steps(examples, con=store.con, batch_tokens=batch_tokens,
-                                 progress=progress)
-    name = name or model_name(model.model_dir)
+    scores = model.predict_steps(examples, con=store.con, batch_tokens=options.batch_tokens,
+                                 progress=options.progress)
+    name = options.name or model_name(model.model_dir)
     n = write_step_scores(store, scores[["traj_id", "t", "score"]], name)
     return ScoreResult(model=name, n_trajectories=len(examples), n_scores=n,
                        setting=model.setting)

@@ -1,18 +1,20 @@
 """Evaluation of a trained PRM on a split of the store's tasks (``prm eval``).
 
-The metrics themselves are in :mod:`prm.evaluation.metrics`; this module scores the split once (every kind
-of model folder, structured included), joins the scores with the targets (and, on simulator
-runs, the ground truth) and builds the report, with the model's decisions beside the floors of
-its setting (:func:`prm.evaluation.floors.floor_report`).
+The metrics themselves are in :mod:`prm.evaluation.metrics`; this module scores the split once
+(every kind of model folder, structured included), joins the scores with the targets (and, on
+simulator runs, the ground truth) and builds the report, with the model's decisions beside the
+floors of its setting (:func:`prm.evaluation.floors.floor_report`). Its options are
+:class:`EvalConfig`, the dataclass ``prm eval`` builds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prm.data.features import SETTINGS
+from prm.data.labels import LABEL_SOURCES
 from prm.evaluation.metrics import (
     best_of_k,
     expected_calibration_error,
@@ -23,13 +25,53 @@ from prm.evaluation.metrics import (
     step_auroc,
     trajectory_scores,
 )
+from prm.neural.device import DEVICES
+from recovery.config import CheckedOptions, opt
 from recovery.jsonsafe import json_safe
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
+    from prm.data.examples import StepExample
     from prm.kinds.base import PRMKind
+
+
+@dataclass
+class EvalConfig(CheckedOptions):
+    """Options of ``prm eval`` (and of :func:`evaluate_model`)."""
+
+    store: Path | None = opt(None, "Store (DuckDB file or Parquet folder; must exist).",
+                             required=True)
+    model: Path | None = opt(None, "Model folder written by prm train.", required=True)
+    split: str = opt(
+        "test", "Split of tasks to evaluate (tasks new since training count as test).",
+        choices=("train", "validation", "test", "all"),
+    )
+    labels: str | None = opt(
+        None, "Label source of the targets (default: the model's own).", choices=LABEL_SOURCES
+    )
+    ks: list[int] = opt(default_factory=lambda: [1, 2, 4, 8], help="K values of Best-of-K.")
+    aggregate: str = opt(
+        "min", "Trajectory score for Best-of-K from its step scores.",
+        choices=("min", "mean", "last"),
+    )
+    device: str = opt("auto", "auto, cuda or cpu.", choices=DEVICES)
+    batch_tokens: int = opt(16384, "Padded tokens per scoring batch.")
+    trust_remote_code: bool = opt(
+        False, "Allow the backbone's own Python code, for a model folder that needs it."
+    )
+    json_out: Path | None = opt(None, "Also write the report as JSON here.", flag="--json")
+    setting: str | None = opt(
+        None, "blind or hindsight (default: the model's; blind for models that read no "
+        "outcome): which floors the model is set beside. In hindsight the outcome-aware floor "
+        "(success: no error; failure: the last turn is the first error) joins the "
+        "every-step-correct one. A structured model evaluates only in its own setting.",
+        choices=SETTINGS,
+    )
+    n_boot: int = opt(1000, "Bootstrap replicates over tasks for the intervals.")
+    seed: int = opt(0, "Seed of the bootstrap.")
+
 
 @dataclass
 class EvalReport:
@@ -161,115 +203,110 @@ def _turn_facts(con: duckdb.DuckDBPyConnection, traj_ids: list[str]) -> pd.DataF
     return truth.merge(marks, on=["traj_id", "t"])
 
 
-def evaluate_model(
-    con: duckdb.DuckDBPyConnection,
-    model_dir: str | Path | PRMKind,
-    *,
-    split: str = "test",
-    labels: str | None = None,
-    ks: Sequence[int] = (1, 2, 4, 8),
-    aggregate: str = "min",
-    device: str = "auto",
-    batch_tokens: int = 16384,
-    trust_remote_code: bool = False,
-    setting: str | None = None,
-    n_boot: int = 1000,
-    seed: int = 0,
-) -> EvalReport:
+def evaluate_model(con: duckdb.DuckDBPyConnection, model: str | Path | PRMKind,
+                   options: EvalConfig | None = None) -> EvalReport:
     """Score one split of the store with a trained PRM (once) and compute every metric, with
-    the model's decisions beside the floors of ``setting``.
+    the model's decisions beside the floors of its setting.
 
-    Long because the docstring documents twelve arguments and the result; the body gathers every
-    measure of one scored frame into that result in order.
-
-    Args:
-        con: The store.
-        model_dir: A folder written by ``prm train``, or a loaded
-            :class:`prm.kinds.base.PRMKind`.
-        split: ``train``, ``validation``, ``test`` (tasks unseen in training count as test)
-            or ``all``.
-        labels: Label source of the targets; default: the one the model was trained on.
-        ks: Sample counts for Best-of-K.
-        aggregate: How step scores make a trajectory score for Best-of-K.
-        device: ``auto``, ``cuda`` or ``cpu``.
-        batch_tokens: Padded tokens per scoring batch.
-        trust_remote_code: The user's permission for a backbone's own code.
-        setting: ``blind`` or ``hindsight``: which floors the model is set beside (in
-            hindsight the outcome-aware one joins the every-step-correct one). Default: a
-            structured folder's own setting, ``blind`` for the other models; a structured
-            folder is refused another setting.
-        n_boot, seed: The bootstrap over tasks of the floor intervals.
-
-    Returns:
-        The report.
+    ``model`` is a folder written by ``prm train`` (loaded with the options' ``device`` and
+    ``trust_remote_code``) or a loaded :class:`prm.kinds.base.PRMKind`; ``options`` default to
+    :class:`EvalConfig`'s (its ``store``, ``model`` and ``json_out`` are the command line's).
 
     Raises:
-        InputProblem: a missing or damaged model folder (the message names the file).
+        InputProblem: a missing or damaged model folder or split (the message names the file).
         UsageProblem: a field of the folder's spec or config cannot be used (named), the
-            folder asks for remote code without ``trust_remote_code``, or a structured folder
-            of another setting.
+            folder asks for remote code without ``trust_remote_code``, or a folder of another
+            setting.
     """
-    import numpy as np
-    import pandas as pd
+    from prm.data.examples import load_step_examples
 
-    from prm.data.examples import TaskSplit, load_step_examples
-    from prm.evaluation.floors import decision_rows, floor_report
-    from prm.kinds import check_setting_name, load_model
-    from prm.spec import SPLIT_FILE, read_json
-    from recovery.errors import InputProblem
-
-    if isinstance(model_dir, (str, Path)):
-        predictor = load_model(model_dir, device=device, setting=setting,
-                               trust_remote_code=trust_remote_code)
-    else:
-        check_setting_name(setting)
-        predictor = model_dir
-        predictor.check_setting(setting)
-    model_dir = predictor.model_dir
-    setting = setting or predictor.setting or "blind"
-    labels = labels or predictor.labels
-    read_json(model_dir / SPLIT_FILE)  # a missing or damaged split is named before the work
-    try:
-        task_split = TaskSplit.load(model_dir / SPLIT_FILE)
-    except (KeyError, TypeError, ValueError) as err:
-        raise InputProblem(f"{model_dir / SPLIT_FILE}: not a task split ({err})") from None
-    examples = load_step_examples(con, labels, base=predictor.label_base)
-    examples = task_split.select(examples, split)
-    report = EvalReport(model=str(model_dir), split=split, labels=labels,
+    options = options if options is not None else EvalConfig()
+    predictor = _predictor(model, options)
+    setting = options.setting or predictor.setting or "blind"
+    labels = options.labels or predictor.labels
+    task_split = _task_split(predictor.model_dir)
+    examples = task_split.select(
+        load_step_examples(con, labels, base=predictor.label_base), options.split)
+    report = EvalReport(model=str(predictor.model_dir), split=options.split, labels=labels,
                         n_trajectories=len(examples))
     if not examples:
         report.floors = {"setting": setting, "n_trajectories": 0, "n_steps": 0,
-                         "verdict": f"no trajectory in the {split} split"}
+                         "verdict": f"no trajectory in the {options.split} split"}
         return report
-    scores = predictor.predict_steps(examples, con=con, batch_tokens=batch_tokens)
-    targets = pd.DataFrame(
-        {
-            "traj_id": np.repeat([e.traj_id for e in examples], [e.n_steps for e in examples]),
-            "t": np.concatenate([np.arange(1, e.n_steps + 1) for e in examples]),
-            "target": np.concatenate([np.asarray(e.targets, float) for e in examples]),
-        }
-    )
-    frame = targets.merge(scores, on=["traj_id", "t"], validate="one_to_one")
-    known = frame.loc[frame["target"].notna()]
+    scores = predictor.predict_steps(examples, con=con, batch_tokens=options.batch_tokens)
+    frame = _targets(examples).merge(scores, on=["traj_id", "t"], validate="one_to_one")
+    _step_metrics(report, frame.loc[frame["target"].notna()], predictor.head)
+    _decisions(report, predictor, examples, scores, setting, options)
+    report.best_of_k = _best_of_k(examples, frame, options)
+    report.ground_truth = _ground_truth(con, examples, frame)
+    return report
+
+
+def _predictor(model: str | Path | PRMKind, options: EvalConfig) -> PRMKind:
+    """The model, loaded from its folder or given, with the options' setting checked."""
+    from prm.kinds import check_setting_name, load_model
+
+    if isinstance(model, (str, Path)):
+        return load_model(model, device=options.device, setting=options.setting,
+                          trust_remote_code=options.trust_remote_code)
+    check_setting_name(options.setting)
+    model.check_setting(options.setting)
+    return model
+
+
+def _task_split(model_dir: Path) -> Any:
+    """The model folder's task split, named in one line when missing or damaged."""
+    from prm.data.examples import TaskSplit
+    from prm.spec import SPLIT_FILE, read_json
+    from recovery.errors import InputProblem
+
+    read_json(model_dir / SPLIT_FILE)  # a missing or damaged split is named before the work
+    try:
+        return TaskSplit.load(model_dir / SPLIT_FILE)
+    except (KeyError, TypeError, ValueError) as err:
+        raise InputProblem(f"{model_dir / SPLIT_FILE}: not a task split ({err})") from None
+
+
+def _targets(examples: list[StepExample]) -> pd.DataFrame:
+    """``traj_id, t, target`` of every turn of ``examples``."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.DataFrame({
+        "traj_id": np.repeat([e.traj_id for e in examples], [e.n_steps for e in examples]),
+        "t": np.concatenate([np.arange(1, e.n_steps + 1) for e in examples]),
+        "target": np.concatenate([np.asarray(e.targets, float) for e in examples]),
+    })
+
+
+def _step_metrics(report: EvalReport, known: pd.DataFrame, head: str) -> None:
+    """The step metrics of the turns with a target, into ``report``."""
     report.n_turns = len(known)
-    if len(known):
-        report.step_auroc = step_auroc(known["target"], known["score"])
-        report.step_accuracy = step_accuracy(known["target"], known["score"])
-        # A ternary model's score is P(not an error): calibrated against that event.
-        report.ece = expected_calibration_error(
-            (known["target"] >= 0.5).astype(float) if predictor.head == "ternary"
-            else known["target"],
-            known["score"],
-        )
-        report.first_error_accuracy = first_error_accuracy(known)
-        report.processbench = processbench_f1(known)
-    # The floors read the same scores: no second scoring.
+    if not len(known):
+        return
+    report.step_auroc = step_auroc(known["target"], known["score"])
+    report.step_accuracy = step_accuracy(known["target"], known["score"])
+    # A ternary model's score is P(not an error): calibrated against that event.
+    report.ece = expected_calibration_error(
+        (known["target"] >= 0.5).astype(float) if head == "ternary" else known["target"],
+        known["score"],
+    )
+    report.first_error_accuracy = first_error_accuracy(known)
+    report.processbench = processbench_f1(known)
+
+
+def _decisions(report: EvalReport, predictor: PRMKind, examples: list[StepExample],
+               scores: pd.DataFrame, setting: str, options: EvalConfig) -> None:
+    """The floor report (on the same scores: no second scoring) and the model's decisions."""
+    from prm.evaluation.floors import decision_rows, floor_report
+
     labelled = [e for e in examples if any(x == x for x in e.targets)]
     report.floors = floor_report(
-        decision_rows(labelled, scores), predictor.error_threshold, setting, n_boot=n_boot,
-        seed=seed) if labelled else {"setting": setting, "n_trajectories": 0, "n_steps": 0,
-                                     "verdict": f"no labelled trajectory in the {split} split"}
-    if len(known):
+        decision_rows(labelled, scores), predictor.error_threshold, setting,
+        n_boot=options.n_boot, seed=options.seed,
+    ) if labelled else {"setting": setting, "n_trajectories": 0, "n_steps": 0,
+                        "verdict": f"no labelled trajectory in the {options.split} split"}
+    if report.n_turns:
         report.decisions = {
             **{key: report.floors[key] for key in (
                 "step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
@@ -277,24 +314,35 @@ def evaluate_model(
             "error_threshold": predictor.error_threshold,
             "decision_words": predictor.decision_words,
         }
+
+
+def _best_of_k(examples: list[StepExample], frame: pd.DataFrame, options: EvalConfig
+               ) -> list[dict[str, Any]]:
+    """Best-of-K rows over the examples with a known outcome."""
+    import pandas as pd
+
     outcomes = pd.DataFrame(
         {"traj_id": [e.traj_id for e in examples], "run": [e.run for e in examples],
          "task_id": [e.task_id for e in examples], "success": [e.success for e in examples]}
     ).dropna(subset=["success"])
     per_trajectory = outcomes.merge(
-        trajectory_scores(frame, aggregate).rename("score").reset_index(), on="traj_id"
+        trajectory_scores(frame, options.aggregate).rename("score").reset_index(), on="traj_id"
     )
     per_trajectory["success"] = per_trajectory["success"].astype(bool)
-    report.best_of_k = [
-        {key: json_safe(value) for key, value in row.items()}
-        for row in best_of_k(per_trajectory, ks).to_dict("records")
-    ]
+    return [{key: json_safe(value) for key, value in row.items()}
+            for row in best_of_k(per_trajectory, options.ks).to_dict("records")]
+
+
+def _ground_truth(con: duckdb.DuckDBPyConnection, examples: list[StepExample],
+                  frame: pd.DataFrame) -> dict[str, Any] | None:
+    """:func:`prm.evaluation.metrics.ground_truth_aurocs` when every turn carries the
+    simulator's truth, else ``None``."""
+    import pandas as pd
+
     facts = _turn_facts(con, [e.traj_id for e in examples])
-    if len(facts) and facts["has_truth"].all():
-        tasks = pd.DataFrame(
-            {"traj_id": [e.traj_id for e in examples], "task_id": [e.task_id for e in examples]}
-        )
-        report.ground_truth = ground_truth_aurocs(
-            frame.merge(facts, on=["traj_id", "t"]).merge(tasks, on="traj_id")
-        )
-    return report
+    if not len(facts) or not facts["has_truth"].all():
+        return None
+    tasks = pd.DataFrame(
+        {"traj_id": [e.traj_id for e in examples], "task_id": [e.task_id for e in examples]}
+    )
+    return ground_truth_aurocs(frame.merge(facts, on=["traj_id", "t"]).merge(tasks, on="traj_id"))

@@ -10,7 +10,7 @@ import random
 import pandas as pd
 import pytest
 
-from prm.evaluation.evaluate import evaluate_model
+from prm.evaluation.evaluate import EvalConfig, evaluate_model
 from prm.evaluation.metrics import (
     best_of_k,
     best_of_k_group,
@@ -116,8 +116,8 @@ def test_evaluate_model_reports_every_metric(trained_tiny, sim_store):
     model_dir, _ = trained_tiny
     store = open_store(sim_store, read_only=True)
     try:
-        report = evaluate_model(store.con, model_dir, split="all", ks=(1, 3))
-        test_only = evaluate_model(store.con, model_dir, split="test", ks=(1,))
+        report = evaluate_model(store.con, model_dir, EvalConfig(split="all", ks=[1, 3]))
+        test_only = evaluate_model(store.con, model_dir, EvalConfig(split="test", ks=[1]))
         n_turns = store.con.execute("SELECT count(*) FROM turns").fetchone()[0]
     finally:
         store.close()

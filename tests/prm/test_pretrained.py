@@ -153,7 +153,7 @@ def test_lora_trains_adapters_only_and_saves_plain_merged_weights(sim_store, tmp
 
 
 def test_ternary_tiny_head_and_eval_decisions(ternary_store, tmp_path):
-    from prm.evaluation.evaluate import evaluate_model
+    from prm.evaluation.evaluate import EvalConfig, evaluate_model
     from prm.train import train
     from recovery.store import open_store
 
@@ -162,7 +162,7 @@ def test_ternary_tiny_head_and_eval_decisions(ternary_store, tmp_path):
     spec = json.loads((tmp_path / "t" / "prm_config.json").read_text())
     assert spec["head"] == "ternary" and 0.2 <= spec["error_threshold"] <= 1.01
     store = open_store(ternary_store, read_only=True)
-    report = evaluate_model(store.con, tmp_path / "t", split="all", ks=[1])
+    report = evaluate_model(store.con, tmp_path / "t", EvalConfig(split="all", ks=[1]))
     store.close()
     decisions = report.decisions
     assert decisions["error_threshold"] == spec["error_threshold"]

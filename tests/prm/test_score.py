@@ -8,7 +8,7 @@ import pytest
 
 from prm.data.examples import load_step_examples
 from prm.kinds import load_model
-from prm.score import model_name, score_store, write_step_scores
+from prm.score import ScoreConfig, model_name, score_store, write_step_scores
 from recovery.store import DuckDBStore, open_store
 
 
@@ -37,7 +37,7 @@ def test_scores_land_in_step_scores_one_per_turn(trained_tiny, store_copy):
     before = con.execute("SELECT traj_id, t, score FROM step_scores ORDER BY ALL").fetchall()
     score_store(store, model_dir)  # again: replaces, does not append
     assert con.execute("SELECT traj_id, t, score FROM step_scores ORDER BY ALL").fetchall() == before
-    score_store(store, model_dir, name="other")
+    score_store(store, model_dir, ScoreConfig(name="other"))
     counts = dict(con.execute("SELECT model, count(*) FROM step_scores GROUP BY model").fetchall())
     assert counts == {"tiny-prm": n_turns, "other": n_turns}
 
@@ -46,10 +46,10 @@ def test_scoring_some_trajectories_keeps_the_others(trained_tiny, store_copy):
     model_dir, _ = trained_tiny
     store = store_copy
     con = store.con
-    score_store(store, model_dir, name="m")
+    score_store(store, model_dir, ScoreConfig(name="m"))
     some = [r[0] for r in con.execute("SELECT traj_id FROM trajectories LIMIT 3").fetchall()]
     con.execute("UPDATE step_scores SET score = -1 WHERE model = 'm'")
-    score_store(store, model_dir, name="m", traj_ids=some)
+    score_store(store, model_dir, ScoreConfig(name="m"), traj_ids=some)
     rescored = con.execute(
         "SELECT count(DISTINCT traj_id) FROM step_scores WHERE model = 'm' AND score >= 0"
     ).fetchone()[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prm.evaluation.evaluate import evaluate_model
+from prm.evaluation.evaluate import EvalConfig, evaluate_model
 from prm.train import TrainConfig, train
 from recovery.store import open_store
 
@@ -41,7 +41,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory):
     train(TrainConfig(out=root / "tfidf", backbone="sklearn", **common), echo=lambda *_: None)
     opened = open_store(store, read_only=True)
     try:
-        return {name: evaluate_model(opened.con, root / name, ks=(4,)) for name in ("tiny", "tfidf")}
+        return {name: evaluate_model(opened.con, root / name, EvalConfig(ks=[4])) for name in ("tiny", "tfidf")}
     finally:
         opened.close()
 

@@ -61,19 +61,19 @@ def _scores(con, model: str) -> pd.DataFrame:
 def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(folders, store):
     from prm.linear.structured import StructuredStepModel
     from prm.linear.structured_rows import score_structured
-    from prm.score import score_store
+    from prm.score import ScoreConfig, score_store
     from recovery.store import open_store
 
     model, _ = StructuredStepModel.load(folders["hindsight"])
     opened = open_store(store, must_exist=True)
     try:
-        result = score_store(opened, folders["hindsight"], progress=False)
+        result = score_store(opened, folders["hindsight"], ScoreConfig(progress=False))
         written = _scores(opened.con, "hindsight")
         expected = score_structured(opened.con, model).sort_values(["traj_id", "t"])
         n_turns = opened.con.execute("SELECT count(*) FROM turns").fetchone()[0]
         # A subset scores the same: its features still read its siblings in the store.
         one = written["traj_id"].iloc[0]
-        score_store(opened, folders["hindsight"], name="one", traj_ids=[one])
+        score_store(opened, folders["hindsight"], ScoreConfig(name="one"), traj_ids=[one])
         subset = _scores(opened.con, "one")
     finally:
         opened.close()
@@ -87,17 +87,17 @@ def test_score_store_on_a_structured_folder_writes_what_score_structured_gives(f
 
 
 def test_a_hindsight_folder_is_refused_in_blind_through_the_library(folders, store):
-    from prm.evaluation.evaluate import evaluate_model
+    from prm.evaluation.evaluate import EvalConfig, evaluate_model
     from prm.kinds import load_model
-    from prm.score import ModelScorer, score_store
+    from prm.score import ModelScorer, ScoreConfig, score_store
     from recovery.store import open_store
 
     opened = open_store(store, must_exist=True)
     try:
-        for call in (lambda: score_store(opened, folders["hindsight"], setting="blind"),
-                     lambda: score_store(opened, load_model(folders["hindsight"]),
-                                         setting="blind"),
-                     lambda: evaluate_model(opened.con, folders["hindsight"], setting="blind"),
+        blind_score, blind_eval = ScoreConfig(setting="blind"), EvalConfig(setting="blind")
+        for call in (lambda: score_store(opened, folders["hindsight"], blind_score),
+                     lambda: score_store(opened, load_model(folders["hindsight"]), blind_score),
+                     lambda: evaluate_model(opened.con, folders["hindsight"], blind_eval),
                      lambda: load_model(folders["hindsight"], setting="blind"),
                      lambda: ModelScorer(folders["hindsight"], "blind")):
             with pytest.raises(UsageProblem) as err:
@@ -125,14 +125,14 @@ def test_a_hindsight_folder_is_refused_in_blind_through_the_cli(folders, store):
 
 @pytest.mark.parametrize("name", ["hindsight", "blind", "tfidf"])
 def test_evaluate_model_reports_the_floors_and_a_verdict(folders, name):
-    from prm.evaluation.evaluate import evaluate_model
+    from prm.evaluation.evaluate import EvalConfig, evaluate_model
     from recovery.store import open_store
 
     setting = "hindsight" if name == "tfidf" else name
     store = open_store(folders["store"], read_only=True, must_exist=True)
     try:
-        report = evaluate_model(store.con, folders[name], split="all", ks=[1], n_boot=50,
-                                setting=None if name != "tfidf" else setting)
+        report = evaluate_model(store.con, folders[name], EvalConfig(
+            split="all", ks=[1], n_boot=50, setting=None if name != "tfidf" else setting))
     finally:
         store.close()
     out = report.to_dict()
@@ -187,12 +187,12 @@ def test_prm_eval_scores_once(folders, tmp_path, monkeypatch):
 
 def test_marking_prm_errors_with_a_structured_folder(folders, store):
     from agent_recovery_cli.recovery.mark import MarkConfig, run_mark
-    from prm.score import score_store
+    from prm.score import ScoreConfig, score_store
     from recovery.store import open_store
 
     opened = open_store(store, must_exist=True)
     try:
-        score_store(opened, folders["hindsight"], name="st", setting="hindsight")
+        score_store(opened, folders["hindsight"], ScoreConfig(name="st", setting="hindsight"))
         scores = _scores(opened.con, "st")
     finally:
         opened.close()
@@ -211,7 +211,7 @@ def test_marking_prm_errors_with_a_structured_folder(folders, store):
 
 def test_model_scorer_is_budgetmix_turn_scorer_for_a_structured_folder(folders, tmp_path):
     from analyses.budgetmix.scorer import TurnScorer
-    from prm.score import ModelScorer, score_store
+    from prm.score import ModelScorer, ScoreConfig, score_store
     from recovery.store import open_store
     from tests.prm.conftest import make_trajectory
 
@@ -226,7 +226,7 @@ def test_model_scorer_is_budgetmix_turn_scorer_for_a_structured_folder(folders, 
     store = open_store(tmp_path / "same.duckdb")
     try:
         store.ingest_trajectories(trajectories)
-        score_store(store, folders["hindsight"], name="st")
+        score_store(store, folders["hindsight"], ScoreConfig(name="st"))
         stored = store.con.execute(
             "SELECT s.score FROM step_scores s JOIN trajectories tr USING (traj_id) "
             "ORDER BY tr.task_id, tr.sample, s.t").fetchall()

@@ -61,7 +61,7 @@ def _tiny(tmp_path, **overrides) -> TrainSimConfig:
 def test_train_sim_tiny_runs_and_its_outputs_analyse_cleanly(tmp_path):
     from agent_recovery_cli.recovery import main
     from analyses.budgetmix.rewards import export_shaped_rewards
-    from prm.score import score_store
+    from prm.score import ScoreConfig, score_store
     from recovery.store import open_store
 
     result = train_sim(_tiny(tmp_path), scorer_factory=tfidf_scorer_factory(),
@@ -96,7 +96,7 @@ def test_train_sim_tiny_runs_and_its_outputs_analyse_cleanly(tmp_path):
     # the trainer's PRM scores the evaluation store, and the rewards join it one to one
     opened = open_store(store)
     try:
-        scored = score_store(opened, prm_mode.prm, name="trainer-prm")
+        scored = score_store(opened, prm_mode.prm, ScoreConfig(name="trainer-prm"))
         n_turns = opened.con.execute("SELECT count(*) FROM turns").fetchone()[0]
         assert scored.n_scores == n_turns
         export = export_shaped_rewards(opened.con, "trainer-prm", tmp_path / "r.parquet")
