@@ -6,6 +6,8 @@ processes with gloo); every process runs this same command.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from agent_recovery_cli.recovery.options import command_options
@@ -35,7 +37,7 @@ def train(config: TrainConfig) -> None:
     result = run_train(config, echo=click.echo)
     if not result.finished:
         click.echo(f"stopped at step {result.steps} of {result.total_steps} (--stop-after)")
-    elif result.described:
+    elif result.described and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
         click.echo(f"saved {result.out}: {result.described} on {result.n_train} trajectories")
 
 

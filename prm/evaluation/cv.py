@@ -241,7 +241,7 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     from prm.data.examples import fold_of_tasks, load_step_examples
     from prm.evaluation.decisions import decision_metrics
     from prm.evaluation.floors import floor_report
-    from prm.kinds import resolve_options
+    from prm.kinds import kind_class, resolve_options
     from recovery.store import open_store
 
     if config.store is None:
@@ -260,14 +260,13 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
         unused = unused_labels_note(con, config.labels)
         fold = fold_of_tasks(examples, config.folds, config.seed)
         rows = _turn_table(examples, fold)
-        what = config.backbone or config.model_kind
+        what, mode = kind_class(config.model_kind).trained_words(config)
         echo(f"prm cv: {what}, {config.setting} setting, {len(examples)} "
              f"trajectories ({len(rows)} turns) in {config.folds} folds by task")
     finally:
         store.close()
     pooled, head, notes = _fold_predictions(config, examples, fold, rows, echo)
     notes = [*([unused] if unused else []), *notes]
-    mode = config.mode if config.backbone is not None else config.model_kind
     pooled = _with_outcomes(pooled, rows)
     report = CVReport(backbone=what, mode=mode, head=head, labels=config.labels,
                       folds=config.folds, seed=config.seed, setting=config.setting, notes=notes)

@@ -115,6 +115,12 @@ class PRMKind:
         """What it is, in a few words (``prm train``'s last line)."""
         return f"{self.name} PRM"
 
+    @classmethod
+    def trained_words(cls, config: TrainConfig) -> tuple[str, str]:
+        """What a run of ``config`` (resolved: :func:`prm.kinds.resolve_options`) trains, in
+        two words: the model and how it is trained (``prm cv``'s report)."""
+        return cls.name, cls.name
+
     def check_setting(self, setting: str | None) -> None:
         """Refuse a setting other than the one the model was trained for (one line).
 

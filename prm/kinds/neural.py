@@ -92,6 +92,11 @@ class NeuralKind(SpecKind):
     def describe(self) -> str:
         return f"neural PRM ({self.spec.backbone}, {self.spec.mode}, {self.spec.head})"
 
+    @classmethod
+    def trained_words(cls, config: TrainConfig) -> tuple[str, str]:
+        """The backbone and the mode (``full``, ``lora`` or ``frozen``)."""
+        return str(config.backbone), config.mode
+
     def fit(self, data: FitData) -> NeuralKind:
         """Train into ``config.out`` (checkpoints and the loss log as it goes); the trained
         model is loaded back unless ``--stop-after`` stopped the run."""

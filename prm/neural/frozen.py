@@ -355,6 +355,6 @@ def train_frozen(config: TrainConfig, spec: PRMSpec, data: FitData, echo: Callab
     result.wall_s = time.perf_counter() - started
     result.validation = {"head_C": fit.C, "error_threshold": fit.error_threshold}
     (out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
-    echo(f"saved {out}: head over {len(rows)} turns (C = {fit.C:g}, error threshold "
+    echo(f"head over {len(rows)} turns (C = {fit.C:g}, error threshold "
          f"{fit.error_threshold:g}) in {result.wall_s:.0f} s")
     return result

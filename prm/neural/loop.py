@@ -260,7 +260,7 @@ def _finish(run: TrainingRun, result: TrainResult, split: TaskSplit, echo: Calla
             _save_model(run.out, run.scorer, run.tokenizer, run.spec, split, val_frame)
         (run.out / SUMMARY_FILE).write_text(json.dumps(result.to_dict(), indent=1))
         echo(
-            f"saved {run.out}: {result.steps} steps, {result.real_tokens_per_s:,.0f} real "
+            f"trained {result.steps} steps, {result.real_tokens_per_s:,.0f} real "
             f"tokens/s, padding {result.padding_fraction:.1%}"
             + (f"; model = step {position.best_step} (lowest validation loss "
                f"{position.best_loss:.4f})" if position.best_step is not None else "")

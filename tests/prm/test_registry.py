@@ -65,12 +65,13 @@ def test_every_kind_round_trips_its_scores_exactly(kind, setting, sim_store, fro
     assert loaded.error_threshold == model.error_threshold
 
 
-def test_the_old_backbone_spelling_names_a_kind_with_one_note(sim_store, tmp_path):
+@pytest.mark.parametrize("old, kind", [("sklearn", "tfidf"), ("structured", "structured")])
+def test_the_old_backbone_spelling_names_a_kind_with_one_note(old, kind, sim_store, tmp_path):
     notes: list[str] = []
-    config = resolve_options(tiny_train_config(sim_store, tmp_path, backbone="sklearn"),
+    config = resolve_options(tiny_train_config(sim_store, tmp_path, backbone=old),
                              notes.append)
-    assert config.model_kind == "tfidf" and config.backbone is None
-    assert len(notes) == 1 and "--model-kind tfidf" in notes[0] and "\n" not in notes[0]
+    assert config.model_kind == kind and config.backbone is None
+    assert notes == [f"--backbone {old} is deprecated: use --model-kind {kind}"]
     assert resolve_options(tiny_train_config(sim_store, tmp_path, backbone=None),
                            notes.append).model_kind == "structured"
     assert resolve_options(tiny_train_config(sim_store, tmp_path, backbone="minilm"),
