@@ -1,7 +1,7 @@
 """The structured PRM (hindsight) on Who&When: which step and which agent decided a failure.
 
 Reads both folders of ``../shared/data/who-and-when/`` with :mod:`recovery.formats.whowhen`,
-computes the hindsight features of every message (:mod:`prm.features`), and runs 5-fold
+computes the hindsight features of every message (:mod:`prm.data.features`), and runs 5-fold
 cross-validation grouped by question: per fold a structured model is fitted with the decisive
 step as the error (target 0) and every other message as not (target 1), a one-against-the-rest
 localisation target; the predicted decisive step of a run is its lowest-scored message (the

@@ -15,8 +15,7 @@ from prm.data.features import SETTINGS
 from prm.data.labels import DEFAULT_LABELS, LABEL_SOURCES, RECOVERY_BASES
 from prm.kinds.names import KIND_NAMES
 from prm.neural.device import DEVICES
-from prm.neural.model import POOLS
-from prm.spec import TinyConfig
+from prm.spec import POOLS, TinyConfig
 from recovery.config import CheckedOptions, opt
 
 MODES = ("auto", "full", "lora", "frozen")

@@ -271,7 +271,7 @@ def check_spec(spec: PRMSpec, path: Path) -> None:
     """Check every field of a spec read from a model folder: its type, range and value.
 
     This is the one check every loader runs (:meth:`PRMSpec.load`, and through it
-    :func:`prm.neural.folder.load_scorer`, :func:`prm.score.load_predictor`, ``prm eval``, ``prm cv``,
+    :func:`prm.neural.folder.load_scorer`, :func:`prm.kinds.load_model`, ``prm eval``, ``prm cv``,
     resuming, and :func:`prm.neural.checkpoints.checkpoint_problem`), before anything is built.
     Sizes that depend on the backbone's config and weights are checked next to them
     (:func:`prm.neural.folder.check_weights`).

@@ -33,8 +33,9 @@ def step_embeddings(examples: Sequence[StepExample], *, echo: Callable[[str], An
 
     spec = PRMSpec(kind="neural", backbone="minilm", mode="frozen", head="binary",
                    pool="marker+mean", max_length=512, max_prompt_tokens=128)
-    prm = frozen_scorer(TrainConfig(backbone="minilm"), spec, echo)
-    parts = extract_features(prm, list(examples), progress=progress, batch_tokens=batch_tokens)
+    frozen = frozen_scorer(TrainConfig(backbone="minilm"), spec, echo)
+    parts = extract_features(frozen, list(examples), progress=progress,
+                             batch_tokens=batch_tokens)
     values = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
     frame = pd.DataFrame(values, columns=[f"emb_{i}" for i in range(values.shape[1])])
     frame.insert(0, "traj_id", np.repeat([e.traj_id for e in examples],

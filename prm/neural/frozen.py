@@ -76,7 +76,7 @@ class FeatureCache:
 
 
 def extract_features(
-    prm: LoadedPRM,
+    frozen: LoadedPRM,
     examples: Sequence[StepExample],
     *,
     device: str = "cpu",
@@ -84,7 +84,7 @@ def extract_features(
     cache: FeatureCache | None = None,
     progress: bool = True,
 ) -> list[Any]:
-    """The features ``prm``'s head reads at every turn (its scorer on ``device``, in batches of
+    """The features ``frozen``'s head reads at every turn (its scorer on ``device``, in batches of
     ``batch_tokens`` padded tokens), one ``(turns, width)`` float32 array per example.
 
     Examples already in ``cache`` are not recomputed; new ones are added to it.
@@ -96,7 +96,7 @@ def extract_features(
     from prm.data.tokenize import TokenIds
     from prm.data.windows import collate, encode_examples, token_budget_batches
 
-    scorer, tokenizer, spec = prm.scorer, prm.tokenizer, prm.spec
+    scorer, tokenizer, spec = frozen.scorer, frozen.tokenizer, frozen.spec
     cache = cache if cache is not None else FeatureCache()
     cached = cache.get(examples)
     todo = [e for e, c in zip(examples, cached, strict=True) if c is None]
@@ -336,12 +336,12 @@ def train_frozen(config: TrainConfig, spec: PRMSpec, data: FitData, echo: Callab
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     started = time.perf_counter()
-    prm = frozen_scorer(config, spec, echo)
-    scorer, tokenizer, spec = prm.scorer.to(device), prm.tokenizer, prm.spec  # moved in place
+    frozen = frozen_scorer(config, spec, echo)
+    scorer, tokenizer, spec = frozen.scorer.to(device), frozen.tokenizer, frozen.spec  # in place
     split, cache = data.split, data.shared.setdefault("frozen-features", FeatureCache())
     fit_examples = data.fitted("train", "validation")
     echo(f"frozen {config.backbone}: features of {len(fit_examples)} trajectories on {device}")
-    features = extract_features(prm, fit_examples, device=device,
+    features = extract_features(frozen, fit_examples, device=device,
                                 batch_tokens=config.batch_tokens, cache=cache,
                                 progress=config.progress)
     rows = turn_rows(fit_examples)
