@@ -77,6 +77,7 @@ from analyses.budgetmix.scorer import StepScorer, TurnScorer
 from analyses.budgetmix.shaping import (
     DEFAULT_INITIAL_POTENTIAL,
     ShapedRewards,
+    ShapingOptions,
     discounted_returns,
     shape_rewards,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "RewardsConfig",
     "RewardsExport",
     "ShapedRewards",
+    "ShapingOptions",
     "StepScorer",
     "TurnScorer",
     "adaptive_schedule",

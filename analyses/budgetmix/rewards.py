@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analyses.budgetmix.alignment import render_offsets
-from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
+from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, ShapingOptions, shape_rewards
 from recovery.config import CheckedOptions, opt
 from recovery.errors import InputProblem, UsageProblem
 from recovery.outputs import atomic_output, check_output_path
@@ -216,7 +216,7 @@ def shaped_rewards_frame(
     shaped = shape_rewards(
         frame["score"].to_numpy(dtype=float), is_first, is_last,
         frame["success"].to_numpy(dtype=bool).astype(float),
-        lam=lam, gamma=gamma, initial_potential=phi0,
+        ShapingOptions(lam=lam, gamma=gamma, initial_potential=phi0),
     )
     check_finite_rewards(frame, shaped.total, lam, gamma)
     offsets = render_offsets(

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recovery.config import opt
+
 DEFAULT_INITIAL_POTENTIAL = 0.5
 """Default ``phi(s_1)``: the potential of the state before the first turn."""
 
@@ -49,40 +51,38 @@ class ShapedRewards:
     total: np.ndarray
 
 
+@dataclass(frozen=True)
+class ShapingOptions:
+    """The shaping term of :func:`shape_rewards`."""
+
+    lam: float = opt(1.0, "Shaping weight lambda.")
+    gamma: float = opt(1.0, "Discount gamma of the shaping term.")
+    initial_potential: float | Sequence[float] | np.ndarray = opt(
+        DEFAULT_INITIAL_POTENTIAL, "phi(s_1): one number, or one per turn (only the values at "
+        "first turns are used: a potential may depend on the initial state, e.g. on the task).")
+
+
 def shape_rewards(
     scores: Sequence[float] | np.ndarray,
     is_first: Sequence[bool] | np.ndarray,
     is_last: Sequence[bool] | np.ndarray,
     episode_outcome: Sequence[float] | np.ndarray,
-    *,
-    lam: float = 1.0,
-    gamma: float = 1.0,
-    initial_potential: float | Sequence[float] | np.ndarray = DEFAULT_INITIAL_POTENTIAL,
+    options: ShapingOptions = ShapingOptions(),
 ) -> ShapedRewards:
-    """Potential-based shaped rewards for turns laid out trajectory by trajectory.
+    """Potential-based shaped rewards for turns laid out trajectory by trajectory (an overflow
+    gives infinities: the caller checks them).
 
-    The arrays run over every turn of several trajectories, each trajectory's turns
-    contiguous and in order. ``phi(s_t)`` is the previous turn's score (``initial_potential``
-    at a trajectory's first turn) and the potential after the last turn is 0, so
+    The arrays run over every turn of several trajectories, each trajectory's turns contiguous
+    and in order: the PRM score ``p_t`` of each turn, whether it is its trajectory's first and
+    last, and the trajectory's outcome ``R`` (repeated on each of its turns; the last turn's
+    is used). ``phi(s_t)`` is the previous turn's score (``initial_potential`` at a
+    trajectory's first turn) and the potential after the last turn is 0, so
     ``r_t = R [t = last] + lam * (gamma * phi(s_{t+1}) - phi(s_t))``.
-
-    Args:
-        scores: PRM score ``p_t`` of each turn.
-        is_first: Whether the turn is its trajectory's first.
-        is_last: Whether it is its trajectory's last.
-        episode_outcome: The trajectory's outcome ``R``, repeated on each of its turns (only
-            the last turn's value is used).
-        lam: Shaping weight ``lambda``.
-        gamma: Discount ``gamma`` of the shaping term.
-        initial_potential: ``phi(s_1)``: one number, or one per turn (only the values at first
-            turns are used: a potential may depend on the initial state, e.g. on the task).
-
-    Returns:
-        The per-turn terms (an overflow gives infinities: the caller checks them).
 
     Raises:
         UsageProblem: for a ``lam`` or ``gamma`` that is not a finite number.
     """
+    lam, gamma, initial_potential = options.lam, options.gamma, options.initial_potential
     from recovery.errors import UsageProblem
 
     for name, value in (("lambda", lam), ("gamma", gamma)):

@@ -28,8 +28,8 @@ through TRL's ``environments`` argument, and
 advantage per turn, on that turn's tokens.
 
 Example:
-    >>> from analyses.budgetmix.adapters.trl import budgeted_environment
-    >>> env_cls = budgeted_environment(MyToolEnv, scorer=my_prm, lam=1.0)
+    >>> from analyses.budgetmix.adapters.trl import BudgetedEnvOptions, budgeted_environment
+    >>> env_cls = budgeted_environment(MyToolEnv, BudgetedEnvOptions(scorer=my_prm, lam=1.0))
     >>> trainer = GRPOTrainer(model, args=GRPOConfig(max_tool_calling_iterations=32, ...),
     ...                       train_dataset=dataset_with_max_turns, environment_factory=env_cls)
 """
@@ -47,7 +47,8 @@ import numpy as np
 
 from analyses.budgetmix.assign import BUDGET_KEY, row_budget
 from analyses.budgetmix.scorer import TurnScorer
-from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, shape_rewards
+from analyses.budgetmix.shaping import DEFAULT_INITIAL_POTENTIAL, ShapingOptions, shape_rewards
+from recovery.config import opt
 from recovery.errors import InputProblem
 from recovery.schema import Trajectory, Turn
 
@@ -113,49 +114,47 @@ def _tool_names(env_cls: type) -> list[str]:
             if not name.startswith("_") and name not in _NOT_TOOLS]
 
 
+@dataclass(frozen=True)
+class BudgetedEnvOptions:
+    """How :func:`budgeted_environment` budgets and rewards an environment."""
+
+    scorer: TurnScorer | None = opt(None, "The PRM (analyses.budgetmix.scorer.TurnScorer); "
+                                          "None = no shaping (the reward is the outcome).")
+    lam: float = opt(1.0, "Shaping weight lambda.")
+    gamma: float = opt(1.0, "Discount gamma of the shaping term.")
+    initial_potential: float = opt(DEFAULT_INITIAL_POTENTIAL, "phi(s_1).")
+    key: str = opt(BUDGET_KEY, "The row's budget column.")
+    default_max_turns: int | None = opt(None, "Budget of a row without one; None = such a row "
+                                              "is an error.")
+    announce: bool = opt(True, "Append 'You have N turns.' to what reset returns (an "
+                               "environment that states its budget itself passes False).")
+    on_episode: Callable[[BudgetedEpisode], None] | None = opt(
+        None, "Called with each rewarded episode (e.g. to log per-turn rewards).")
+    free_malformed: bool = opt(
+        False, "A call whose arguments do not fit the tool's signature costs no turn (it "
+        "raises TypeError, which TRL reports to the model); by default it is a turn.")
+
+
 def budgeted_environment(
-    env_cls: type,
-    *,
-    scorer: TurnScorer | None = None,
-    lam: float = 1.0,
-    gamma: float = 1.0,
-    initial_potential: float = DEFAULT_INITIAL_POTENTIAL,
-    key: str = BUDGET_KEY,
-    default_max_turns: int | None = None,
-    announce: bool = True,
-    on_episode: Callable[[BudgetedEpisode], None] | None = None,
-    free_malformed: bool = False,
+    env_cls: type, options: BudgetedEnvOptions = BudgetedEnvOptions(),
 ) -> type:
-    """A subclass of ``env_cls`` for ``GRPOTrainer(environment_factory=...)`` with per-row budgets.
+    """A subclass of ``env_cls`` (named ``Budgeted<name>``) for
+    ``GRPOTrainer(environment_factory=...)`` with per-row budgets.
 
-    Every public method of ``env_cls`` (the tools TRL exposes, except ``reset`` and
-    ``get_reward``) is wrapped, keeping its name, signature and docstring (TRL builds the tool
-    schema from them): a call within the budget runs and is recorded as a turn; a call past
-    it returns :data:`REFUSAL` and runs nothing.
+    ``env_cls`` is a TRL environment class (``reset(**row)``, tool methods, optionally
+    ``get_reward()`` for the outcome), constructible without arguments (wrap it in a subclass
+    to bind arguments). Every public method of it (the tools TRL exposes, except ``reset``
+    and ``get_reward``) is wrapped, keeping its name, signature and docstring (TRL builds the
+    tool schema from them): a call within the budget runs and is recorded as a turn; a call
+    past it returns :data:`REFUSAL` and runs nothing.
 
-    Long because the docstring documents nine arguments, and the environment's methods (reset,
-    the reward) are defined inside so that TRL is imported only when it is used.
-
-    Args:
-        env_cls: A TRL environment class (``reset(**row)``, tool methods, optionally
-            ``get_reward()`` for the outcome); it must be constructible without arguments
-            (wrap it in a subclass to bind arguments).
-        scorer: The PRM (:class:`~analyses.budgetmix.scorer.TurnScorer`); ``None`` = no
-            shaping (the reward is the outcome).
-        lam: Shaping weight ``lambda``.
-        gamma: Discount ``gamma`` of the shaping term.
-        initial_potential: ``phi(s_1)``.
-        key: The row's budget column.
-        default_max_turns: Budget of a row without one; ``None`` = such a row is an error.
-        announce: Append ``You have N turns.`` to what ``reset`` returns (an environment that
-            states its budget itself passes ``False``).
-        on_episode: Called with each rewarded episode (e.g. to log per-turn rewards).
-        free_malformed: A call whose arguments do not fit the tool's signature costs no turn
-            (it raises ``TypeError``, which TRL reports to the model); by default it is a turn.
-
-    Returns:
-        The wrapped class (named ``Budgeted<name>``).
+    Long because the environment's methods (reset, the reward) are defined inside, closing
+    over the options.
     """
+    scorer, key, announce = options.scorer, options.key, options.announce
+    default_max_turns, on_episode = options.default_max_turns, options.on_episode
+    shaping = ShapingOptions(lam=options.lam if scorer is not None else 0.0,
+                             gamma=options.gamma, initial_potential=options.initial_potential)
     tools = _tool_names(env_cls)
     if not tools:
         raise ValueError(f"{env_cls.__name__} has no public tool methods to budget")
@@ -180,16 +179,15 @@ def budgeted_environment(
         n = episode.n_turns
         if n == 0:
             rewards: list[float] = []
-            total = outcome - (lam * initial_potential if scorer is not None else 0.0)
+            total = outcome - (options.lam * options.initial_potential if scorer is not None
+                               else 0.0)
         else:
             scores = (np.asarray(scorer.score([episode.trajectory()]), dtype=float)
                       if scorer is not None else np.zeros(n))
             if scores.shape != (n,):
                 raise ValueError(f"the scorer gave {scores.shape} scores for {n} turns")
             first = np.arange(n) == 0
-            shaped = shape_rewards(scores, first, first[::-1], np.full(n, outcome),
-                                   lam=lam if scorer is not None else 0.0, gamma=gamma,
-                                   initial_potential=initial_potential)
+            shaped = shape_rewards(scores, first, first[::-1], np.full(n, outcome), shaping)
             episode.scores = scores.tolist() if scorer is not None else []
             rewards = shaped.total.tolist()
             total = float(shaped.total.sum())
@@ -202,7 +200,7 @@ def budgeted_environment(
                                  "__doc__": env_cls.__doc__, "__module__": env_cls.__module__,
                                  "budgetmix_scorer": scorer}
     for name in tools:
-        namespace[name] = _budgeted_tool(name, getattr(env_cls, name), free_malformed)
+        namespace[name] = _budgeted_tool(name, getattr(env_cls, name), options.free_malformed)
     return type(f"Budgeted{env_cls.__name__}", (env_cls,), namespace)
 
 

@@ -42,7 +42,7 @@ baseline; no PRM), and ``none``, GRPO's episode advantage on every turn.
 
 Example:
     >>> from analyses.budgetmix.adapters.trl_credit import TurnCreditConfig, TurnCreditGRPOTrainer
-    >>> env_cls = budgeted_environment(MyToolEnv, scorer=my_prm)
+    >>> env_cls = budgeted_environment(MyToolEnv, BudgetedEnvOptions(scorer=my_prm))
     >>> trainer = TurnCreditGRPOTrainer(model, args=GRPOConfig(...), train_dataset=rows,
     ...                                 environment_factory=env_cls,
     ...                                 turn_credit=TurnCreditConfig(gae_lambda=1.0))
@@ -61,6 +61,7 @@ from analyses.budgetmix.adapters.trl import BudgetedEpisode
 from analyses.budgetmix.alignment import generation_segments
 from analyses.budgetmix.shaping import (
     DEFAULT_INITIAL_POTENTIAL,
+    ShapingOptions,
     discounted_returns,
     shape_rewards,
 )
@@ -188,8 +189,8 @@ def turn_advantages(scores: Sequence[float] | np.ndarray, outcome: float,
     if p.size == 0:
         return np.array([outcome - config.initial_potential])
     first = np.arange(p.size) == 0
-    deltas = shape_rewards(p, first, first[::-1], np.full(p.size, float(outcome)), lam=1.0,
-                           gamma=config.gamma, initial_potential=config.initial_potential).total
+    deltas = shape_rewards(p, first, first[::-1], np.full(p.size, float(outcome)), ShapingOptions(
+        lam=1.0, gamma=config.gamma, initial_potential=config.initial_potential)).total
     return discounted_returns(deltas[None, :], np.ones((1, p.size), dtype=bool),
                               gamma=config.gamma * config.gae_lambda)[0]
 
@@ -266,7 +267,7 @@ def episode_advantages(episodes: Sequence[BudgetedEpisode], config: TurnCreditCo
     for episode in episodes:
         if len(episode.scores) != episode.n_turns:
             raise ValueError("per-turn credit needs a PRM score per turn: build the environment "
-                             "with budgeted_environment(..., scorer=...)")
+                             "with budgeted_environment(..., BudgetedEnvOptions(scorer=...))")
         raw.append(turn_advantages(episode.scores, episode.outcome, config))
     out = normalise_advantages(raw, group_size, config.normalise)
     return _zero_tied_groups(out, episodes, group_size) if config.zero_tied else out

@@ -46,7 +46,7 @@ from analyses.budgetmix.reference.rollout import EpisodeBatch, run_episodes
 from analyses.budgetmix.reference.text import render_episode
 from analyses.budgetmix.schedule import BudgetSchedule, parse_budget_range, uniform_schedule
 from analyses.budgetmix.scorer import ScorerFactory, StepScorer
-from analyses.budgetmix.shaping import discounted_returns, shape_rewards
+from analyses.budgetmix.shaping import ShapingOptions, discounted_returns, shape_rewards
 from recovery.config import CheckedOptions, opt
 from recovery.errors import UsageProblem
 from recovery.jsonsafe import dumps, write_json
@@ -272,9 +272,9 @@ def train_policy(
             is_last = (t_index == roll.n_turns[:, None] - 1)[mask]
             group_mean = np.repeat(outcome.reshape(-1, g).mean(axis=1), g)
             shaped = shape_rewards(scores[flat_mask], is_first, is_last,
-                                   np.repeat(outcome, roll.n_turns), lam=config.lam,
-                                   gamma=config.gamma,
-                                   initial_potential=np.repeat(group_mean, roll.n_turns))
+                                   np.repeat(outcome, roll.n_turns), ShapingOptions(
+                                       lam=config.lam, gamma=config.gamma,
+                                       initial_potential=np.repeat(group_mean, roll.n_turns)))
             rewards = np.zeros(mask.shape)
             rewards[mask] = shaped.total
         else:

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from analyses.budgetmix.adapters.trl import budgeted_environment
+from analyses.budgetmix.adapters.trl import BudgetedEnvOptions, budgeted_environment
 from analyses.budgetmix.adapters.trl_credit import (
     TurnCreditConfig,
     check_blind_scorer,
@@ -108,7 +108,7 @@ def _variants(calls, win, k):
 
 def _episode(calls, win, scorer=None):
     """Run the calls through the TRL adapter's environment; the rewarded episode."""
-    env = budgeted_environment(_Units, scorer=scorer)()
+    env = budgeted_environment(_Units, BudgetedEnvOptions(scorer=scorer))()
     env.reset(max_turns=len(calls) + 5, win=win)
     for tool, arg in calls:
         getattr(env, tool)(arg)
@@ -212,10 +212,10 @@ class _BaseTrainer:
 
 def test_the_trainer_refuses_an_environment_scored_in_hindsight(scorers):
     trainer_cls = turn_credit_trainer(_BaseTrainer)
-    hindsight_env = budgeted_environment(_Units, scorer=scorers["hindsight"])
+    hindsight_env = budgeted_environment(_Units, BudgetedEnvOptions(scorer=scorers["hindsight"]))
     with pytest.raises(UsageProblem, match="hindsight"):
         trainer_cls(environment_factory=hindsight_env, turn_credit=TurnCreditConfig())
-    blind_env = budgeted_environment(_Units, scorer=scorers["blind"])
+    blind_env = budgeted_environment(_Units, BudgetedEnvOptions(scorer=scorers["blind"]))
     assert trainer_cls(environment_factory=blind_env).turn_credit.mode == "prm"
     # step groups read no PRM: the environment's scorer is not what their baseline is
     step = TurnCreditConfig(mode="step-groups")

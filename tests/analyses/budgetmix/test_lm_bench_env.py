@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from analyses.budgetmix.adapters.trl import REFUSAL, budgeted_environment
+from analyses.budgetmix.adapters.trl import REFUSAL, BudgetedEnvOptions, budgeted_environment
 from analyses.budgetmix.reference.budget_task import BudgetUnitsEnv
 
 ROW = {"task_id": "train-0", "task_length": 6, "difficulty": 0.0, "seed": 1}
 
 
 def test_a_malformed_call_costs_no_turn_when_asked():
-    env = budgeted_environment(BudgetUnitsEnv, announce=False, free_malformed=True)()
+    env = budgeted_environment(BudgetUnitsEnv,
+                               BudgetedEnvOptions(announce=False, free_malformed=True))()
     env.reset(**ROW, max_turns=2)
     with pytest.raises(TypeError):
         env.apply_unit(units="1-2")  # it takes no argument
@@ -26,7 +27,7 @@ def test_a_malformed_call_costs_no_turn_when_asked():
 
 
 def test_by_default_a_malformed_call_is_still_a_turn():
-    env = budgeted_environment(BudgetUnitsEnv, announce=False)()
+    env = budgeted_environment(BudgetUnitsEnv, BudgetedEnvOptions(announce=False))()
     env.reset(**ROW, max_turns=2)
     with pytest.raises(TypeError):
         env.apply_unit(units="1-2")
@@ -34,7 +35,7 @@ def test_by_default_a_malformed_call_is_still_a_turn():
 
 
 def test_the_end_is_where_the_task_finished():
-    env = budgeted_environment(BudgetUnitsEnv, announce=False)()
+    env = budgeted_environment(BudgetUnitsEnv, BudgetedEnvOptions(announce=False))()
     env.reset(**dict(ROW, task_length=3), max_turns=12)
     while env.finished is None:
         env.apply_unit()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from analyses.budgetmix.rewards import export_shaped_rewards
-from analyses.budgetmix.shaping import shape_rewards
+from analyses.budgetmix.shaping import ShapingOptions, shape_rewards
 from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import copy_to_file
 from tests.analyses.budgetmix.helpers import scored_store as make_scored_store
@@ -102,6 +102,6 @@ def test_shape_rewards_refuses_non_finite_weights():
     ones = np.ones(2)
     first, last = np.array([True, False]), np.array([False, True])
     with pytest.raises(UsageProblem, match="lambda must be a finite number"):
-        shape_rewards(ones * 0.5, first, last, ones, lam=float("nan"))
+        shape_rewards(ones * 0.5, first, last, ones, ShapingOptions(lam=float("nan")))
     with pytest.raises(UsageProblem, match="gamma must be a finite number"):
-        shape_rewards(ones * 0.5, first, last, ones, gamma=float("inf"))
+        shape_rewards(ones * 0.5, first, last, ones, ShapingOptions(gamma=float("inf")))

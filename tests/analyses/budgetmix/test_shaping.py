@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyses.budgetmix.shaping import discounted_returns, shape_rewards
+from analyses.budgetmix.shaping import ShapingOptions, discounted_returns, shape_rewards
 
 trajectory_lists = st.lists(
     st.tuples(
@@ -31,8 +31,8 @@ def _flatten(trajectories):
 @given(trajectory_lists, st.floats(0.0, 3.0), st.floats(0.05, 1.0), st.floats(0.0, 1.0))
 def test_shaped_return_differs_only_by_the_telescoped_potential(trajs, lam, gamma, phi0):
     scores, is_first, is_last, outcome = _flatten(trajs)
-    shaped = shape_rewards(scores, is_first, is_last, outcome, lam=lam, gamma=gamma,
-                           initial_potential=phi0)
+    shaped = shape_rewards(scores, is_first, is_last, outcome,
+                           ShapingOptions(lam=lam, gamma=gamma, initial_potential=phi0))
     start = 0
     for s, r in trajs:
         n = len(s)
@@ -59,7 +59,8 @@ def test_shaped_return_differs_only_by_the_telescoped_potential(trajs, lam, gamm
 @given(trajectory_lists, st.floats(0.0, 3.0))
 def test_reward_to_go_with_gamma_one_is_outcome_minus_potential(trajs, lam):
     scores, is_first, is_last, outcome = _flatten(trajs)
-    shaped = shape_rewards(scores, is_first, is_last, outcome, lam=lam, initial_potential=0.5)
+    shaped = shape_rewards(scores, is_first, is_last, outcome,
+                           ShapingOptions(lam=lam, initial_potential=0.5))
     width = max(len(s) for s, _ in trajs)
     mask = np.zeros((len(trajs), width), bool)
     rewards = np.zeros((len(trajs), width))
@@ -94,5 +95,5 @@ def test_shape_rewards_rejects_bad_layout():
 
 def test_initial_potential_per_trajectory():
     shaped = shape_rewards([0.3, 0.6, 0.9], [True, False, True], [False, True, True],
-                           [1.0, 1.0, 0.0], initial_potential=[0.2, 0.2, 0.7])
+                           [1.0, 1.0, 0.0], ShapingOptions(initial_potential=[0.2, 0.2, 0.7]))
     assert shaped.potential_before.tolist() == [0.2, 0.3, 0.7]

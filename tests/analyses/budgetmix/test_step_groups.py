@@ -136,14 +136,14 @@ def test_one_grpo_step_trains_on_step_group_advantages(tmp_path):
     from transformers.utils import get_json_schema
     from trl import GRPOConfig
 
-    from analyses.budgetmix.adapters.trl import budgeted_environment
+    from analyses.budgetmix.adapters.trl import BudgetedEnvOptions, budgeted_environment
     from analyses.budgetmix.adapters.trl_credit import TurnCreditGRPOTrainer
     from analyses.budgetmix.reference.textenv import UnitsTaskEnv
     from tests.analyses.budgetmix.adapters import tiny_chat
     from tests.analyses.budgetmix.adapters.test_trl import _rows
 
     torch.set_num_threads(1)
-    env_cls = budgeted_environment(UnitsTaskEnv, announce=False)
+    env_cls = budgeted_environment(UnitsTaskEnv, BudgetedEnvOptions(announce=False))
     probe = UnitsTaskEnv()
     tools = [get_json_schema(getattr(probe, n)) for n in ("apply_batch", "apply_unit",
                                                         "diagnose_and_fix")]

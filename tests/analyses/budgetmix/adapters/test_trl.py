@@ -16,9 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analyses.budgetmix.adapters.trl import REFUSAL, budgeted_environment, call_text
+from analyses.budgetmix.adapters.trl import (
+    REFUSAL,
+    BudgetedEnvOptions,
+    budgeted_environment,
+    call_text,
+)
 from analyses.budgetmix.reference.textenv import UnitsTaskEnv
-from analyses.budgetmix.shaping import shape_rewards
+from analyses.budgetmix.shaping import ShapingOptions, shape_rewards
 from recovery.errors import InputProblem
 
 
@@ -86,7 +91,8 @@ def test_the_budget_comes_from_the_row_and_ends_the_episode():
     assert env.budgetmix_episode.max_turns == 1
     with pytest.raises(InputProblem, match="no max_turns"):
         env.reset(goal=1)
-    assert budgeted_environment(_Counter, default_max_turns=4, announce=False)().reset() == \
+    options = BudgetedEnvOptions(default_max_turns=4, announce=False)
+    assert budgeted_environment(_Counter, options)().reset() == \
         "Reach 3."
     with pytest.raises(ValueError, match="no public tool"):
         budgeted_environment(type("Empty", (), {"reset": lambda self, **row: None}))
@@ -107,8 +113,8 @@ def test_a_failing_call_is_a_turn():
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_get_reward_is_the_sum_of_the_shaped_turn_rewards(gamma):
     scorer, seen = _FixedScorer(), []
-    env = budgeted_environment(_Counter, scorer=scorer, lam=0.5, gamma=gamma,
-                               initial_potential=0.3, on_episode=seen.append)()
+    env = budgeted_environment(_Counter, BudgetedEnvOptions(
+        scorer=scorer, lam=0.5, gamma=gamma, initial_potential=0.3, on_episode=seen.append))()
     env.reset(goal=2, max_turns=3)
     for _ in range(3):
         env.push(amount=1)
@@ -117,7 +123,7 @@ def test_get_reward_is_the_sum_of_the_shaped_turn_rewards(gamma):
     assert seen == [episode] and episode.outcome == 1.0
     assert scorer.calls[0][0].turns[0].observation == "value 1"  # the PRM read the turns
     expected = shape_rewards([0.1, 0.2, 0.3], [True, False, False], [False, False, True],
-                             [1.0] * 3, lam=0.5, gamma=gamma, initial_potential=0.3)
+                             [1.0] * 3, ShapingOptions(lam=0.5, gamma=gamma, initial_potential=0.3))
     assert episode.rewards == pytest.approx(expected.total.tolist())
     assert reward == pytest.approx(expected.total.sum())
     if gamma == 1.0:  # potential-based: the sum is the outcome minus lambda * phi(s_1)
@@ -131,7 +137,7 @@ def test_get_reward_is_the_sum_of_the_shaped_turn_rewards(gamma):
 
 
 def test_the_reference_task_env_plays_by_the_reference_dynamics():
-    env = budgeted_environment(UnitsTaskEnv, announce=False)()
+    env = budgeted_environment(UnitsTaskEnv, BudgetedEnvOptions(announce=False))()
     assert env.reset(task_id="t7", task_length=4, difficulty=0.0, seed=1, max_turns=12) == \
         "Task t7: apply 4 change units to the account within 12 turns."
     texts = [env.apply_unit(unit=k) for k in range(1, 12)]
@@ -207,8 +213,8 @@ def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRP
     assert scorer.n_fits == 1
 
     episodes = []
-    env_cls = budgeted_environment(UnitsTaskEnv, scorer=scorer, lam=1.0, gamma=0.9,
-                                   announce=False, on_episode=episodes.append)
+    env_cls = budgeted_environment(UnitsTaskEnv, BudgetedEnvOptions(
+        scorer=scorer, lam=1.0, gamma=0.9, announce=False, on_episode=episodes.append))
 
     # a tiny chat model that calls tools
     probe = UnitsTaskEnv()
@@ -247,8 +253,8 @@ def _grpo_end_to_end(tmp_path, torch, datasets, get_json_schema, GRPOConfig, GRP
         assert len(episode.scores) == n and all(0.0 <= s <= 1.0 for s in episode.scores)
         if n:
             first = np.arange(n) == 0
-            expected = shape_rewards(episode.scores, first, first[::-1],
-                                     [episode.outcome] * n, lam=1.0, gamma=0.9)
+            expected = shape_rewards(episode.scores, first, first[::-1], [episode.outcome] * n,
+                                     ShapingOptions(lam=1.0, gamma=0.9))
             assert episode.reward == pytest.approx(float(expected.total.sum()))
     logged = [h for h in trainer.state.log_history if "rewards/BudgetedUnitsTaskEnv/mean" in h]
     assert len(logged) == 2

@@ -205,7 +205,7 @@ def test_one_grpo_step_trains_on_per_turn_advantages(tmp_path):
     from transformers.utils import get_json_schema
     from trl import GRPOConfig
 
-    from analyses.budgetmix.adapters.trl import budgeted_environment
+    from analyses.budgetmix.adapters.trl import BudgetedEnvOptions, budgeted_environment
     from analyses.budgetmix.adapters.trl_credit import TurnCreditGRPOTrainer
     from analyses.budgetmix.reference.textenv import UnitsTaskEnv
     from tests.analyses.budgetmix.adapters import tiny_chat
@@ -213,8 +213,8 @@ def test_one_grpo_step_trains_on_per_turn_advantages(tmp_path):
 
     torch.set_num_threads(1)
     episodes = []
-    env_cls = budgeted_environment(UnitsTaskEnv, scorer=_ProgressScorer(), announce=False,
-                                   on_episode=episodes.append)
+    env_cls = budgeted_environment(UnitsTaskEnv, BudgetedEnvOptions(
+        scorer=_ProgressScorer(), announce=False, on_episode=episodes.append))
     probe = UnitsTaskEnv()
     tools = [get_json_schema(getattr(probe, n)) for n in ("apply_batch", "apply_unit",
                                                         "diagnose_and_fix")]
