@@ -139,8 +139,9 @@ def warm_start(config: BenchConfig, seed: int,
         lr = 3e-3
     model.to(config.device)
     loss = tinylm.supervised_warm_start(model, tokenizer, conversations, tools,
-                                        steps=config.warmup_steps, lr=lr,
-                                        batch_size=config.warmup_batch, seed=seed)
+                                        tinylm.WarmStartOptions(
+                                            steps=config.warmup_steps, lr=lr,
+                                            batch_size=config.warmup_batch, seed=seed))
     print(f"  seed {seed}: warm-up loss {loss:.3f} ({len(conversations)} conversations, "
           f"{config.warmup_steps} steps)", flush=True)
     return tokenizer, model, tools
@@ -195,7 +196,7 @@ def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any
     import datasets
     from trl import GRPOTrainer
 
-    from analyses.budgetmix.adapters.trl import budgeted_environment
+    from analyses.budgetmix.adapters.trl import BudgetedEnvOptions, budgeted_environment
     from analyses.budgetmix.adapters.trl_credit import TurnCreditGRPOTrainer
     from analyses.budgetmix.reference.budget_task import BudgetUnitsEnv, rollout_factory
     from bench.budgetmix_lm.grpo import grpo_args, moving_trainer
@@ -206,8 +207,8 @@ def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any
         reference = work / "reference-model"
         start.save_pretrained(reference)
         model.config._name_or_path = str(reference)
-    env_cls = budgeted_environment(BudgetUnitsEnv, scorer=scorer, announce=False,
-                                   free_malformed=True)
+    env_cls = budgeted_environment(BudgetUnitsEnv, BudgetedEnvOptions(
+        scorer=scorer, announce=False, free_malformed=True))
     args = grpo_args(output_dir=work / "trl" / mode.replace(":", "-"), batch=config.batch,
                      generations=config.generations, steps=config.steps,
                      max_turns=max(int(r["max_turns"]) for r in rows),

@@ -36,11 +36,12 @@ def rollouts(model: Any, tokenizer: Any, tools: list[dict[str, Any]], rows: list
     """Every task x budget x sample; returns the trajectories and the well-formed-call rate."""
     import torch
 
-    from analyses.budgetmix.adapters.trl import budgeted_environment
+    from analyses.budgetmix.adapters.trl import BudgetedEnvOptions, budgeted_environment
     from analyses.budgetmix.reference.budget_task import BudgetUnitsEnv
     from recovery.schema import Trajectory, Turn
 
-    env_cls = budgeted_environment(BudgetUnitsEnv, announce=False, free_malformed=True)
+    env_cls = budgeted_environment(BudgetUnitsEnv, BudgetedEnvOptions(announce=False,
+                                                                      free_malformed=True))
     episodes = _episodes(env_cls, rows, budgets, samples)
     torch.manual_seed(seed)
     tokenizer.padding_side = "left"
