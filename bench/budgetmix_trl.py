@@ -90,9 +90,10 @@ class BenchConfig:
 
     @property
     def modes(self) -> list[str]:
-        """The five modes, in table order."""
+        """The six modes, in table order (the last two: per-turn credit from a blind PRM, and
+        GiGPO-style step groups; ``budgetmix`` itself is the no-credit one)."""
         return [f"fixed:{self.budgets[0]}", f"fixed:{self.budgets[-1]}", "budgetmix",
-                "budgetmix-adaptive", "budgetmix+prm"]
+                "budgetmix-adaptive", "budgetmix+prm", "budgetmix+step-groups"]
 
     def sizes(self) -> dict[str, int]:
         """Tasks per split (:func:`bench.budgetmix_lm.splits.split_rows`)."""
@@ -215,11 +216,18 @@ def train_policy(mode: str, start: Any, tokenizer: Any, rows: list[dict[str, Any
                      learning_rate=grpo_learning_rate(config, model), beta=config.beta,
                      seed=seed, device=config.device,
                      bf16=config.device == "cuda" and config.policy == "smollm2")
-    base = TurnCreditGRPOTrainer if scorer is not None else GRPOTrainer
+    extra: dict[str, Any] = {}
+    base: type = GRPOTrainer
+    if scorer is not None:
+        base = TurnCreditGRPOTrainer
+    elif mode.endswith("+step-groups"):
+        from analyses.budgetmix.adapters.trl_credit import TurnCreditConfig
+
+        base, extra = TurnCreditGRPOTrainer, {"turn_credit": TurnCreditConfig(mode="step-groups")}
     trainer = moving_trainer(base)(model=model, args=args, processing_class=tokenizer,
                                    train_dataset=datasets.Dataset.from_list(rows),
                                    environment_factory=rollout_factory(env_cls),
-                                   callbacks=callbacks)
+                                   callbacks=callbacks, **extra)
     trainer.train()
     return trainer.model, trainer.bench_log
 
@@ -353,9 +361,10 @@ def _first_turns(rows: list, budget: int) -> list:
               + BudgetUnitsEnv().reset(**dict(row, max_turns=budget))}] for row in rows]
 
 
-def seed_results(config: BenchConfig, seed: int, work: Path) -> dict[str, Any]:
-    """Train the five policies of a seed, roll them out, analyse; also written to
-    ``WORK/seed-S/result.json``."""
+def seed_results(config: BenchConfig, seed: int, work: Path,
+                 only: list[str] | None = None) -> dict[str, Any]:
+    """Train the policies of a seed (``only``: those modes, added to the seed's earlier
+    result), roll them out, analyse; also written to ``WORK/seed-S/result.json``."""
     from analyses.budgetmix.assign import with_budgets
     from bench.budgetmix_lm.pilot import cpu_seconds
     from bench.budgetmix_lm.rollout import rollouts
@@ -376,7 +385,16 @@ def seed_results(config: BenchConfig, seed: int, work: Path) -> dict[str, Any]:
     p_fast: dict[str, dict[str, float]] = {
         "warm start": mechanism(start, tokenizer, tools, splits["bank"], config.budgets, seed)}
     checkpoint_rows = splits["eval"][: config.checkpoint_tasks]
-    for mode in config.modes:
+    earlier: dict[str, Any] = {}
+    if only:
+        earlier = json.loads((out / "result.json").read_text())
+        if abs(earlier["p_fast"]["warm start"]["3"] - p_fast["warm start"]["3"]) > 1e-6:
+            raise RuntimeError(f"seed {seed}: the warm start differs from the earlier run's")
+        files = {m: out / f"{m.replace(':', '-')}.jsonl" for m in config.modes if m not in only}
+        schedules["budgetmix-adaptive"] = type("Plan", (), {
+            "budgets": [int(b) for b in earlier["adaptive_schedule"]],
+            "weights": list(earlier["adaptive_schedule"].values())})
+    for mode in only or config.modes:
         started, cpu = time.perf_counter(), cpu_seconds()
         budgets = mode_budgets(mode, config, seed, len(splits["train"]), schedules, plan_file, out)
         scorer = (fit_prm(start, tokenizer, tools, splits["prm"], config, seed)
@@ -406,6 +424,9 @@ def seed_results(config: BenchConfig, seed: int, work: Path) -> dict[str, Any]:
         "delta", "single_step", "recovery")} for r in comp["by_t"]}
         for comp in report.get("comparisons", [])}
     adaptive = schedules["budgetmix-adaptive"]
+    for key, into in (("wall_s", walls), ("cpu_s", cpus), ("p_fast", p_fast), ("train_log", logs)):
+        for mode, value in earlier.get(key, {}).items():
+            into.setdefault(mode, value)
     result = {"seed": seed, "pass_at_1": pass1, "decomposition": decomposition, "wall_s": walls,
               "cpu_s": cpus, "p_fast": p_fast,
               "adaptive_schedule": dict(zip(map(str, adaptive.budgets), adaptive.weights,
@@ -425,6 +446,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, BenchConfig]:
     parser.add_argument("--tables", action="store_true",
                       help="Print the tables of the seeds already run in --work "
                            "(seed-S/result.json; seeds may run as separate processes).")
+    parser.add_argument("--modes", default=None,
+                        help="Comma-separated modes to train and add to each seed's earlier "
+                             "result (default: every mode, from scratch).")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per policy.")
     parser.add_argument("--work", type=Path, default=Path("bench-out/budgetmix-trl"),
                         help="Folder for rollouts, reports and results.json.")
@@ -473,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     started, cpu = time.perf_counter(), time.process_time()
     results = []
     for seed in config.seeds:
-        results.append(seed_results(config, seed, args.work))
+        only = [m for m in args.modes.split(",") if m] if args.modes else None
+        results.append(seed_results(config, seed, args.work, only))
         # rewritten after each seed: a run cut short keeps the seeds it finished
         (args.work / "results.json").write_text(json.dumps(
             {"config": asdict(config), "results": results}, indent=1) + "\n")
