@@ -23,10 +23,11 @@ Modules, one idea each:
 - :mod:`~analyses.budgetmix.reference`: the reference trainer on a simulated task.
 
 Example:
-    >>> from analyses.budgetmix import EvidenceOptions, adaptive_schedule, export_shaped_rewards
+    >>> from analyses.budgetmix import (EvidenceOptions, ShapedRewardOptions, adaptive_schedule,
+    ...                                 export_shaped_rewards)
     >>> schedule = adaptive_schedule(con, [8, 16, 32], EvidenceOptions(evidence="shortfall"))
     >>> schedule.save("schedule.json"); schedule.sample(0, 4)
-    >>> export_shaped_rewards(con, "prm-ckpt", "rewards.parquet", lam=1.0)
+    >>> export_shaped_rewards(con, "prm-ckpt", "rewards.parquet", ShapedRewardOptions(lam=1.0))
 """
 
 from analyses.budgetmix.alignment import last_token_indices, render_offsets, render_trajectory
@@ -53,6 +54,7 @@ from analyses.budgetmix.rewards import (
     REWARD_LAYOUTS,
     RewardsConfig,
     RewardsExport,
+    ShapedRewardOptions,
     export_rewards,
     export_shaped_rewards,
     shaped_rewards_frame,
@@ -103,6 +105,7 @@ __all__ = [
     "PlanConfig",
     "RewardsConfig",
     "RewardsExport",
+    "ShapedRewardOptions",
     "ShapedRewards",
     "ShapingOptions",
     "StepScorer",

@@ -20,7 +20,7 @@ the agent's), are left out of the file and counted, never given ``R = 0`` as fai
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,15 +111,26 @@ class RewardsExport:
         return line
 
 
+@dataclass(frozen=True)
+class ShapedRewardOptions:
+    """How the shaped rewards are computed and laid out."""
+
+    lam: float = field(default=1.0, metadata={"help": "Shaping weight lambda."})
+    gamma: float = field(default=1.0, metadata={"help": "Discount of the shaping term."})
+    initial_potential: float | str = field(default=DEFAULT_INITIAL_POTENTIAL, metadata={
+        "help": "phi(s_1): a number, or 'mean' for the mean score of the exported turns."})
+    runs: Sequence[str] | None = field(default=None, metadata={
+        "help": "Runs to export; None = all."})
+    skip_unscored: bool = field(default=False, metadata={
+        "help": "Leave out trajectories with an unscored turn (else it is an error)."})
+    layout: str = field(default="turns", metadata={
+        "help": "turns (a row per turn) or trajectories (a row per trajectory, lists)."})
+
+
 def shaped_rewards_frame(
     con: duckdb.DuckDBPyConnection,
     model: str,
-    *,
-    lam: float = 1.0,
-    gamma: float = 1.0,
-    initial_potential: float | str = DEFAULT_INITIAL_POTENTIAL,
-    runs: Sequence[str] | None = None,
-    skip_unscored: bool = False,
+    options: ShapedRewardOptions = ShapedRewardOptions(),
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Shaped per-turn rewards of the store's trajectories from PRM ``model``'s scores.
 
@@ -133,12 +144,7 @@ def shaped_rewards_frame(
     Args:
         con: The store, with ``step_scores`` rows of ``model``.
         model: PRM name in ``step_scores`` (``prm score`` uses the model directory's name).
-        lam: Shaping weight.
-        gamma: Discount of the shaping term.
-        initial_potential: ``phi(s_1)``: a number, or ``"mean"`` for the mean score of the
-            exported turns.
-        runs: Runs to export; ``None`` = all.
-        skip_unscored: Leave out trajectories with an unscored turn (else it is an error).
+        options: The shaping (``layout`` is not used here).
 
     Returns:
         The frame (columns :data:`REWARD_COLUMNS`, ordered by ``traj_id, t``) and counts
@@ -149,6 +155,8 @@ def shaped_rewards_frame(
             ``skip_unscored``.
         UsageProblem: for an ``initial_potential`` that is neither a number nor ``"mean"``.
     """
+    lam, gamma, runs = options.lam, options.gamma, options.runs
+    skip_unscored, initial_potential = options.skip_unscored, options.initial_potential
     if not con.execute("SELECT 1 FROM step_scores WHERE model = ? LIMIT 1", [model]).fetchone():
         known = [r[0] for r in con.execute(
             "SELECT DISTINCT model FROM step_scores ORDER BY 1").fetchall()]
@@ -296,13 +304,7 @@ def export_shaped_rewards(
     con: duckdb.DuckDBPyConnection,
     model: str,
     out: str | Path,
-    *,
-    lam: float = 1.0,
-    gamma: float = 1.0,
-    initial_potential: float | str = DEFAULT_INITIAL_POTENTIAL,
-    runs: Sequence[str] | None = None,
-    skip_unscored: bool = False,
-    layout: str = "turns",
+    options: ShapedRewardOptions = ShapedRewardOptions(),
 ) -> RewardsExport:
     """Write shaped per-turn rewards to JSONL (``.jsonl``/``.json``) or Parquet (``.parquet``).
 
@@ -317,12 +319,7 @@ def export_shaped_rewards(
         con: The store.
         model: PRM name in ``step_scores``.
         out: The file to write.
-        lam: Shaping weight.
-        gamma: Discount of the shaping term.
-        initial_potential: ``phi(s_1)``: a number or ``"mean"``.
-        runs: Runs to export; ``None`` = all.
-        skip_unscored: Leave out trajectories with an unscored turn.
-        layout: ``turns`` or ``trajectories``.
+        options: The shaping and the layout.
 
     Returns:
         What was written.
@@ -332,6 +329,7 @@ def export_shaped_rewards(
         InputProblem: for an ``out`` that is not ``.jsonl``, ``.json`` or ``.parquet``, or a
             store that cannot give the rewards (see :func:`shaped_rewards_frame`).
     """
+    layout = options.layout
     if layout not in REWARD_LAYOUTS:
         raise UsageProblem(f"unknown layout {layout!r}; known: {', '.join(REWARD_LAYOUTS)}")
     out = Path(out)
@@ -339,10 +337,7 @@ def export_shaped_rewards(
     if suffix not in (".jsonl", ".json", ".parquet"):
         raise UsageProblem(f"{out}: the file must end in .jsonl, .json or .parquet")
     check_output_path(out, "--out")
-    frame, info = shaped_rewards_frame(
-        con, model, lam=lam, gamma=gamma, initial_potential=initial_potential, runs=runs,
-        skip_unscored=skip_unscored,
-    )
+    frame, info = shaped_rewards_frame(con, model, options)
     if layout == "turns":
         query = "SELECT * FROM _bm_rewards ORDER BY traj_id, t"
     else:
@@ -409,10 +404,9 @@ def export_rewards(config: RewardsConfig) -> RewardsExport:
 
     store = open_store(config.store, read_only=True)
     try:
-        return export_shaped_rewards(
-            store.con, str(config.model), Path(config.out), lam=config.lam, gamma=config.gamma,
-            initial_potential=initial, runs=config.runs, skip_unscored=config.skip_unscored,
-            layout=config.layout,
-        )
+        return export_shaped_rewards(store.con, str(config.model), Path(config.out),
+                                     ShapedRewardOptions(
+            lam=config.lam, gamma=config.gamma, initial_potential=initial, runs=config.runs,
+            skip_unscored=config.skip_unscored, layout=config.layout))
     finally:
         store.close()

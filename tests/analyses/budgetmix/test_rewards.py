@@ -6,7 +6,12 @@ import pandas as pd
 import pytest
 
 from analyses.budgetmix.alignment import render_trajectory
-from analyses.budgetmix.rewards import REWARD_COLUMNS, export_shaped_rewards, shaped_rewards_frame
+from analyses.budgetmix.rewards import (
+    REWARD_COLUMNS,
+    ShapedRewardOptions,
+    export_shaped_rewards,
+    shaped_rewards_frame,
+)
 from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import scored_store as make_scored_store
 
@@ -20,7 +25,7 @@ def scored_store(memory_store):
 def test_rewards_join_the_store_one_to_one(scored_store, tmp_path):
     con = scored_store
     for name in ("r.parquet", "r.jsonl"):
-        result = export_shaped_rewards(con, "m", tmp_path / name, lam=0.7)
+        result = export_shaped_rewards(con, "m", tmp_path / name, ShapedRewardOptions(lam=0.7))
         if name.endswith("parquet"):
             frame = pd.read_parquet(tmp_path / name)
         else:
@@ -64,7 +69,7 @@ def test_rewards_unscored_turns_and_unknown_model(scored_store, tmp_path):
     con.execute("DELETE FROM step_scores WHERE traj_id = ? AND t = 1", [victim])
     with pytest.raises(InputProblem, match="without a score"):
         export_shaped_rewards(con, "m", tmp_path / "r.parquet")
-    result = export_shaped_rewards(con, "m", tmp_path / "r.parquet", skip_unscored=True)
+    result = export_shaped_rewards(con, "m", tmp_path / "r.parquet", ShapedRewardOptions(skip_unscored=True))
     assert result.n_unscored == 1
     frame = pd.read_parquet(tmp_path / "r.parquet")
     assert victim not in set(frame["traj_id"])
@@ -76,8 +81,8 @@ def test_rewards_unscored_turns_and_unknown_model(scored_store, tmp_path):
 
 def test_rewards_trajectory_layout_and_mean_potential(scored_store, tmp_path):
     con = scored_store
-    result = export_shaped_rewards(con, "m", tmp_path / "t.parquet", layout="trajectories",
-                                   initial_potential="mean")
+    result = export_shaped_rewards(con, "m", tmp_path / "t.parquet", ShapedRewardOptions(
+        layout="trajectories", initial_potential="mean"))
     mean_score = con.execute("SELECT avg(score) FROM step_scores WHERE model = 'm'").fetchone()[0]
     assert result.initial_potential == pytest.approx(mean_score)
     frame = pd.read_parquet(tmp_path / "t.parquet")
@@ -90,10 +95,10 @@ def test_rewards_trajectory_layout_and_mean_potential(scored_store, tmp_path):
 
 def test_rewards_options_a_python_caller_gets_wrong_are_usage_problems(scored_store, tmp_path):
     with pytest.raises(UsageProblem, match="unknown layout 'wide'") as err:
-        export_shaped_rewards(scored_store, "m", tmp_path / "r.jsonl", layout="wide")
+        export_shaped_rewards(scored_store, "m", tmp_path / "r.jsonl", ShapedRewardOptions(layout="wide"))
     assert not isinstance(err.value, ValueError)
     with pytest.raises(UsageProblem, match="initial_potential must be a number or 'mean'"):
-        shaped_rewards_frame(scored_store, "m", initial_potential="high")
+        shaped_rewards_frame(scored_store, "m", ShapedRewardOptions(initial_potential="high"))
     assert not (tmp_path / "r.jsonl").exists()
 
 
@@ -110,7 +115,7 @@ def test_rewards_outcome_is_success_and_crashes_are_left_out(scored_store, tmp_p
     # a success flag beside a failing reward: the flag wins, as at ingest and in analyze
     con.execute("UPDATE trajectories SET success = TRUE, end_reason = 'success', reward = 0.0 "
                 "WHERE traj_id = ?", [flagged])
-    result = export_shaped_rewards(con, "m", tmp_path / "t.parquet", layout="trajectories")
+    result = export_shaped_rewards(con, "m", tmp_path / "t.parquet", ShapedRewardOptions(layout="trajectories"))
     assert (result.n_crashed, result.n_unknown_outcome) == (1, 1)
     assert "1 crashed left out" in result.summary()
     assert "1 with an unknown outcome left out" in result.summary()

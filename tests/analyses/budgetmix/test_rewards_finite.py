@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from analyses.budgetmix.rewards import export_shaped_rewards
+from analyses.budgetmix.rewards import ShapedRewardOptions, export_shaped_rewards
 from analyses.budgetmix.shaping import ShapingOptions, shape_rewards
 from recovery.errors import InputProblem, UsageProblem
 from tests.analyses.budgetmix.helpers import copy_to_file
@@ -60,7 +60,7 @@ def test_overflowing_rewards_are_refused(scored_store, tmp_path):
 
 def test_large_finite_lambda_still_writes_finite_json(scored_store, tmp_path):
     out = tmp_path / "r.jsonl"
-    export_shaped_rewards(scored_store, "m", out, lam=1e300, gamma=1.0)
+    export_shaped_rewards(scored_store, "m", out, ShapedRewardOptions(lam=1e300, gamma=1.0))
     rewards = [json.loads(line)["reward"] for line in out.read_text().splitlines()]
     assert rewards and all(isinstance(r, float) and math.isfinite(r) for r in rewards)
 
@@ -94,7 +94,7 @@ def test_a_bad_score_in_a_run_not_exported_does_not_matter(scored_store, tmp_pat
     scored_store.execute(
         "UPDATE step_scores SET score = 7 WHERE traj_id = (SELECT min(traj_id) FROM "
         "trajectories)")
-    result = export_shaped_rewards(scored_store, "m", tmp_path / "r.jsonl", runs=["base"])
+    result = export_shaped_rewards(scored_store, "m", tmp_path / "r.jsonl", ShapedRewardOptions(runs=["base"]))
     assert result.n_trajectories > 0
 
 
