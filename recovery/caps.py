@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from recovery.caps_given import parse_max_turns, resolve_max_turns
-from recovery.config_need import need
+from recovery.config import need
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -85,3 +85,10 @@ class CheckedOptions:
 
     def __post_init__(self) -> None:
         check_choices(self)
+
+
+def need(help: str) -> Any:
+    """A required dataclass field (no default) carrying its ``help`` text in the metadata
+    :func:`opt` writes: for options dataclasses that the command line does not build."""
+    return dataclasses.field(metadata={"help": help, "flag": None, "short": None,
+                                       "choices": None, "argument": False, "required": True})

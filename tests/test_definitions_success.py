@@ -78,10 +78,11 @@ def _keyed(con, frame: pd.DataFrame, value: str) -> dict[tuple[str, str], object
     merged = frame[["traj_id", value]].merge(names, on="traj_id")
     out: dict[tuple[str, str], object] = {}
     for (run, task), group in merged.groupby(["run", "task_id"]):
-        values = set(group[value].tolist())
+        # NaN is not equal to itself: map it to None before the one-outcome check
+        values = {None if v is None or math.isnan(v) else v for v in group[value].tolist()}
         assert len(values) == 1, (run, task, values)  # one outcome per episode
         (v,) = values
-        out[(run, task)] = None if v is None or math.isnan(v) else {1.0: True, 0.0: False}.get(v, v)
+        out[(run, task)] = None if v is None else {1.0: True, 0.0: False}.get(v, v)
     return out
 
 
@@ -124,9 +125,6 @@ def test_analyze_prm_and_budgetmix_rewards_agree_on_every_odd_case(odd_store) ->
         k: v for k, v in expected.items() if k[1] != "crashed"}
 
 
-@pytest.mark.xfail(strict=True, reason="prm.data.labels' outcome target still counts a crashed "
-                                       "episode as a failure (prm/data/labels.py is not this "
-                                       "change's to edit)")
 def test_prm_outcome_targets_leave_crashed_episodes_out(odd_store) -> None:
     prm = prm_outcome(odd_store)
     assert {k: v for k, v in prm.items() if k[1] == "crashed"} == {

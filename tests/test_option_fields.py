@@ -7,8 +7,7 @@ import dataclasses
 
 import pytest
 
-from recovery.config import opt
-from recovery.config_need import need
+from recovery.config import need, opt
 
 
 @dataclasses.dataclass(frozen=True)

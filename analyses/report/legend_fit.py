@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from recovery.config_need import need
+from recovery.config import need
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

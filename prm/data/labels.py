@@ -40,6 +40,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from recovery.population import counted_sql
 from recovery.store import traj_scope
 
 if TYPE_CHECKING:
@@ -156,7 +157,10 @@ def class_index(targets: Sequence[float] | np.ndarray) -> np.ndarray:
 _SQL_TARGETS = {
     "data": label_target_sql("u.label"),
     "error": "CASE WHEN u.is_error THEN 0.0 ELSE 1.0 END",
-    "outcome": "CASE WHEN tr.success THEN 1.0 WHEN NOT tr.success THEN 0.0 END",
+    # the population rule of every analysis: a crash (the harness's failure) or an unknown
+    # end is no evidence about the agent's steps, so it gives no outcome target
+    "outcome": (f"CASE WHEN NOT coalesce({counted_sql('tr')}, FALSE) THEN NULL "
+                "WHEN tr.success THEN 1.0 ELSE 0.0 END"),
 }
 
 

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 from prm.data.tokenize import TokenIds, load_tokenizer
 from prm.neural.model import build_scorer
 from prm.spec import BACKBONE_DIR, PRETRAINED, SPEC_FILE, WEIGHT_FILES, WEIGHTS_FILE, PRMSpec
-from recovery.config import opt
-from recovery.config_need import need
+from recovery.config import need, opt
 from recovery.errors import InputProblem, UsageProblem
 
 if TYPE_CHECKING:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recovery.config import opt
-from recovery.config_need import need
+from recovery.config import need, opt
 from recovery.fields import coerce_meta, coerce_optional_float, coerce_optional_int, coerce_task_id
 from recovery.formats._chat import read_records, split_turns, task_id_from_prompt
 from recovery.formats.base import Reader, ReadOptions, ReadResult

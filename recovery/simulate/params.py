@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from recovery.config_need import need
+from recovery.config import need
 from recovery.simulate.text import DOMAIN_SPECS, DOMAINS, VISIBLE_KINDS
 
 # --------------------------------------------------------------------------------------------

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recovery.config import opt
-from recovery.config_need import need
+from recovery.config import need, opt
 from recovery.formats import MAX_JSON_DEPTH
 from recovery.schema import (
     END_REASONS,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recovery.config_need import need
+from recovery.config import need
 from recovery.errors import InputProblem
 from recovery.store.folder_journal import commit, fsync_tree
 from recovery.store.folder_layout import writer_lock

@@ -10,7 +10,7 @@ import numpy as np
 
 from analyses.budgetmix.reference.env import ACTIONS, ENDS, EVENTS, EnvParams, Rollouts
 from analyses.budgetmix.reference.policy import FEATURES, masked_logits, state_features
-from recovery.config_need import need
+from recovery.config import need
 
 if TYPE_CHECKING:
     import torch

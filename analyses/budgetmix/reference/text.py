@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyses.budgetmix.reference.env import ACTIONS, ENDS, EVENTS, Rollouts
-from recovery.config_need import need
+from recovery.config import need
 from recovery.schema import Trajectory, Turn
 
 ERROR_KINDS = ("tool_error", "invalid_action", "parse_error")

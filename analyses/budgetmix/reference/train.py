@@ -94,7 +94,7 @@ class TrainSimConfig(CheckedOptions):
     lam: float = opt(1.0, "Shaping weight lambda (budgetmix+prm).", flag="--lambda")
     gamma: float = opt(1.0, "Discount gamma of returns and shaping (budgetmix+prm).")
     prm_labels: str = opt(
-        "outcome", "Label source of the trainer's PRM (see prm.labels).",
+        "outcome", "Label source of the trainer's PRM (see prm.data.labels).",
         choices=("outcome", "error", "recovery", "mc"),
     )
     prm_warmup: float = opt(0.25, "Share of iterations before the first PRM fit.")
