@@ -132,16 +132,15 @@ def task_statistics(
         params.extend(_cap_lists(caps))
     params.extend(runs or [])
     by_budget = mode == "budgeted"
-    parts = [
-        con.execute(sql(runs, caps is not None, by_budget), params).fetchnumpy()
-        for sql in (trajectories_sql, turns_sql)
-    ]
-    column = {name: np.concatenate([part[name] for part in parts])
-              for name in ("run", "task_id", "budget", "stat", "x", "n")}
-    runs_found, run_code = np.unique(column["run"].astype(object), return_inverse=True)
-    tasks_found, task_code = np.unique(column["task_id"].astype(object), return_inverse=True)
-    return _assemble(mode, runs_found, tasks_found, (
-        run_code, task_code, *(_ints(column[name]) for name in ("budget", "stat", "x", "n"))))
+    # Arrow, not numpy: the run and task columns stay Arrow strings, coded here without a
+    # Python object per cell.
+    parts = [con.sql(sql(runs, caps is not None, by_budget), params=params).to_arrow_table()
+             for sql in (trajectories_sql, turns_sql)]
+    runs_found, run_code = _coded([part["run"] for part in parts])
+    tasks_found, task_code = _coded([part["task_id"] for part in parts])
+    return _assemble(mode, runs_found, tasks_found, (run_code, task_code, *(
+        np.concatenate([_ints(part[name].to_numpy()) for part in parts])
+        for name in ("budget", "stat", "x", "n"))))
 
 
 def merge(a: TaskStatistics, b: TaskStatistics) -> TaskStatistics:
@@ -196,6 +195,19 @@ def step_caps(
 
 def _ints(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
+
+
+def _coded(columns: list) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values of some Arrow string columns (as one), and each row's index
+    into them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = pa.chunked_array([chunk for c in columns for chunk in c.chunks],
+                              type=columns[0].type)
+    labels = sorted(pc.unique(column).to_pylist())
+    codes = pc.index_in(column, value_set=pa.array(labels, type=column.type))
+    return np.asarray(labels, dtype=object), _ints(codes.to_numpy())
 
 
 def _cap_lists(caps: pd.DataFrame | Mapping[tuple[str, str], int]) -> list[list[object]]:
