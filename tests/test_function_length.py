@@ -10,6 +10,7 @@ clearer whole (a big SQL text, a table of cases), its docstring has a line start
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from pathlib import Path
@@ -35,7 +36,8 @@ def _code_lines(source: str) -> set[int]:
     return lines
 
 
-def _functions() -> list[tuple[str, Function, set[int]]]:
+@functools.cache  # parsed once per session: the tests only read the trees
+def _functions() -> tuple[tuple[str, Function, set[int]], ...]:
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -46,7 +48,7 @@ def _functions() -> list[tuple[str, Function, set[int]]]:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     where = f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
                     found.append((where, node, code))
-    return found
+    return tuple(found)
 
 
 def _length(node: Function, code: set[int]) -> int:

@@ -8,6 +8,7 @@ there, and a call names what it sets. ``self``/``cls`` and ``*args``/``**kwargs`
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ PACKAGES = ("recovery", "analyses", "prm")
 MAX_PARAMS = 6
 
 
-def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+@functools.cache  # parsed once per session: the tests only read the trees
+def _functions() -> tuple[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef], ...]:
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -25,7 +27,7 @@ def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
             for node in ast.walk(tree):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found.append((f"{path.relative_to(ROOT)}:{node.lineno} {node.name}", node))
-    return found
+    return tuple(found)
 
 
 def _n_params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
