@@ -293,10 +293,12 @@ def _both_paths_agree(tmp_path_factory, data) -> None:
 
 
 def test_both_paths_agree_on_random_files(tmp_path_factory) -> None:
+    """20 fixed random files (each opens two fresh stores, the cost of the test);
+    test_both_paths_agree_on_many_random_files (slow) draws 1500."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=60, deadline=None, derandomize=True,
+    @settings(max_examples=20, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def check(data) -> None:
@@ -307,6 +309,7 @@ def test_both_paths_agree_on_random_files(tmp_path_factory) -> None:
 
 @pytest.mark.slow
 def test_both_paths_agree_on_many_random_files(tmp_path_factory) -> None:
+    """The slow run of test_both_paths_agree_on_random_files (its fast twin, 20 files)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
