@@ -376,6 +376,7 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
     long_ = config.budgets[-1]
     splits = split_rows(seed, config.sizes())
     tokenizer, start, tools = warm_start(config, seed, splits["warmup"])
+    tokenizer.save_pretrained(out / "policies" / "tokenizer")
     walls: dict[str, float] = {}
     cpus: dict[str, float] = {}
     files: dict[str, Path] = {}
@@ -406,6 +407,8 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
                                           callbacks)
         trajectories, _ = rollouts(policy, tokenizer, tools, splits["eval"], config.budgets,
                                    config.eval_samples, mode, seed + 1000)
+        # kept so the evaluation can be redone without training again
+        policy.save_pretrained(out / "policies" / mode.replace(":", "-").replace("+", "-"))
         files[mode] = out / f"{mode.replace(':', '-')}.jsonl"
         write_jsonl(trajectories, files[mode])
         p_fast[mode] = mechanism(policy, tokenizer, tools, splits["bank"], config.budgets, seed)

@@ -38,6 +38,10 @@ class BudgetUnitsEnv(UnitsTaskEnv):
         stream: This instance's stream number.
     """
 
+    # The opening text names no task: an id is the harness's bookkeeping, and a policy whose
+    # tokenizer never saw an id's form (held-out "eval-100" after warm-up ids) can derail on it.
+    names_task = False
+
     def __init__(self, params: EnvParams | None = None, stream: int = 0):
         super().__init__(params or BUDGET_DECIDES)
         self._stream = int(stream)

@@ -39,9 +39,11 @@ def _units(a: int, b: int) -> str:
     return f"unit {a}" if a == b else f"units {a}-{b}"
 
 
-def task_prompt(task_id: str, length: int, budget: int) -> str:
-    """The prompt of a task: what it needs and within how many turns."""
-    return f"Task {task_id}: apply {length} change units to the account within {budget} turns."
+def task_prompt(task_id: str | None, length: int, budget: int) -> str:
+    """The prompt of a task: what it needs and within how many turns (``task_id`` None: the
+    text names no task)."""
+    name = "Task" if task_id is None else f"Task {task_id}"
+    return f"{name}: apply {length} change units to the account within {budget} turns."
 
 
 def action_text(choice: str, done: int, length: int, failed_action: str = "") -> str:

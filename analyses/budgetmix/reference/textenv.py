@@ -41,6 +41,9 @@ class UnitsTaskEnv:
         params: Dynamics of the task (default :class:`EnvParams`).
     """
 
+    names_task = True
+    """Whether the opening text names the task (its ``task_id``)."""
+
     def __init__(self, params: EnvParams | None = None):
         self._params = params or EnvParams()
         self._rng = np.random.default_rng(0)
@@ -65,7 +68,7 @@ class UnitsTaskEnv:
         self._done = self._turns = 0
         self._in_spell, self._spell_kind, self._failed_action = False, None, ""
         self._finished = None
-        task_id = str(row.get("task_id", "task"))
+        task_id = str(row.get("task_id", "task")) if self.names_task else None
         return task_prompt(task_id, self._length, self._budget)
 
     def apply_batch(self, units: str) -> str:

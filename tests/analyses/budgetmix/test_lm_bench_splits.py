@@ -48,3 +48,14 @@ def test_the_check_refuses_the_former_leaky_rows():
 def test_unknown_split_names_are_refused():
     with pytest.raises(ValueError, match="unknown split"):
         split_rows(0, {"evaluation": 3})
+
+
+def test_the_opening_text_does_not_name_the_task() -> None:
+    """Held-out ids (``eval-100``) never reach the policy: a tiny tokenizer trained on warm-up
+    ids derailed on them (every held-out task from 100 on ended with no turn)."""
+    from analyses.budgetmix.reference.budget_task import BudgetUnitsEnv
+
+    row = {"task_length": 4, "difficulty": 0.5, "seed": 3, "max_turns": 6}
+    texts = {BudgetUnitsEnv().reset(**row, task_id=name) for name in ("eval-7", "eval-100", "warmup-1")}
+    assert len(texts) == 1
+    assert "eval" not in texts.pop()
