@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -50,3 +51,13 @@ def refused(store: Path, path: Path, *extra: object) -> str:
     assert table_rows(store) == before
     (message,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     return message
+
+
+def copy_folder(template: Path, tmp_path: Path) -> Path:
+    """Copy every file beside the store ``template`` (built once per module, with its inputs)
+    into ``tmp_path`` and return the copy of the store: a test that writes gets its own store
+    for the cost of a file copy, not of an ingest."""
+    for path in template.parent.iterdir():
+        if path.is_file():
+            shutil.copy2(path, tmp_path / path.name)
+    return tmp_path / template.name

@@ -10,6 +10,7 @@ import pytest
 
 from recovery.formats import known_formats
 from tests.cli_support import STORE_TABLES as TABLES
+from tests.cli_support import copy_folder
 from tests.cli_support import run_cli as run
 from tests.cli_support import table_rows as snapshot
 from tests.conftest import TAU_AIRLINE
@@ -124,14 +125,21 @@ def test_export_missing_store(tmp_path: Path) -> None:
 # Bad input through the command line
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    """A store that already holds one file."""
-    path = tmp_path / "s.duckdb"
-    earlier = tmp_path / "earlier.jsonl"
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store and its input, built once; each test gets a copy (see :func:`store`)."""
+    folder = tmp_path_factory.mktemp("store")
+    path = folder / "s.duckdb"
+    earlier = folder / "earlier.jsonl"
     earlier.write_text(line("e1") + "\n" + line("e2") + "\n")
     assert run("ingest", earlier, "--store", path).exit_code == 0
     return path
+
+
+@pytest.fixture
+def store(store_template: Path, tmp_path: Path) -> Path:
+    """A store that already holds one file."""
+    return copy_folder(store_template, tmp_path)
 
 
 def test_unknown_format_lists_known_ones(tmp_path: Path) -> None:

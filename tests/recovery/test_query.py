@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from recovery.query import QueryRefused, run_query
+from tests.cli_support import copy_folder, table_rows
 from tests.cli_support import run_cli as run
-from tests.cli_support import table_rows
 
 TABLES = ("ingests", "trajectories", "turns", "error_spells", "step_scores", "store_info")
 
@@ -18,18 +18,25 @@ def dump(store: Path) -> dict[str, list[tuple]]:
     return table_rows(store, TABLES)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    runs = tmp_path / "runs.jsonl"
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store and its input, built once; each test gets a copy (see :func:`store`)."""
+    folder = tmp_path_factory.mktemp("store")
+    runs = folder / "runs.jsonl"
     lines = [
         {"task_id": f"t{i}", "sample": s, "success": bool((i + s) % 2),
          "turns": [{"action": "look", "observation": "Error: no"}, {"action": "go", "observation": "ok"}]}
         for i in range(5) for s in range(2)
     ]
     runs.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    path = tmp_path / "s.duckdb"
+    path = folder / "s.duckdb"
     assert run("ingest", runs, "--store", path).exit_code == 0
     return path
+
+
+@pytest.fixture
+def store(store_template: Path, tmp_path: Path) -> Path:
+    return copy_folder(store_template, tmp_path)
 
 
 ATTACKS = [

@@ -10,19 +10,27 @@ from pathlib import Path
 import pytest
 
 from recovery.errors import UsageProblem
+from tests.cli_support import copy_folder
 from tests.cli_support import run_cli as run
 
 WIDE = "SELECT i, repeat('x', {size}) AS v FROM range({n}) t(i)"
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    runs = tmp_path / "runs.jsonl"
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store and its input, built once; each test gets a copy (see :func:`store`)."""
+    folder = tmp_path_factory.mktemp("store")
+    runs = folder / "runs.jsonl"
     runs.write_text(json.dumps({"task_id": "a", "success": True,
                                 "turns": [{"action": "go", "observation": "ok"}]}) + "\n")
-    path = tmp_path / "s.duckdb"
+    path = folder / "s.duckdb"
     assert run("ingest", runs, "--store", path).exit_code == 0
     return path
+
+
+@pytest.fixture
+def store(store_template: Path, tmp_path: Path) -> Path:
+    return copy_folder(store_template, tmp_path)
 
 
 def test_wide_rows_under_a_timeout_stop_on_time(store: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from recovery.query import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
+from tests.cli_support import copy_folder
 from tests.cli_support import run_cli as run
 
 
@@ -22,11 +23,18 @@ def write_runs(path: Path, n: int = 3) -> Path:
     return path
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    path = tmp_path / "s.duckdb"
-    assert run("ingest", write_runs(tmp_path / "runs.jsonl"), "--store", path).exit_code == 0
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store and its input, built once; each test gets a copy (see :func:`store`)."""
+    folder = tmp_path_factory.mktemp("store")
+    path = folder / "s.duckdb"
+    assert run("ingest", write_runs(folder / "runs.jsonl"), "--store", path).exit_code == 0
     return path
+
+
+@pytest.fixture
+def store(store_template: Path, tmp_path: Path) -> Path:
+    return copy_folder(store_template, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,15 +12,22 @@ import pytest
 from recovery.formats import UnknownFormatError, detect_format, parse_json, read_file
 from recovery.schema import RecordError
 from recovery.store import IngestError, IngestOptions, open_store
-from tests.cli_support import FORMAT_FIXTURES, canonical_store, refused
+from tests.cli_support import FORMAT_FIXTURES, canonical_store, copy_folder, refused
 from tests.cli_support import run_cli as run
 
 FIXTURES = FORMAT_FIXTURES
 
 
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store and its input, built once; each test gets a copy (see :func:`store`)."""
+    folder = tmp_path_factory.mktemp("store")
+    return canonical_store(folder)
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
-    return canonical_store(tmp_path)
+def store(store_template: Path, tmp_path: Path) -> Path:
+    return copy_folder(store_template, tmp_path)
 
 
 def canonical(**fields: object) -> dict:

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from recovery.errors import InputProblem
 from recovery.store import open_store
+from tests.cli_support import copy_folder, table_rows
 from tests.cli_support import run_cli as run
-from tests.cli_support import table_rows
 
 SECRET = "s3cr3t-value-never-to-be-shown"
 
@@ -27,11 +27,18 @@ def runs_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    path = tmp_path / "s.duckdb"
-    assert run("ingest", runs_file(tmp_path), "--store", path).exit_code == 0
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store and its input, built once; each test gets a copy (see :func:`store`)."""
+    folder = tmp_path_factory.mktemp("store")
+    path = folder / "s.duckdb"
+    assert run("ingest", runs_file(folder), "--store", path).exit_code == 0
     return path
+
+
+@pytest.fixture
+def store(store_template: Path, tmp_path: Path) -> Path:
+    return copy_folder(store_template, tmp_path)
 
 
 @pytest.fixture
