@@ -99,12 +99,25 @@ def test_the_threshold_is_cautious_without_signal_and_follows_a_real_one():
 
 @pytest.mark.parametrize("ternary", [False, True])
 def test_the_threshold_is_the_one_decision_metrics_scores_best(ternary):
+    """6 random frames (both kinds: with and without always_error rows); the slow
+    test_the_threshold_is_the_one_decision_metrics_scores_best_on_many_frames draws 40."""
+    _threshold_search_agrees(ternary, trials=6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ternary", [False, True])
+def test_the_threshold_is_the_one_decision_metrics_scores_best_on_many_frames(ternary):
+    """The slow run of test_the_threshold_is_the_one_decision_metrics_scores_best (its twin)."""
+    _threshold_search_agrees(ternary, trials=40)
+
+
+def _threshold_search_agrees(ternary: bool, trials: int) -> None:
     # The threshold search computes the two accuracies itself (faster); it must pick what
     # scanning the candidates with decision_metrics picks, ties to the higher threshold.
     from prm.evaluation.decisions import ERROR_THRESHOLDS
 
     rng = np.random.default_rng(3)
-    for trial in range(20):
+    for trial in range(trials):
         lengths = rng.integers(1, 7, size=30)
         traj = np.repeat([f"x{i}" for i in rng.permutation(30)], lengths)
         t = np.concatenate([rng.permutation(np.arange(1, n + 1)) for n in lengths])
