@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 METRICS = ("step_acc", "first_error_acc", "step_auroc", "floor_all_correct_step_acc",
            "floor_all_correct_first_error_acc", "n_trajectories", "n_steps")
 FLOOR_KEYS = ("setting", *METRICS, "floor_outcome_step_acc", "floor_outcome_first_error_acc",
-              "margins", "intervals", "verdict")
+              "floor_prior_step_acc", "floor_prior_first_error_acc", "margins", "intervals",
+              "verdict")
 """What :func:`prm.evaluation.floors.floor_report` gives the report."""
 
 
@@ -52,6 +53,9 @@ class CVConfig(TrainConfig):
         0.125, "full and lora: share of each fold's training tasks that validates."
     )
     folds: int = opt(5, "Folds (groups of tasks).")
+    fold_seeds: list[int] | None = opt(
+        None, "Repeat the cross-validation over these fold seeds (comma-separated; in place "
+        "of --seed) and report the mean and spread over them.")
     n_boot: int = opt(1000, "Bootstrap replicates over tasks for the intervals.")
     json_out: Path | None = opt(None, "Write the report as JSON here.", flag="--json")
     # Options of prm train that a cross-validation does not take.
@@ -73,6 +77,12 @@ class CVReport:
         floor_all_correct_step_acc, floor_all_correct_first_error_acc: "Every step correct".
         floor_outcome_step_acc, floor_outcome_first_error_acc: In hindsight, the
             outcome-aware rule (success: no error; failure: the last turn is the first error).
+        floor_prior_step_acc, floor_prior_first_error_acc: Where no turn is labelled +1, the
+            fold-prior floor (:func:`prm.evaluation.floors.fold_prior_classes`).
+        argmax: The same out-of-fold scores decided by argmax (``step_acc``,
+            ``first_error_acc``), beside the shipped decision.
+        fold_seeds: With ``--fold-seeds``, one summary per fold seed
+            (:mod:`prm.evaluation.fold_seeds`); the other fields are the first seed's.
         n_trajectories, n_steps: Labelled trajectories and turns scored.
         margins: The model minus each floor (``step_acc_minus_floor``,
             ``first_error_acc_minus_floor``; in hindsight also ``*_minus_floor_outcome``).
@@ -100,6 +110,10 @@ class CVReport:
     floor_all_correct_first_error_acc: float | None = None
     floor_outcome_step_acc: float | None = None
     floor_outcome_first_error_acc: float | None = None
+    floor_prior_step_acc: float | None = None
+    floor_prior_first_error_acc: float | None = None
+    argmax: dict[str, Any] = field(default_factory=dict)
+    fold_seeds: list[dict[str, Any]] = field(default_factory=list)
     n_trajectories: int = 0
     n_steps: int = 0
     margins: dict[str, float] = field(default_factory=dict)
@@ -116,11 +130,21 @@ class CVReport:
 
     def lines(self) -> list[str]:
         """A short text report."""
+        from prm.evaluation.fold_seeds import argmax_line, fold_seed_lines
+
+        if self.fold_seeds:
+            return [f"prm cv: {self.backbone} ({self.mode}, {self.head}, {self.setting}) on "
+                    f"labels {self.labels}, {self.folds} folds by task, fold seeds "
+                    f"{', '.join(str(r['seed']) for r in self.fold_seeds)}: "
+                    f"{self.n_trajectories} trajectories, {self.n_steps} labelled turns, "
+                    f"{self.wall_s:.0f} s", *fold_seed_lines(self.fold_seeds),
+                    *(f"  note: {note}" for note in self.notes)]
         return [
             f"prm cv: {self.backbone} ({self.mode}, {self.head}, {self.setting}) on labels "
             f"{self.labels}, {self.folds} folds by task: {self.n_trajectories} trajectories, "
             f"{self.n_steps} labelled turns, {self.wall_s:.0f} s",
             *floor_lines(self.to_dict()),
+            *([argmax_line(self.to_dict())] if self.argmax else []),
             *(f"  note: {note}" for note in self.notes),
         ]
 
@@ -148,6 +172,9 @@ def floor_lines(report: dict[str, Any]) -> list[str]:
         if report.get("setting") == "hindsight":
             line += (f"; outcome-aware {f(report.get(f'floor_outcome_{metric}'))} (margin "
                      f"{margin(f'{metric}_minus_floor_outcome')})")
+        if report.get(f"floor_prior_{metric}") is not None:
+            line += (f"; fold prior {f(report.get(f'floor_prior_{metric}'))} (margin "
+                     f"{margin(f'{metric}_minus_floor_prior')})")
         lines.append(line)
     lines.append(f"  verdict: {report.get('verdict', '')}")
     return lines
@@ -238,14 +265,38 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
     """
     import json
 
-    from prm.data.examples import fold_of_tasks, load_step_examples
-    from prm.evaluation.decisions import decision_metrics
-    from prm.evaluation.floors import floor_report
-    from prm.kinds import kind_class, resolve_options
-    from recovery.store import open_store
+    from prm.evaluation.fold_seeds import seed_summary
 
     if config.store is None:
         raise UsageProblem("store is required")
+    if config.fold_seeds is not None:
+        seeds = list(config.fold_seeds)
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise UsageProblem("--fold-seeds needs distinct seeds, e.g. 0,1,2,3,4")
+        reports = [_cross_validate_once(dataclasses.replace(config, seed=s, fold_seeds=None),
+                                        echo) for s in seeds]
+        report = reports[0]
+        report.fold_seeds = [seed_summary(r) for r in reports]
+        report.wall_s = sum(r.wall_s for r in reports)
+    else:
+        report = _cross_validate_once(config, echo)
+    if config.json_out is not None:
+        from recovery.jsonsafe import json_safe
+
+        config.json_out.parent.mkdir(parents=True, exist_ok=True)
+        config.json_out.write_text(json.dumps(json_safe(report.to_dict()), indent=1))
+    return report
+
+
+def _cross_validate_once(config: CVConfig, echo: Callable[[str], Any]) -> CVReport:
+    """:func:`cross_validate` with one fold seed (``config.seed``), writing nothing."""
+    from prm.data.examples import fold_of_tasks, load_step_examples
+    from prm.evaluation.decisions import decision_metrics
+    from prm.evaluation.floors import floor_report
+    from prm.evaluation.fold_seeds import argmax_metrics
+    from prm.kinds import kind_class, resolve_options
+    from recovery.store import open_store
+
     config = resolve_options(config)
     started = time.perf_counter()
     store = open_store(config.store, read_only=True, must_exist=True)
@@ -283,13 +334,9 @@ def cross_validate(config: CVConfig, *, echo: Callable[[str], Any] = print) -> C
             "error_threshold": float(part["threshold"].iloc[0]) if len(part) else None,
             **decision_metrics(part, None),
         })
+    report.argmax = argmax_metrics(pooled)
     report.wall_s = time.perf_counter() - started
     report.predictions = pooled
-    if config.json_out is not None:
-        from recovery.jsonsafe import json_safe
-
-        config.json_out.parent.mkdir(parents=True, exist_ok=True)
-        config.json_out.write_text(json.dumps(json_safe(report.to_dict()), indent=1))
     return report
 
 

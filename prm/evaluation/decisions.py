@@ -57,6 +57,20 @@ hindsight structured model that takes the outcome-aware rule's call on the last 
 failed episode). Absent or false: the threshold decides."""
 
 
+FIRST_ERROR_CALL = "first_error_call"
+"""A scores column: rows whose error score crosses the model's first-error threshold (or
+that are :data:`ALWAYS_ERROR`); the first such row of a trajectory is its predicted first
+error. Absent: the first step predicted -1 is."""
+
+
+def first_error_calls(frame: pd.DataFrame, threshold: float) -> np.ndarray:
+    """Per row whether it is a candidate first error: ``1 - score >= threshold`` or
+    :data:`ALWAYS_ERROR`."""
+    called = (1.0 - frame["score"].to_numpy(float)) >= threshold
+    always = always_error_mask(frame)
+    return called if always is None else called | always
+
+
 def always_error_mask(frame: pd.DataFrame) -> np.ndarray | None:
     """The :data:`ALWAYS_ERROR` column as booleans (missing values false), or ``None`` when
     the frame has none."""
@@ -82,14 +96,18 @@ def decision_frame(frame: pd.DataFrame, threshold: float | None) -> pd.DataFrame
 
 
 def per_trajectory(decided: pd.DataFrame) -> pd.DataFrame:
-    """Per trajectory: whether the first predicted -1 is the first labelled -1 (or both have
-    none), and whether it has no labelled -1 (the "every step correct" floor's hit)."""
+    """Per trajectory: whether the first predicted error is the first labelled -1 (or both
+    have none), and whether it has no labelled -1 (the "every step correct" floor's hit). The
+    predicted error: the first row of :data:`FIRST_ERROR_CALL` when the frame has that
+    column, else the first predicted -1."""
     import pandas as pd
 
     ordered = decided.sort_values(["traj_id", "t"])
     index = pd.Index(ordered["traj_id"].unique(), name="traj_id")
     true_first = ordered.loc[ordered["true"] < 0].groupby("traj_id")["t"].min().reindex(index)
-    pred_first = ordered.loc[ordered["pred"] < 0].groupby("traj_id")["t"].min().reindex(index)
+    flagged = (ordered[FIRST_ERROR_CALL].fillna(False).to_numpy(bool)
+               if FIRST_ERROR_CALL in ordered else (ordered["pred"] < 0).to_numpy())
+    pred_first = ordered.loc[flagged].groupby("traj_id")["t"].min().reindex(index)
     same = (true_first == pred_first) | (true_first.isna() & pred_first.isna())
     if "task_id" in ordered.columns:
         tasks = ordered.groupby("traj_id", sort=False)["task_id"].first().reindex(index)

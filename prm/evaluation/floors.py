@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from prm.data.labels import outcome_floor_classes
 from prm.evaluation.decisions import (
+    FIRST_ERROR_CALL,
     decision_frame,
     decision_intervals,
     decision_metrics,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def _floor_hits(decided: pd.DataFrame, predicted: np.ndarray) -> tuple[np.ndarray, pd.Series]:
     """Per row whether ``predicted`` matches the true class, and per trajectory whether its
     first predicted -1 is the first labelled -1 (or neither has one)."""
-    frame = decided.assign(pred=predicted)
+    frame = decided.drop(columns=FIRST_ERROR_CALL, errors="ignore").assign(pred=predicted)
     return (frame["pred"] == frame["true"]).to_numpy(float), \
         per_trajectory(frame)["first_error_hit"]
 
@@ -62,10 +63,10 @@ def floor_report(frame: pd.DataFrame, threshold: float | None, setting: str = "b
     if not len(decided):
         out["margins"], out["verdict"] = {}, "no labelled turn: nothing to compare"
         return out
-    model_steps, model_first = _floor_hits(decided, decided["pred"].to_numpy(float))
-    floors = {"": np.ones(len(decided))}
-    if setting == "hindsight":
-        floors["_outcome"] = outcome_floor_classes(decided)
+    # the model's own first-error calls (its first-error threshold), the floors' classes
+    model_steps = (decided["pred"] == decided["true"]).to_numpy(float)
+    model_first = per_trajectory(decided)["first_error_hit"]
+    floors = _floor_classes(decided, setting)
     _, step_task = np.unique(decided["task_id"].astype(str), return_inverse=True)
     trajectories = per_trajectory(decided)
     names = np.unique(decided["task_id"].astype(str))
@@ -77,8 +78,8 @@ def floor_report(frame: pd.DataFrame, threshold: float | None, setting: str = "b
     for suffix, predicted in floors.items():
         floor_steps, floor_first = _floor_hits(decided, predicted)
         if suffix:
-            out["floor_outcome_step_acc"] = float(floor_steps.mean())
-            out["floor_outcome_first_error_acc"] = float(floor_first.mean())
+            out[f"floor{suffix}_step_acc"] = float(floor_steps.mean())
+            out[f"floor{suffix}_first_error_acc"] = float(floor_first.mean())
         for metric, diff, task, n in (
             ("step_acc", model_steps - floor_steps, step_task, len(decided)),
             ("first_error_acc", (model_first - floor_first.reindex(model_first.index)
@@ -93,31 +94,76 @@ def floor_report(frame: pd.DataFrame, threshold: float | None, setting: str = "b
             series = series[np.isfinite(series)]
             out["intervals"][key] = [float(x) for x in np.percentile(series, [tail, 100 - tail])]
     out["margins"] = margins
-    out["verdict"] = floor_verdict(out["intervals"], setting)
-    if not (decided["true"] > 0).any():
+    out["verdict"] = floor_verdict(out["intervals"], setting, out)
+    if not (decided["true"] > 0).any() and "_prior" not in floors:
         # e.g. Who&When: the decisive error is -1, the steps before it neutral, none +1
-        out["verdict"] += ("; no turn is labelled +1 (correct), so these floors get nothing "
-                           "right: compare the first-error accuracy with a floor that guesses "
-                           "the step (such as the most common step of the other folds)")
+        out["verdict"] += ("; no turn is labelled +1 (correct), so the all-correct floor gets "
+                           "nothing right (the fold-prior floor needs the folds of prm cv)")
     return out
 
 
-def floor_verdict(intervals: dict[str, Any], setting: str) -> str:
-    """One line: which floors the model beats (the lower end of every paired interval above
-    zero), or on which metric it does not."""
-    floors = [("", "the all-correct floor")]
+def _floor_classes(decided: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """Each floor's classes per row, by suffix: "" all correct; ``_outcome`` (hindsight) the
+    outcome-aware rule; ``_prior`` the fold-prior floor, where no turn is labelled +1 and
+    the rows carry their ``fold``."""
+    import numpy as np
+
+    floors = {"": np.ones(len(decided))}
     if setting == "hindsight":
-        floors.append(("_outcome", "the outcome-aware floor"))
-    missed = []
-    for suffix, floor in floors:
+        floors["_outcome"] = outcome_floor_classes(decided)
+    if not (decided["true"] > 0).any() and "fold" in decided:
+        floors["_prior"] = fold_prior_classes(decided)
+    return floors
+
+
+def fold_prior_classes(decided: pd.DataFrame) -> np.ndarray:
+    """The fold-prior floor's class per row: -1 at the most common position (``t``) of the
+    first labelled error among the other folds' trajectories (the earliest on ties), 0
+    elsewhere. For labels with no +1 (Who&When's decisive step, the steps before it 0),
+    where the all-correct floor scores nothing. ``decided`` needs ``fold``, ``true``."""
+    import numpy as np
+
+    firsts = decided.loc[decided["true"] < 0].groupby("traj_id").agg(
+        t=("t", "min"), fold=("fold", "first"))
+    folds, t = decided["fold"].to_numpy(), decided["t"].to_numpy(float)
+    out = np.zeros(len(decided))
+    for k in np.unique(folds):
+        other = firsts.loc[firsts["fold"] != k, "t"]
+        if len(other):
+            mode = other.value_counts().sort_index(kind="stable").idxmax()
+            out[(folds == k) & (t == mode)] = -1.0
+    return out
+
+
+FLOOR_WORDS = {"": "the all-correct floor", "_outcome": "the outcome-aware floor",
+               "_prior": "the fold-prior floor"}
+"""Each floor's suffix (``..._minus_floor{suffix}``) and its name as printed."""
+
+
+def floor_verdict(intervals: dict[str, Any], setting: str,
+                  scores: dict[str, Any] | None = None) -> str:
+    """One line: which floors the model beats (the lower end of every paired interval above
+    zero), or on which metric it does not. A floor whose score in ``scores`` is 0 on a metric
+    is no comparison there and is left out."""
+    floors = [s for s in FLOOR_WORDS if any(k.endswith(f"_minus_floor{s}") for k in intervals)
+              and (s != "_outcome" or setting == "hindsight")] or [""]
+    missed, compared = [], []
+    for suffix in floors:
         for metric, words in (("step_acc", "step accuracy"),
                               ("first_error_acc", "first-error accuracy")):
+            name = f"floor{suffix or '_all_correct'}_{metric}"
+            if scores is not None and scores.get(name) == 0:
+                continue
+            compared += [FLOOR_WORDS[suffix]] if FLOOR_WORDS[suffix] not in compared else []
             low_high = intervals.get(f"{metric}_minus_floor{suffix}")
             if not low_high or not low_high[0] > 0:
-                missed.append(f"does not beat {floor} on {words}")
-    if not missed:
-        return "beats both floors" if setting == "hindsight" else "beats the all-correct floor"
-    return "; ".join(missed)
+                missed.append(f"does not beat {FLOOR_WORDS[suffix]} on {words}")
+    if missed:
+        return "; ".join(missed)
+    if not compared:
+        return "every floor scores 0: nothing to compare with"
+    return "beats both floors" if compared == [FLOOR_WORDS[""], FLOOR_WORDS["_outcome"]] else (
+        "beats " + " and ".join(compared))
 
 
 def decision_rows(examples: Sequence[StepExample], scores: pd.DataFrame) -> pd.DataFrame:

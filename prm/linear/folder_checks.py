@@ -218,6 +218,7 @@ def _structured_checks(record: dict[str, Any]) -> dict[str, Any]:
             isinstance(x, str) for x in v) and len(set(v)) == len(v),
         "C": lambda v: _number(v, 1e-12, 1e12),
         "error_threshold": lambda v: _number(v, 0.0, 1.0) or v == NEVER_AN_ERROR,
+        "first_error_threshold": lambda v: _number(v, 0.0, 1.0) or v == NEVER_AN_ERROR,
         "embeddings": lambda v: isinstance(v, list) and len(v) == 2 and all(
             isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
         and v[0] <= v[1] <= MAX_EMBEDDING_WIDTH and (v[0] > 0) == (v[1] > 0),
@@ -247,7 +248,7 @@ def check_structured_record(record: Any, path: Path) -> None:
         record.setdefault("call_failed_last", False)
         record.setdefault("call_neutral", record.get("head") == "ternary")
     for name, ok in _structured_checks(record).items():
-        optional = name in ("labels", "label_base")
+        optional = name in ("labels", "label_base", "first_error_threshold")
         if (name not in record and not optional) or not ok(record.get(name)):
             raise InputProblem(f"{path}: field '{name}' is missing or not usable "
                                f"({str(record.get(name))[:80]})")

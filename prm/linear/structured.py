@@ -94,6 +94,7 @@ class StructuredStepModel:
         C: Inverse regularisation; ``None`` = chosen from :data:`C_GRID` by grouped
             cross-validation.
         inner_folds: Folds of that cross-validation (by task).
+        inner_repeats: Repeats of it (fold seeds ``seed``, ``seed + 1``, ...).
         seed: Seed of the inner folds.
         embeddings: Principal components of the turn embeddings (columns ``emb_0, ...`` of
             the table, :func:`prm.linear.structured_rows.step_embeddings`) added to the
@@ -108,9 +109,10 @@ class StructuredStepModel:
     head: str = "auto"
     C: float | None = None
     inner_folds: int = 3
+    inner_repeats: int = 2
     seed: int = 0
     embeddings: int = 0
-    text: str = "on"
+    text: str = "auto"
 
     # ----------------------------------------------------------------------------- fitting
     def _raw(self, table: pd.DataFrame) -> np.ndarray:
@@ -190,11 +192,12 @@ class StructuredStepModel:
         return e / e.sum(axis=1, keepdims=True)
 
     def _scored(self, rows: pd.DataFrame, probs: np.ndarray,
-                call_failed_last: bool = False, call_neutral: bool = True) -> pd.DataFrame:
+                call_failed_last: bool = False, call_neutral: bool = True,
+                first_threshold: float | None = None) -> pd.DataFrame:
         """``traj_id, t, score`` and, ternary with ``call_neutral``, ``p_neutral`` (without it
         no decision calls a step 0); with ``call_failed_last`` also
         :data:`prm.evaluation.decisions.ALWAYS_ERROR` (true on the last turn of a failed episode)."""
-        from prm.evaluation.decisions import ALWAYS_ERROR
+        from prm.evaluation.decisions import ALWAYS_ERROR, FIRST_ERROR_CALL, first_error_calls
 
         out = rows[["traj_id", "t"]].copy()
         if probs.ndim == 2:
@@ -205,17 +208,22 @@ class StructuredStepModel:
             out["score"] = probs
         if call_failed_last:
             out[ALWAYS_ERROR] = rows["failed_last"].to_numpy(float) == 1.0
+        if first_threshold is not None:
+            out[FIRST_ERROR_CALL] = first_error_calls(out, first_threshold)
         return out
 
-    def _inner_folds(self, rows: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """The inner grouped folds (by task), or None with too few tasks."""
+    def _inner_folds(self, rows: pd.DataFrame, seed: int | None = None
+                     ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """The inner grouped folds (by task; ``seed`` default :attr:`seed`), or None with too
+        few tasks."""
         import numpy as np
         from sklearn.model_selection import GroupKFold
 
         groups = rows["task_id"].astype(str).to_numpy()
         if len(np.unique(groups)) < self.inner_folds:
             return None
-        splitter = GroupKFold(n_splits=self.inner_folds, shuffle=True, random_state=self.seed)
+        splitter = GroupKFold(n_splits=self.inner_folds, shuffle=True,
+                             random_state=self.seed if seed is None else seed)
         return list(splitter.split(np.zeros(len(rows)), groups=groups))
 
     def _cross_fitted_scores(self, counts: Any, error: np.ndarray,
@@ -233,49 +241,52 @@ class StructuredStepModel:
 
     def _inner_choice(self, X: np.ndarray, S: np.ndarray | None, rows: pd.DataFrame,
                       targets: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]] | None
-                      ) -> tuple[float, bool, float, bool, bool]:
-        """``C`` and whether to use the text scores ``S`` (lowest held-out log loss); on their
-        held-out scores, the decision: the error threshold, (hindsight) whether the last turn
-        of a failed episode is always called an error, and (ternary) whether any step is called
-        neutral. Ties go to the floors' own decisions (the rule's call, no neutral call), so
-        that where the model learnt nothing beyond them its decisions are theirs."""
+                      ) -> tuple[float, bool, float, float, bool, bool]:
+        """``C``, whether to use the text scores ``S``, the step and first-error thresholds,
+        (hindsight) whether the last turn of a failed episode is always called an error and
+        (ternary) whether any step is called neutral: all chosen on the decision metrics of
+        held-out predictions over :attr:`inner_repeats` repeats of the inner folds
+        (:mod:`prm.linear.decision_choice`; argmax is always a candidate)."""
         import numpy as np
-        import pandas as pd
 
-        from prm.evaluation.decisions import best_error_threshold
+        from prm.linear import decision_choice
 
+        ternary = self.head_ == "ternary"
         uses = (False,) if S is None or self.text == "off" else (
             (True,) if self.text == "on" else (False, True))
+        fallback = ((self.C or 1.0), uses[-1], 0.5, 0.5, False, ternary)
         if folds is None:
-            return (self.C or 1.0), uses[-1], 0.5, False, self.head_ == "ternary"
-        grid = (self.C,) if self.C is not None else C_GRID
-        best: tuple[float, float, bool, Any] = (np.inf, 1.0, False, None)
+            return fallback
+        repeats = [folds, *(self._inner_folds(rows, self.seed + r) or []
+                            for r in range(1, self.inner_repeats))]
+        candidates: dict[tuple[bool, float], list[np.ndarray]] = {}
         for use in uses:
             Z = np.hstack([X, S]) if use else X
-            for C in grid:
-                held = np.zeros((len(X), 3)) if self.head_ == "ternary" else np.zeros(len(X))
-                for train, test in folds:
-                    if len(np.unique(_classes_of(targets[train], self.head_ == "ternary"))) < 2:
-                        break
-                    held[test] = self._proba(Z[test], *self._fit_lr(Z[train], targets[train], C))
-                else:
-                    loss = _log_loss(held, targets, self.head_ == "ternary")
-                    if loss < best[0] - 1e-12:
-                        best = (loss, C, use, held)
-        if best[3] is None:
-            return (self.C or 1.0), uses[-1], 0.5, False, self.head_ == "ternary"
+            for C in ((self.C,) if self.C is not None else C_GRID):
+                held = [self._held_out(Z, targets, C, split) for split in repeats if split]
+                if all(h is not None for h in held):
+                    candidates[(use, C)] = held
+        if not candidates:
+            return fallback
         calls = (False, True) if self.setting == "hindsight" and "failed_last" in rows else (
             False,)
-        neutrals = (True, False) if self.head_ == "ternary" else (False,)
-        decided = []
-        for call in calls:
-            for neutral in neutrals:
-                frame = pd.concat([self._scored(rows, best[3], call, neutral).reset_index(
-                    drop=True), pd.Series(targets, name="target")], axis=1)
-                decided.append((*best_error_threshold(frame), call, neutral))
-        threshold, _, call, neutral = max(
-            decided, key=lambda d: (round(d[1], 12), d[2], not d[3]))
-        return best[1], best[2], threshold, call, neutral
+        (use, C), d = decision_choice.choose(decision_choice.Turns.of(rows, targets),
+                                             candidates, ternary, calls)
+        return C, use, d.step_threshold, d.first_threshold, d.call_failed_last, d.call_neutral
+
+    def _held_out(self, Z: np.ndarray, targets: np.ndarray, C: float,
+                  folds: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
+        """Each row's probabilities from the model fitted without its fold (None when a
+        fold's training rows hold one class only)."""
+        import numpy as np
+
+        ternary = self.head_ == "ternary"
+        held = np.zeros((len(Z), 3)) if ternary else np.zeros(len(Z))
+        for train, test in folds:
+            if len(np.unique(_classes_of(targets[train], ternary))) < 2:
+                return None
+            held[test] = self._proba(Z[test], *self._fit_lr(Z[train], targets[train], C))
+        return held
 
     def fit(self, table: pd.DataFrame, targets: Sequence[float] | np.ndarray,
             feature_names: Sequence[str] | None = None, *, counts: Any = None
@@ -310,6 +321,7 @@ class StructuredStepModel:
         self.feature_names_ = list(feature_names or [
             c for c in table.columns if c not in ("traj_id", "t", "task_id", *TEXT_COLUMNS)
             and not c.startswith("emb_")])
+        self.feature_names_ = _varying(rows, self.feature_names_)
         classes = set(ternary_classes(targets)[0].astype(float).tolist())  # all known here
         # auto: ternary only when every class is there to learn (Who&When's labels are -1 and
         # 0 only: a ternary head has no +1 to fit, so they get the binary head)
@@ -347,8 +359,9 @@ class StructuredStepModel:
             spread = raw_scores.std(axis=0)
             self.text_scales_ = np.where(spread > 1e-12, spread, 1.0)
             S = (raw_scores - self.text_means_) / self.text_scales_
-        (self.C_, self.use_text_, self.error_threshold_, self.call_failed_last_,
-         self.call_neutral_) = self._inner_choice(X, S, rows, targets, folds)
+        (self.C_, self.use_text_, self.error_threshold_, self.first_error_threshold_,
+         self.call_failed_last_, self.call_neutral_) = self._inner_choice(X, S, rows, targets,
+                                                                          folds)
         if self.use_text_:
             self.ratios_ = nb_ratios(T, error)
             X = np.hstack([X, S])
@@ -371,13 +384,16 @@ class StructuredStepModel:
         last turn of a failed episode an error whatever its score (hindsight,
         ``call_failed_last_``)."""
         return self._scored(table, self.predict_proba(table, counts=counts),
-                            self.call_failed_last_, self.call_neutral_)
+                            self.call_failed_last_, self.call_neutral_,
+                            self.first_error_threshold_)
 
     def decision_words(self) -> str:
         """How the model decides, as printed: its threshold, in words, and the rule's call."""
         from prm.evaluation.decisions import threshold_words
 
         words = threshold_words(self.error_threshold_)
+        if self.first_error_threshold_ != self.error_threshold_:
+            words += f", first-error threshold {self.first_error_threshold_:g}"
         if self.call_failed_last_:
             words += ("; the last turn of a failed episode always an error (the outcome-aware "
                       "rule's call, which scored at least as well on the inner folds)")
@@ -396,6 +412,7 @@ class StructuredStepModel:
                   "head": self.head_, "classes": [float(c) for c in self.classes_],
                   "feature_names": self.feature_names_, "C": float(self.C_),
                   "error_threshold": float(self.error_threshold_),
+                  "first_error_threshold": float(self.first_error_threshold_),
                   "call_failed_last": bool(self.call_failed_last_),
                   "call_neutral": bool(self.call_neutral_),
                   "embeddings": [int(x) for x in self.emb_components_.shape],
@@ -434,6 +451,8 @@ class StructuredStepModel:
         model = cls(setting=record["setting"], head=record["head"], C=record["C"])
         model.feature_names_, model.head_ = list(record["feature_names"]), record["head"]
         model.C_, model.error_threshold_ = record["C"], record["error_threshold"]
+        model.first_error_threshold_ = record.get("first_error_threshold",
+                                                  record["error_threshold"])
         model.call_failed_last_ = record["call_failed_last"]
         model.call_neutral_ = record["call_neutral"]
         model.classes_ = np.array(record["classes"], float)
@@ -447,12 +466,8 @@ class StructuredStepModel:
         return model, record
 
 
-def _log_loss(probs: np.ndarray, targets: np.ndarray, ternary: bool) -> float:
-    import numpy as np
-
-    eps = 1e-9
-    if ternary:
-        index = (_classes_of(targets, True) + 1).astype(int)
-        return float(-np.mean(np.log(np.clip(probs[np.arange(len(probs)), index], eps, 1))))
-    p = np.clip(probs, eps, 1 - eps)
-    return float(-np.mean(targets * np.log(p) + (1 - targets) * np.log(1 - p)))
+def _varying(rows: pd.DataFrame, names: list[str]) -> list[str]:
+    """The features that vary over the training turns (a constant one carries nothing and
+    only adds a coefficient to fit); all of them when none varies."""
+    varying = (rows[names].nunique(dropna=True) > 1).to_numpy()
+    return [n for n, v in zip(names, varying, strict=True) if v] if varying.any() else names

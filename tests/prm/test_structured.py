@@ -26,7 +26,7 @@ def _fitted(ternary_store: Path, setting: str = "blind"):
     finally:
         store.close()
     rows = rows.merge(table.drop(columns="task_id"), on=["traj_id", "t"])
-    model = StructuredStepModel(setting=setting)
+    model = StructuredStepModel(setting=setting, text="on")
     assert model.fit(rows, rows["target"], names) is model
     return model, rows
 
@@ -154,7 +154,9 @@ def test_embedding_components_are_fitted_saved_and_checked(ternary_store, tmp_pa
                                                   *TEXT_COLUMNS) and not c.startswith("emb_")]
     model = StructuredStepModel(embeddings=3, text="off").fit(rows, rows["target"], names)
     assert model.emb_components_.shape == (3, 6)
-    assert model.coef_.shape == (3, len(names) + 3)
+    # the features that vary over the training turns (constant ones are dropped) and 3 PCs
+    assert set(model.feature_names_) < set(names)
+    assert model.coef_.shape == (3, len(model.feature_names_) + 3)
     model.save(tmp_path)
     loaded, record = StructuredStepModel.load(tmp_path)
     assert record["embeddings"] == [3, 6]
