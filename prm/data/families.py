@@ -27,8 +27,8 @@ case-insensitively. A short generic English list: words of doubt (``maybe``, ``s
 approximation (``approximately``, ``assume``) and of failure (``unable``, ``sorry``,
 ``not found``); nothing specific to one benchmark's wording."""
 
-_HEDGE_RE = re.compile(r"\b(?:" + "|".join(re.escape(h) for h in HEDGES) + r")\b",
-                       re.IGNORECASE)
+# matched on lower-cased text: several times faster than an IGNORECASE alternation
+_HEDGE_RE = re.compile(r"\b(?:" + "|".join(re.escape(h) for h in HEDGES) + r")\b")
 _ERROR_RE = re.compile(r"^\s*error\b|\b(?:error|exception|traceback|failed|failure|invalid|"
                        r"not found|denied|timed? ?out)\b", re.IGNORECASE)
 _CODE_RE = re.compile(r"^\s*(?:```|~~~)", re.MULTILINE)
@@ -216,9 +216,46 @@ def _seen_before(values: np.ndarray, traj: np.ndarray) -> np.ndarray:
     return keys.duplicated(keep="first").to_numpy()
 
 
+FUZZY_REPEAT = 0.8
+"""``action_repeat_fuzzy``: a word-set Jaccard similarity with an earlier action (a tool call's
+arguments against earlier calls' arguments) at least this high."""
+
+
+def _fuzzy_repeat(actions: pd.Series, traj: np.ndarray) -> np.ndarray:
+    """Per turn: 1 when its words (a tool call's: its arguments') have a Jaccard similarity of
+    at least :data:`FUZZY_REPEAT` with an earlier turn's of the same kind (calls with calls,
+    messages with messages; the latest :data:`prm.data.evidence.MAX_EARLIER` calls or
+    :data:`prm.data.evidence.MAX_EARLIER_MESSAGES` messages)."""
+    import numpy as np
+
+    from prm.data.evidence import (
+        MAX_EARLIER,
+        MAX_EARLIER_MESSAGES,
+        arg_words,
+        call_arguments,
+        content_words,
+        max_jaccard,
+    )
+
+    out = np.zeros(len(traj))
+    earlier: dict[bool, list[set[str]]] = {True: [], False: []}
+    for i, action in enumerate(actions.fillna("").astype(str)):
+        if i == 0 or traj[i] != traj[i - 1]:
+            earlier = {True: [], False: []}
+        args = call_arguments(action)
+        words = content_words(action) if args is None else arg_words(args)
+        kind = earlier[args is not None]
+        cap = MAX_EARLIER if args is not None else MAX_EARLIER_MESSAGES
+        # an empty message repeats nothing; a call with no arguments repeats one like it
+        known = bool(words) or args is not None
+        out[i] = float(known and max_jaccard(words, kind[-cap:]) >= FUZZY_REPEAT)
+        kind.append(words)
+    return out
+
+
 def repeat_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     """Loops: ``action_repeat`` (the normalised action, :func:`normalise`, equals an earlier
-    turn's), ``action_same_as_prev`` (equals the previous turn's), ``observation_repeat``
+    turn's), ``action_repeat_fuzzy`` (:func:`_fuzzy_repeat`: nearly the same words), ``action_same_as_prev`` (equals the previous turn's), ``observation_repeat``
     (the observation equals an earlier one, empty ones excepted), ``repeats_so_far``
     (repeated actions up to this turn)."""
     import numpy as np
@@ -230,6 +267,7 @@ def repeat_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     repeat = _seen_before(actions, traj)
     return {
         "action_repeat": repeat.astype(float),
+        "action_repeat_fuzzy": _fuzzy_repeat(frame["action"], traj),
         "action_same_as_prev": (same_traj & (actions == np.r_[[None], actions[:-1]])
                                 ).astype(float),
         "observation_repeat": (_seen_before(observations, traj) & (observations != "")
@@ -239,17 +277,21 @@ def repeat_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
 
 
 def observation_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
-    """What came back: ``observation_empty``, ``observation_short`` (under
-    :data:`SHORT_OBSERVATION` characters, not empty), ``observation_error`` (starts with
+    """What came back: ``observation_empty``, ``observation_short`` (not empty, but its parsed
+    result, :func:`prm.data.evidence.parse_result`, is under :data:`SHORT_OBSERVATION`
+    characters: a JSON wrapper such as ``{"result": ""}`` is read through), ``observation_error`` (starts with
     "error" or names an error, exception, traceback, failure, "not found", "denied" or a time
     out) and ``log_observation_chars``."""
     import numpy as np
 
+    from prm.data.evidence import parse_result
+
     text = frame["observation"].fillna("").astype(str).str.strip()
     n = text.str.len().to_numpy(float)
+    parsed = np.array([len(parse_result(o)) for o in text], float)
     return {
         "observation_empty": (n == 0).astype(float),
-        "observation_short": ((n > 0) & (n < SHORT_OBSERVATION)).astype(float),
+        "observation_short": ((n > 0) & (parsed < SHORT_OBSERVATION)).astype(float),
         "observation_error": text.str.contains(_ERROR_RE).to_numpy(float),
         "log_observation_chars": np.log1p(n),
     }
@@ -280,8 +322,17 @@ def hedging_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     """``hedges`` (how many :data:`HEDGES` the action contains) and ``has_hedge``."""
     import numpy as np
 
-    counts = np.array([len(_HEDGE_RE.findall(a or "")) for a in frame["action"]], float)
+    counts = np.array([len(_HEDGE_RE.findall((a or "").lower())) for a in frame["action"]],
+                      float)
     return {"hedges": counts, "has_hedge": (counts > 0).astype(float)}
+
+
+def evidence_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
+    """The step read against the task and the evidence before it:
+    :func:`prm.data.evidence.evidence_features`."""
+    from prm.data.evidence import evidence_features as columns
+
+    return columns(frame, setting)
 
 
 def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
@@ -310,6 +361,6 @@ def episode_end_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndar
 FAMILIES: tuple[Callable[[pd.DataFrame, str], dict[str, np.ndarray]], ...] = (
     position_features, speaker_features, turn_kind_features, spell_age_features, repeat_features,
     observation_features, tool_count_features, length_features, hedging_features,
-    episode_end_features,
+    evidence_features, episode_end_features,
 )
 """The per-trajectory families, in the order their columns appear."""

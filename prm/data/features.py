@@ -54,7 +54,12 @@ _TOOL_RE = re.compile(r"^\s*[A-Za-z_][\w.]*\s*\(")
 
 FRAME_COLUMNS = ("traj_id", "run", "task_id", "t", "n_turns", "success", "success_turn",
                  "action", "observation", "is_tool", "is_error", "error_kind", "speaker")
-"""The columns of a turn frame."""
+"""The columns every turn frame has."""
+
+OPTIONAL_COLUMNS = ("prompt",)
+"""Columns :func:`load_turn_frame` adds after :data:`FRAME_COLUMNS` and the families read when
+present: ``prompt``, the trajectory's task (:mod:`prm.data.evidence`; without it the task is
+the first turn's observation)."""
 
 SPEAKER_KEYS = ("agent", "speaker", "role")
 """Keys of a turn's meta that name who wrote it, first present wins: a multi-agent log keeps
@@ -69,7 +74,7 @@ optional hashed TF-IDF block: the turn's own action and observation and the prev
 
 def load_turn_frame(con: duckdb.DuckDBPyConnection,
                     traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """The store's turns as a turn frame (:data:`FRAME_COLUMNS`), ordered by ``traj_id, t``.
+    """The store's turns as a turn frame (:data:`FRAME_COLUMNS`, :data:`OPTIONAL_COLUMNS`), ordered by ``traj_id, t``.
 
     ``is_error`` and ``error_kind`` are what the marking rules find reading the data
     (:func:`recovery.marking.rule_marks`: explicit marks, content rules, ``repeat``), not
@@ -78,6 +83,7 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
     predict. ``is_tool`` is whether the turn's action is a tool call: the data gave a
     structured action (``action_json``) or the text reads ``name(...)``. ``speaker`` is who
     wrote the turn, from its meta (:data:`SPEAKER_KEYS`; empty when the data names nobody).
+    ``prompt`` is the trajectory's prompt (the task, :mod:`prm.data.evidence`; empty if none).
     """
     from recovery.marking import rule_marks
     from recovery.store import traj_scope
@@ -90,7 +96,7 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
                    tr.success, tr.success_turn, coalesce(u.action, '') AS action,
                    coalesce(u.observation, '') AS observation,
                    u.action_json IS NOT NULL AS has_json,
-                   coalesce({speaker}, '') AS speaker
+                   coalesce({speaker}, '') AS speaker, coalesce(tr.prompt, '') AS prompt
             FROM turns u JOIN trajectories tr USING (traj_id)
             WHERE {scope} ORDER BY tr.traj_id, u.t
             """
@@ -100,7 +106,7 @@ def load_turn_frame(con: duckdb.DuckDBPyConnection,
     frame = frame.merge(marks, on=["traj_id", "t"], how="left", validate="one_to_one")
     frame["is_error"] = frame["error_kind"].notna()
     frame["is_tool"] = frame.pop("has_json").astype(bool) | frame["action"].str.match(_TOOL_RE)
-    return frame[list(FRAME_COLUMNS)]
+    return frame[list(FRAME_COLUMNS + OPTIONAL_COLUMNS)]
 
 
 def _check_setting(setting: str) -> None:
@@ -122,6 +128,9 @@ def sibling_features(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]
     siblings took), ``log_siblings`` (``log(1 + K - 1)``).
     Hindsight adds ``own_final_agree`` (share of siblings whose final answer equals this
     trajectory's) and ``sib_success_rate`` (the siblings' success rate, known outcomes only).
+    :func:`step_features` adds beside them the answers compared by meaning
+    (:func:`prm.data.answers.answer_columns`: ``sib_answer_contain``, ``sib_answer_f1``,
+    ``states_sib_majority``, ``sib_majority_share``).
     With one sample (K = 1) every share is NaN: neutral. Computed with counts over each task's
     samples (:mod:`prm.data.siblings`); the similarity reads at most 64 siblings (above that many,
     a fixed sample of them).
@@ -179,6 +188,7 @@ def step_features(frame: pd.DataFrame, setting: str = "blind", *,
     """
     import pandas as pd
 
+    from prm.data.answers import answer_columns
     from prm.data.siblings import MAX_SIMILARITY_SIBLINGS
 
     _check_setting(setting)
@@ -189,6 +199,7 @@ def step_features(frame: pd.DataFrame, setting: str = "blind", *,
     notes = []
     if siblings:
         columns.update(sibling_features(frame, setting))
+        columns.update(answer_columns(frame, setting))
         sizes = frame.groupby(["run", "task_id"])["traj_id"].nunique()
         if len(sizes) and (sizes < 2).all():
             notes.append("one sample per task: the sibling (self-consistency) features are "

@@ -241,7 +241,7 @@ def test_load_turn_frame_reads_marks_from_a_store(con, memory_store):
 
     memory_store.ingest_trajectories([make_trajectory("t1", 0, ["ok", "err", "ok"])])
     frame = F.load_turn_frame(con)
-    assert list(frame.columns) == list(F.FRAME_COLUMNS)
+    assert list(frame.columns) == list(F.FRAME_COLUMNS + F.OPTIONAL_COLUMNS)
     assert list(frame["is_error"]) == [False, True, False]
     assert frame["is_tool"].all()
     assert list(frame["n_turns"]) == [3, 3, 3]

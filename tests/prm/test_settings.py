@@ -56,6 +56,43 @@ def test_blind_features_of_earlier_turns_do_not_move(after):
     assert not hind_before.loc[earlier].equals(hind_after.loc[earlier])
 
 
+RICH = {
+    "a": [("search(q='capital of France')", '{"result": "Paris is the capital"}'),
+          ("search(q='capital France')", '{"result": ""}'),
+          ("However the answer is Paris.", ""), ("<answer>Paris</answer>", "")],
+    "b": [("search(q='capital of France')", '[search] {"output": "Paris"}'),
+          ("FINAL ANSWER: paris, France", "")],
+    "c": [("It seems unclear; the answer is Lyon", "")],
+}
+
+
+def _rich(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with a task prompt and named speakers (the evidence family reads both)."""
+    frame = frame.copy()
+    frame["prompt"] = "system: policy\nuser: What is the capital of France?"
+    frame["speaker"] = np.where(frame["t"] % 2 == 0, "Surfer", "Orchestrator")
+    return frame
+
+
+@pytest.mark.parametrize("after", [1, 2, 3])
+def test_blind_answer_and_evidence_features_of_earlier_turns_do_not_move(after):
+    from prm.data.answers import ANSWER_COLUMNS
+    from prm.data.evidence import EVIDENCE_COLUMNS
+
+    before = _rich(frame_of(RICH, success={"a": False, "b": True, "c": True}))
+    changed = _rich(_changed_future(before, "a", after))
+    blind_before, blind_after = _features(before, "blind"), _features(changed, "blind")
+    new = [*ANSWER_COLUMNS, *EVIDENCE_COLUMNS, "action_repeat_fuzzy", "observation_short"]
+    assert set(new) <= set(blind_before.columns)
+    earlier = [("a", t) for t in range(1, after + 1)]
+    pd.testing.assert_frame_equal(blind_before.loc[earlier], blind_after.loc[earlier])
+    # the outcomes alone flipped: no blind feature of any turn moves
+    flipped = before.assign(success=before["success"].map({True: False, False: True}))
+    pd.testing.assert_frame_equal(blind_before, _features(flipped, "blind"))
+    # the siblings' answers are read: b's features move when a's final answer changes
+    assert not blind_before.loc[[("b", 2)], new].equals(blind_after.loc[[("b", 2)], new])
+
+
 def test_blind_scores_of_earlier_turns_do_not_move(ternary_store):
     from tests.prm.test_structured import _fitted
 
