@@ -164,6 +164,9 @@ def answer_columns(frame: pd.DataFrame, setting: str) -> dict[str, np.ndarray]:
     out = {name: np.full(n, np.nan) for name in ANSWER_COLUMNS}
     if not n:
         return out
+    samples = frame.groupby(["run", "task_id"])["traj_id"].nunique()
+    if not len(samples) or samples.max() < 2:
+        return out  # one sample per task: nothing to compare (and no answer to extract)
     order = np.lexsort((frame["t"].to_numpy(), frame["traj_id"].to_numpy(object)))
     own = _own_answers(frame["action"])[order]
     traj = frame["traj_id"].to_numpy(object)[order]

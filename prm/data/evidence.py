@@ -149,7 +149,7 @@ def restates(step: set[str], task: set[str]) -> float:
 MAX_EARLIER = 64
 """Earlier calls a turn's arguments are compared with: the latest ones."""
 
-MAX_EARLIER_MESSAGES = 16
+MAX_EARLIER_MESSAGES = 8
 """Earlier messages a message is compared with (``action_repeat_fuzzy``): the latest ones
 (messages are long, so fewer)."""
 
