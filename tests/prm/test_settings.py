@@ -207,8 +207,8 @@ def test_minilm_embeddings_of_earlier_turns_do_not_see_later_ones():
 
 def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Path):
     """Labels as Who&When gives them (the decisive step -1, the steps before it 0, none +1):
-    the default head is binary (a ternary head would have no +1 to learn), and the verdict
-    says the all-correct floors get nothing right there."""
+    the default head is binary (a ternary head would have no +1 to learn), the all-correct
+    floors get nothing right there, and the verdict is made against the fold-prior floor."""
     from prm.evaluation.cv import CVConfig, cross_validate
     from recovery.schema import Trajectory, Turn
     from recovery.store import open_store
@@ -229,4 +229,4 @@ def test_decisive_error_labels_get_the_binary_head_and_a_floor_note(tmp_path: Pa
                             echo=lambda *_: None)
     assert report.head == "binary"
     assert report.floor_all_correct_step_acc == 0.0
-    assert "no turn is labelled +1" in report.verdict
+    assert "fold-prior" in report.verdict and "all-correct" not in report.verdict
