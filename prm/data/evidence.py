@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -167,23 +168,34 @@ def _known(words: set[str], results: set[str], said: dict[str, set[str]],
     return {w for w in words if w in results or bool(said.get(w, set()) - {speaker})}
 
 
-def _turn_row(action: str, args: str | None, step: set[str], task: set[str], seen: set[str],
-              calls: list[set[str]], empties: int, prev: str | None) -> list[float]:
+@dataclass(frozen=True)
+class _Before:
+    """What the turns before a step left: the task's content words, the words the evidence
+    holds (``seen``), earlier calls' argument words, the count of empty or short results, and
+    the previous result, parsed (None when there was none)."""
+
+    task: set[str]
+    seen: set[str]
+    calls: list[set[str]]
+    empties: int
+    prev: str | None
+
+
+def _turn_row(action: str, args: str | None, step: set[str], before: _Before) -> list[float]:
     """One turn's :data:`EVIDENCE_COLUMNS` from the state before it (``args``: its call's
-    arguments, :func:`call_arguments`; ``step``: its content words; ``seen``: the words of
-    the task and of the claim the evidence holds; ``prev``: the previous result, parsed, None
-    when there was none)."""
+    arguments, :func:`call_arguments`; ``step``: its content words)."""
     import math
 
     from prm.data.answers import extract_answer
 
+    task, seen, calls, prev = before.task, before.seen, before.calls, before.prev
     claim = content_words(extract_answer(action))
     n_contra = contradictions(action)
     return [coverage(task, seen), coverage(claim, seen),
             math.log1p(len(claim - seen - task)), coverage(step, task), restates(step, task),
             0.0 if args is None else max_jaccard(arg_words(args), calls[-MAX_EARLIER:]),
             float(calls_in(action)), float(prev == ""),
-            float(prev is not None and 0 < len(prev) < SHORT_RESULT), float(empties),
+            float(prev is not None and 0 < len(prev) < SHORT_RESULT), float(before.empties),
             float(n_contra), float(n_contra > 0)]
 
 
@@ -201,7 +213,7 @@ def _trajectory_rows(turns: dict[str, np.ndarray], task: str) -> list[list[float
                                                   strict=True):
         step, args = content_words(action), call_arguments(action)
         seen = _known(task_words | step, results, said, speaker)
-        rows.append(_turn_row(action, args, step, task_words, seen, calls, empties, prev))
+        rows.append(_turn_row(action, args, step, _Before(task_words, seen, calls, empties, prev)))
         result = parse_result(observation)
         results |= content_words(result)
         if speaker:  # in a chat of several agents, a speaker's message is evidence to others

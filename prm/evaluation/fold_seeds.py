@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prm.evaluation.cv import CVReport
-
 DECISION_METRICS = (("step_acc", "step accuracy"), ("first_error_acc", "first-error accuracy"))
 FLOORS = (("floor_all_correct", "every step correct"), ("floor_outcome", "outcome-aware"),
           ("floor_prior", "fold prior"))
@@ -27,8 +25,9 @@ def argmax_metrics(pooled: pd.DataFrame) -> dict[str, float | None]:
     return {name: metrics[name] for name, _ in DECISION_METRICS}
 
 
-def seed_summary(report: CVReport) -> dict[str, Any]:
-    """One fold seed's numbers: its metrics, floors, argmax's and verdict."""
+def seed_summary(report: Any) -> dict[str, Any]:
+    """One fold seed's numbers (``report``: a ``prm.evaluation.cv.CVReport``; not imported,
+    since cv imports this module): its metrics, floors, argmax's and verdict."""
     keys = ("step_auroc", *(m for m, _ in DECISION_METRICS),
             *(f"{f}_{m}" for f, _ in FLOORS for m, _ in DECISION_METRICS))
     return {"seed": report.seed, **{k: getattr(report, k) for k in keys},
