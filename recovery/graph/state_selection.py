@@ -42,15 +42,10 @@ def graph_runs(graph: nx.DiGraph) -> list[str]:
 
 def _with_ancestors(graph: nx.DiGraph, nodes: Iterable[Any]) -> set[Any]:
     """``nodes`` and every node above them."""
-    out: set[Any] = set()
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
-        if node in out:
-            continue
-        out.add(node)
-        stack.extend(graph.predecessors(node))
-    return out
+    import networkx as nx
+
+    nodes = set(nodes)
+    return nodes.union(*(nx.ancestors(graph, node) for node in nodes))
 
 
 def select_states(graph: nx.DiGraph, max_states: int = MAX_STATES) -> StateSelection:
@@ -107,12 +102,7 @@ def select_states(graph: nx.DiGraph, max_states: int = MAX_STATES) -> StateSelec
 
 def _descendant_states(graph: nx.DiGraph, roots: list[Any]) -> set[Any]:
     """The states at or below ``roots``."""
-    out: set[Any] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if node in out:
-            continue
-        out.add(node)
-        stack.extend(graph.successors(node))
-    return {n for n in out if graph.nodes[n].get("type") == "state"}
+    import networkx as nx
+
+    below = set(roots).union(*(nx.descendants(graph, root) for root in roots))
+    return {n for n in below if graph.nodes[n].get("type") == "state"}
