@@ -64,23 +64,33 @@ def descriptive(
             limit = np.inf if t is None else t
             err = np.isfinite(first_error[sel]) & (first_error[sel] <= limit)
             ok = success[sel] & (sturn[sel] <= limit)
-            per_task = np.bincount(task_code[sel], minlength=task_code.max(initial=-1) + 1)
-            weight = 1.0 / per_task[task_code[sel]] if sel.any() else np.zeros(0)
-            total, w_err = weight.sum(), weight[err].sum()
-            rows.append(
-                {
-                    "run": run,
-                    "t": t,
-                    "n": int(sel.sum()),
-                    "e": w_err / total if total else np.nan,
-                    "c": weight[~err & ok].sum() / (total - w_err) if (~err).any() else np.nan,
-                    "r": weight[err & ok].sum() / w_err if err.any() else np.nan,
-                    "success": weight[ok].sum() / total if total else np.nan,
-                }
-            )
+            width = task_code.max(initial=-1) + 1
+            codes = task_code[sel]
+            sums = (np.bincount(codes, minlength=width).astype(float),
+                    *(np.bincount(codes, weights=w.astype(float), minlength=width)
+                      for w in (err, ok, err & ok)))
+            rows.append({"run": run, "t": t, **ecr_from_task_sums(*sums)})
     out = pd.DataFrame(rows, columns=["run", "t", "n", "e", "c", "r", "success"])
     out["t"] = pd.array(out["t"].tolist(), dtype="Int64")
     return out
+
+
+def ecr_from_task_sums(n: np.ndarray, err: np.ndarray, ok: np.ndarray, err_ok: np.ndarray
+                       ) -> dict[str, float | int]:
+    """``n, e, c, r`` and success of one run and T from per-task sums: samples, samples with
+    an error by T, successes by T, successes by T after an error. Every task weighs once (a
+    trajectory ``1 / n_i``); tasks with no sample are left out."""
+    present = n > 0
+    n, err, ok, err_ok = (v[present] for v in (n, err, ok, err_ok))
+    total, w_err = float(present.sum()), float((err / n).sum())
+    nan = float("nan")
+    return {
+        "n": int(n.sum()),
+        "e": w_err / total if total else nan,
+        "c": float(((ok - err_ok) / n).sum()) / (total - w_err) if (n > err).any() else nan,
+        "r": float((err_ok / n).sum()) / w_err if err.any() else nan,
+        "success": float((ok / n).sum()) / total if total else nan,
+    }
 
 
 def _first_error_turn(traj: pd.DataFrame, flags: pd.DataFrame) -> np.ndarray:

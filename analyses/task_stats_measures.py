@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analyses.descriptive import ecr_from_task_sums
 from analyses.hazards import N_COUNTS
 from analyses.task_counts import TaskCounts
 from analyses.tgrid import normalise_ts, split_ts
@@ -230,7 +231,7 @@ def descriptive_from_statistics(stats: TaskStatistics, ts: Sequence[int | None]
         group[pairs] = np.arange(len(pairs))
         for t in normalise_ts(ts, stats.mode):
             sums = _by_t(stats, group, len(pairs), t)
-            rows.append({"run": str(run), "t": t, **_ecr(*sums)})
+            rows.append({"run": str(run), "t": t, **ecr_from_task_sums(*sums)})
     out = pd.DataFrame(rows, columns=["run", "t", "n", "e", "c", "r", "success"])
     out["t"] = pd.array(out["t"].tolist(), dtype="Int64")
     return out
@@ -245,20 +246,3 @@ def _by_t(stats: TaskStatistics, group: np.ndarray, n_pairs: int, t: int | None
     n = _dense(stats, "ended", group, n_pairs, 1, budget)[:, 0]
     return (n, *(_dense(stats, name, group, n_pairs, width, budget)[:, :last].sum(axis=1)
                  for name in ("first_error", "won", "won_after_error")))
-
-
-def _ecr(n: np.ndarray, err: np.ndarray, ok: np.ndarray, err_ok: np.ndarray
-         ) -> dict[str, float | int]:
-    """The descriptive numbers of one run and T from its per-task sums, each task weighing
-    once (a trajectory ``1 / n_i``)."""
-    present = n > 0
-    n, err, ok, err_ok = (v[present] for v in (n, err, ok, err_ok))
-    total, w_err = float(present.sum()), float((err / n).sum())
-    nan = float("nan")
-    return {
-        "n": int(n.sum()),
-        "e": w_err / total if total else nan,
-        "c": float(((ok - err_ok) / n).sum()) / (total - w_err) if (n > err).any() else nan,
-        "r": float((err_ok / n).sum()) / w_err if err.any() else nan,
-        "success": float((ok / n).sum()) / total if total else nan,
-    }
