@@ -363,10 +363,26 @@ def _first_turns(rows: list, budget: int) -> list:
               + BudgetUnitsEnv().reset(**dict(row, max_turns=budget))}] for row in rows]
 
 
+def _slug(mode: str) -> str:
+    return mode.replace(":", "-").replace("+", "-")
+
+
+def finished_mode(out: Path, mode: str) -> tuple[float, float, dict, list] | None:
+    """A mode a cut-short run finished (its rollouts, saved policy and ``mode-<mode>.json``
+    record are all in ``out``): wall s, CPU s, P(fast | T left), train log; else None."""
+    record = out / f"mode-{_slug(mode)}.json"
+    rollouts = out / f"{mode.replace(':', '-')}.jsonl"
+    if not (record.is_file() and rollouts.is_file() and (out / "policies" / _slug(mode)).is_dir()):
+        return None
+    kept = json.loads(record.read_text())
+    return kept["wall_s"], kept["cpu_s"], kept["p_fast"], kept["train_log"]
+
+
 def seed_results(config: BenchConfig, seed: int, work: Path,
-                 only: list[str] | None = None) -> dict[str, Any]:
+                 only: list[str] | None = None, resume: bool = False) -> dict[str, Any]:
     """Train the policies of a seed (``only``: those modes, added to the seed's earlier
-    result), roll them out, analyse; also written to ``WORK/seed-S/result.json``."""
+    result; ``resume``: modes a cut-short run finished are read back, not trained again), roll
+    them out, analyse; also written to ``WORK/seed-S/result.json``."""
     from analyses.budgetmix.assign import with_budgets
     from bench.budgetmix_lm.pilot import cpu_seconds
     from bench.budgetmix_lm.rollout import rollouts
@@ -398,6 +414,15 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
             "budgets": [int(b) for b in earlier["adaptive_schedule"]],
             "weights": list(earlier["adaptive_schedule"].values())})
     for mode in only or config.modes:
+        files[mode] = out / f"{mode.replace(':', '-')}.jsonl"
+        if resume and (kept := finished_mode(out, mode)) is not None:
+            walls[mode], cpus[mode], p_fast[mode], logs[mode] = kept
+            if mode == "budgetmix-adaptive":
+                schedules[mode] = plan_adaptive(plan_file, config.budgets, out)
+            if mode == f"fixed:{long_}":
+                plan_file = out / "plan-rollouts.jsonl"
+            print(f"  seed {seed}: {mode} kept from the earlier run in {out}", flush=True)
+            continue
         started, cpu = time.perf_counter(), cpu_seconds()
         budgets = mode_budgets(mode, config, seed, len(splits["train"]), schedules, plan_file, out)
         scorer = (fit_prm(start, tokenizer, tools, splits["prm"], config, seed)
@@ -410,8 +435,7 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
         trajectories, _ = rollouts(policy, tokenizer, tools, splits["eval"], config.budgets,
                                    config.eval_samples, mode, seed + 1000)
         # kept so the evaluation can be redone without training again
-        policy.save_pretrained(out / "policies" / mode.replace(":", "-").replace("+", "-"))
-        files[mode] = out / f"{mode.replace(':', '-')}.jsonl"
+        policy.save_pretrained(out / "policies" / _slug(mode))
         write_jsonl(trajectories, files[mode])
         p_fast[mode] = mechanism(policy, tokenizer, tools, splits["bank"], config.budgets, seed)
         if mode == f"fixed:{long_}":  # the adaptive plan reads training-side tasks only
@@ -420,6 +444,9 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
             plan_file = out / "plan-rollouts.jsonl"
             write_jsonl(planning, plan_file)
         walls[mode], cpus[mode] = time.perf_counter() - started, cpu_seconds() - cpu
+        (out / f"mode-{_slug(mode)}.json").write_text(json.dumps(
+            {"wall_s": walls[mode], "cpu_s": cpus[mode], "p_fast": p_fast[mode],
+             "train_log": logs[mode]}, default=float) + "\n")
         print(f"  seed {seed}: {mode} trained and evaluated in {walls[mode]:.0f} s "
               f"({cpus[mode]:.0f} CPU s); P(fast | T left) {p_fast[mode]}", flush=True)
     report = analyse(list(files.values()), f"fixed:{long_}", config, seed, out)
@@ -454,6 +481,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, BenchConfig]:
     parser.add_argument("--modes", default=None,
                         help="Comma-separated modes to train and add to each seed's earlier "
                              "result (default: every mode, from scratch).")
+    parser.add_argument("--resume", action="store_true",
+                        help="Keep the modes a cut-short run in --work finished (their rollouts, "
+                             "policies and mode-<mode>.json records); train the rest.")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per policy.")
     parser.add_argument("--work", type=Path, default=Path("bench-out/budgetmix-trl"),
                         help="Folder for rollouts, reports and results.json.")
@@ -503,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in config.seeds:
         only = [m for m in args.modes.split(",") if m] if args.modes else None
-        results.append(seed_results(config, seed, args.work, only))
+        results.append(seed_results(config, seed, args.work, only, args.resume))
         # rewritten after each seed: a run cut short keeps the seeds it finished
         (args.work / "results.json").write_text(json.dumps(
             {"config": asdict(config), "results": results}, indent=1) + "\n")
