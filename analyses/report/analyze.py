@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from analyses.report.records import GroupedReport, Report
+    from analyses.task_stats import StatisticsSource
     from recovery.store import IngestOptions, Store
 
 Echo = Callable[[str], None]
@@ -119,6 +120,37 @@ class AnalyzeConfig(CheckedOptions):
         "format wrote for some of its episodes) or is detected over the runs; the data-quality "
         "section says which.",
     )
+    engine: str = opt(
+        "local",
+        "local: the per-task statistics are computed in this process; ray: on a Ray cluster, "
+        "one task per shard of a folder store's files, merged here (pip install "
+        "'agent-recovery[ray]'; RAY_ADDRESS names the cluster, else a local one is started); "
+        "needs --store DIR/ on a folder every node sees, and no --by or --where.",
+        choices=("local", "ray"),
+    )
+    workers: int | None = opt(
+        None, "With --engine ray: tasks at once (default: the cluster's CPUs)."
+    )
+
+
+def engine_statistics(config: AnalyzeConfig) -> dict[str, StatisticsSource]:
+    """:func:`analyses.report.build.build_report`'s keyword for ``config.engine``: none for
+    the local engine; for ``ray``, ``statistics`` computed on a Ray cluster.
+
+    Raises:
+        UsageProblem: with ``ray``, for a store that is not a local folder store, --by or
+            --where, Ray not installed, or workers below 1.
+    """
+    if config.engine != "ray":
+        return {}
+    from analyses.task_stats_ray import ray_statistics_source
+    from recovery.store.ray_cluster import check_folder_store
+
+    for flag, value in (("--by", config.by), ("--where", config.where)):
+        if value is not None:
+            raise UsageProblem(f"analyze --engine ray does not take {flag}: use --engine local")
+    check_folder_store(config.store, "analyze")
+    return {"statistics": ray_statistics_source(config.store, config.workers)}
 
 
 def _max_turns(values: list[str] | None) -> dict[str, int] | None:
@@ -319,6 +351,7 @@ def analyze(
         ci=config.ci,
         max_turns=_max_turns(config.max_turns),
     )
+    statistics = engine_statistics(config)
     ingest_options = IngestOptions(
         format=config.format, rules=load_rules(config.rules) if config.rules else None,
         results=config.results,
@@ -366,7 +399,7 @@ def analyze(
                     echo(f"note: {report.notes[0]}")
             else:
                 report = build_report(con, runs or None, options, progress=progress,
-                                      traj_ids=traj_ids)
+                                      traj_ids=traj_ids, **statistics)
                 if order:
                     from analyses.report.series import series_points
 
