@@ -37,6 +37,13 @@ lint: setup
 test-slow: setup
 	$(BIN)/pytest -q -m slow
 
+# The Ray engine (--engine ray) on a two-node Ray cluster started on this machine; the ray
+# extra goes into the project's venv (tests marked `ray`, left out of `make test`).
+.PHONY: test-ray
+test-ray: setup
+	$(BIN)/pip install --quiet -e '.[ray]'
+	$(BIN)/pytest -q -m ray tests/integration/
+
 # Side-by-side benchmarks (minutes; not part of the tests). TRL is needed for the PRM one.
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
