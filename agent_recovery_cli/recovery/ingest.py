@@ -11,6 +11,7 @@ import click
 
 from agent_recovery_cli.recovery.options import command_options, opt
 from recovery.display import printable
+from recovery.errors import UsageProblem
 from recovery.store.command import IngestConfig
 
 
@@ -56,6 +57,8 @@ def run_ingest(config: IngestCommandConfig, *, echo=click.echo) -> int:
         echo(printable(names_line(names)), err=True)
 
     # an unknown --format is a UsageProblem, which command_options reports (exit 2)
+    if config.engine != "ray" and config.workers is not None:
+        raise UsageProblem("--workers is for --engine ray (the local engine is one process)")
     if config.engine == "ray":
         from recovery.store.ray_ingest import ray_ingest_command
 

@@ -139,9 +139,12 @@ def engine_statistics(config: AnalyzeConfig) -> dict[str, StatisticsSource]:
 
     Raises:
         UsageProblem: with ``ray``, for a store that is not a local folder store, --by or
-            --where, Ray not installed, or workers below 1.
+            --where, Ray not installed, or workers below 1; locally, for workers given.
     """
     if config.engine != "ray":
+        if config.workers is not None:
+            raise UsageProblem("--workers is for --engine ray (the local engine is one "
+                               "process)")
         return {}
     from analyses.task_stats_ray import ray_statistics_source
     from recovery.store.ray_cluster import check_folder_store

@@ -66,7 +66,9 @@ def test_engine_ray_without_ray_says_how_to_install_it(
     ("ingest", [], "needs a folder store"),
     ("ingest", ["--store", "s3://bucket/runs"], "object storage is not supported"),
     ("ingest", ["--store", "s/", "--workers", "0"], "--workers: give 1 or more"),
+    ("ingest", ["--store", "s/", "--workers", "2", "--engine", "local"], "--workers is for"),
     ("analyze", ["--store", "s.duckdb"], "needs a folder store"),
+    ("analyze", ["--store", "s/", "--workers", "2", "--engine", "local"], "--workers is for"),
     ("analyze", ["--store", "s/", "--by", "env"], "does not take --by"),
     ("analyze", ["--store", "s/", "--where", "budget = 10"], "does not take --where"),
 ])
@@ -74,7 +76,8 @@ def test_engine_ray_refuses_what_it_cannot_do(tmp_path: Path, sim_files: list[Pa
                                               monkeypatch: pytest.MonkeyPatch, command: str,
                                               extra: list[str], says: str) -> None:
     monkeypatch.chdir(tmp_path)
-    result = run_cli(command, *sim_files, *extra, "--engine", "ray")
+    engine = [] if "--engine" in extra else ["--engine", "ray"]
+    result = run_cli(command, *sim_files, *extra, *engine)
     assert result.exit_code == 2, result.output
     assert says in result.output
     assert not any(tmp_path.iterdir())
@@ -152,3 +155,15 @@ def test_a_failed_task_leaves_nothing_committed(tmp_path: Path, sim_files: list[
     assert sorted(p for p in (tmp_path / "s").rglob("*") if "_tmp" not in p.parts) == files_before
     assert not list((tmp_path / "s" / "_tmp").iterdir())  # the first task's partitions: gone
     assert [r.status for r in store.ingest_files([sim_files[1]])] == ["ingested"]
+
+
+def test_records_skipped_with_skip_bad_are_reported_as_locally(tmp_path: Path,
+                                                               sim_files: list[Path]) -> None:
+    lines = sim_files[0].read_text().splitlines()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join([lines[0], '{"run": 1}', lines[1], "not json"]) + "\n")
+    options = IngestOptions(skip_bad=True)
+    (expected,) = open_store(f"{tmp_path / 'local'}/").ingest_files([mixed], options)
+    (result,) = ingest_staged(open_store(f"{tmp_path / 'ray'}/"), [mixed], options, in_process)
+    assert [str(e) for e in result.skipped] == [str(e) for e in expected.skipped]
+    assert len(result.skipped) == 2 and result.summary() == expected.summary()
