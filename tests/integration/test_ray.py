@@ -197,3 +197,22 @@ def test_ingest_and_analyze_on_ray_write_the_local_json(ray_store: Path, inputs:
         report.pop("cpu_timings", None)
         reports.append(report)
     assert reports[0]["runs"] and reports[0] == reports[1]
+
+
+def test_the_command_joins_the_cluster_ray_address_names(cluster, inputs: Path,
+                                                         tmp_path: Path) -> None:
+    """A fresh ``recovery ingest --engine ray`` process joins the running cluster through
+    ``RAY_ADDRESS`` (it starts none of its own) and leaves it running."""
+    import subprocess
+    import sys
+
+    recovery = Path(sys.executable).with_name("recovery")
+    env = {**os.environ, "RAY_ADDRESS": cluster.address}
+    jobs = len(ray._private.state.jobs())  # the cluster's drivers so far (Ray's own table)
+    done = subprocess.run([str(recovery), "ingest", str(inputs / "rl-0.jsonl"), "--store",
+                           f"{tmp_path / 's'}/", "--engine", "ray"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "rl-0.jsonl: " in done.stdout and "trajectories" in done.stdout
+    assert len(ray._private.state.jobs()) == jobs + 1  # the command was a driver of it
+    assert len([node for node in ray.nodes() if node["Alive"]]) == 2
