@@ -133,7 +133,11 @@ def _stage(root: Path, manifest: Manifest, path: Path, options: IngestOptions,
         if result.status != "ingested":
             return StagedFile(result, str(work))
         _check_store_clash(stage)
-        renames, parts = _write_partitions(stage, work / "new", result.sha256, 0)
+        try:
+            renames, parts = _write_partitions(stage, work / "new", result.sha256, 0)
+        except duckdb.Error as err:
+            _refuse_long_label(path, err)
+            raise
         rows = stage.execute("SELECT traj_id, run, task_id, source_file, source_line "
                              "FROM trajectories ORDER BY source_line, traj_id").fetchall()
         bad = [(e.message, e.file, e.line) for e in result.skipped]
@@ -154,6 +158,17 @@ def clash_error(file: str | None, line: int | None, run: str, task: str,
         "'sample' values, or give this file a run label of its own (`recovery ingest FILE "
         "--run NAME --store S`, then analyse the store); nothing from this file was stored"
     )
+
+
+def _refuse_long_label(path: Path, err: Exception) -> None:
+    """Refuse, as the local engine does, a run label too long for a partition's folder."""
+    from recovery.store.errors import IngestError
+
+    if "File name too long" in str(err):
+        raise IngestError(
+            f"{path}: a run label is too long for a folder name of the store (at most 255 "
+            "bytes, once percent-encoded: 251 ASCII letters and digits, fewer otherwise); give "
+            "the file a shorter one with --run; nothing from this file was stored") from None
 
 
 def _check_store_clash(stage: duckdb.DuckDBPyConnection) -> None:

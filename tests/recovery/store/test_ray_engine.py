@@ -167,3 +167,13 @@ def test_records_skipped_with_skip_bad_are_reported_as_locally(tmp_path: Path,
     (result,) = ingest_staged(open_store(f"{tmp_path / 'ray'}/"), [mixed], options, in_process)
     assert [str(e) for e in result.skipped] == [str(e) for e in expected.skipped]
     assert len(result.skipped) == 2 and result.summary() == expected.summary()
+
+
+def test_a_run_label_too_long_for_a_folder_fails_as_locally(tmp_path: Path,
+                                                            sim_files: list[Path]) -> None:
+    options = IngestOptions(run="r" * 300)
+    (expected,) = open_store(f"{tmp_path / 'local'}/").ingest_files([sim_files[0]], options)
+    store = open_store(f"{tmp_path / 'ray'}/")
+    (result,) = ingest_staged(store, [sim_files[0]], options, in_process)
+    assert (result.status, result.error) == ("failed", expected.error)
+    assert "run label is too long" in (expected.error or "")
