@@ -17,14 +17,17 @@ import numpy as np
 
 from analyses.dp import success_curve
 from analyses.frames import is_in
-from analyses.hazards import N_COUNTS, event_counts, rates_from_counts, turn_table
+from analyses.hazards import N_COUNTS, end_turns, rates_from_counts
 from analyses.strata import check_strata_by, key_counts, strata_weights
 from analyses.task_counts import task_counts
 from analyses.tgrid import normalise_ts
 from recovery.config import opt
+from recovery.errors import UsageProblem
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from analyses.task_stats import TaskStatistics
 
 COMPONENTS = ("delta", "model_delta", "single_step", "recovery", "residual")
 """The per-T quantities of :func:`decompose` that get bootstrap intervals."""
@@ -92,7 +95,7 @@ class _EngineResult:
 
 def _engine(
     traj: pd.DataFrame,
-    flags: pd.DataFrame,
+    fold_stats: list[TaskStatistics],
     runs: Sequence[str],
     ts: Sequence[int | None],
     options: DecomposeOptions,
@@ -100,6 +103,10 @@ def _engine(
 ) -> _EngineResult:
     """Empirical and model S(T) per run (and, with ``combos``, per cross combination) on the
     point estimate and ``options.n_boot`` task bootstrap resamples (row 0 = point estimate).
+
+    ``fold_stats``: the statistics of each fold of samples (one with ``strata_folds`` 1); the
+    hazards' counts come from them (:func:`analyses.task_stats_measures.hazard_counts`), the
+    per-task success counts from ``traj``.
 
     ``options.progress(done, n_boot)`` is called with 0 first and then after each chunk of
     replicates, ``done`` counting the bootstrap resamples whose model is computed.
@@ -128,16 +135,14 @@ def _engine(
     else:
         fold_of_row = np.zeros(len(traj), dtype=np.int64)
 
-    flags = flags[is_in(flags["traj_id"], traj["traj_id"])]
-    table = turn_table(traj, flags)
-    ends = table.length - 2
+    # The clocks run to the longest trajectory here (its last counted turn), as no limit.
+    ends = int(max(end_turns(traj, None)[0].max(initial=0), 1))
+    length = ends + 2
     t_eval = [ends if t is None else t for t in ts]
     t_max = max([*t_eval, 1])
-    length = max(table.length, 2)
-    unit_of_row = fold_of_row * n_tasks + task_of_row
-    counts = event_counts(
-        table, run_of_row * folds * n_tasks + unit_of_row, n_runs * folds * n_tasks, length
-    ).reshape(n_runs, folds, n_tasks, N_COUNTS, length)
+    budget = ts[0] if options.mode == "budgeted" else None
+    counts = np.stack([_run_task_counts(stats, runs, task_ids, length, budget)
+                       for stats in fold_stats], axis=1)   # (n_runs, folds, n_tasks, 10, L)
 
     n_t = len(ts)
     by_t = np.zeros((n_runs, n_tasks, n_t))
@@ -233,6 +238,42 @@ def _engine(
     return _EngineResult(empirical=empirical, model=model, n_tasks=n_tasks)
 
 
+def _run_task_counts(stats: TaskStatistics, runs: Sequence[str], task_ids: np.ndarray,
+                     length: int, budget: int | None) -> np.ndarray:
+    """The hazard counts of each (run, task) of ``runs`` x ``task_ids`` (other pairs left
+    out): ``(n_runs, n_tasks, 10, length)``."""
+    import pandas as pd
+
+    from analyses.task_stats_measures import hazard_counts
+
+    run_of = pd.Index(list(runs)).get_indexer(stats.runs.astype(str))[stats.pair_run]
+    task_of = pd.Index(task_ids).get_indexer(stats.tasks)[stats.pair_task]
+    n_tasks = len(task_ids)
+    group = np.where((run_of >= 0) & (task_of >= 0), run_of * n_tasks + task_of, -1)
+    counts = hazard_counts(stats, group, len(runs) * n_tasks, length, budget)
+    return counts.reshape(len(runs), n_tasks, N_COUNTS, length)
+
+
+def fold_statistics(traj: pd.DataFrame, source: pd.DataFrame | TaskStatistics,
+                    options: FitOptions) -> list[TaskStatistics]:
+    """The statistics of each fold of samples (``sample % strata_folds``; one fold = all):
+    ``source`` itself, or those of ``traj`` with the turn flags ``source``.
+
+    Raises:
+        UsageProblem: for cross-fitted strata from statistics (they are not kept by sample).
+    """
+    from analyses.task_stats_frames import as_statistics, statistics_of_frames
+
+    folds = max(int(options.strata_folds), 1)
+    if folds == 1:
+        return [as_statistics(traj, source, options.mode)]
+    if not isinstance(source, type(traj)):
+        raise UsageProblem("cross-fitted strata (strata_folds > 1) need the turn flags: "
+                           "per-task statistics do not keep the samples apart")
+    fold = traj["sample"].astype("Int64").fillna(0).to_numpy(dtype=np.int64) % folds
+    return [statistics_of_frames(traj[fold == f], source, options.mode) for f in range(folds)]
+
+
 def check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -279,7 +320,7 @@ def gain_components(
 
 def decompose(
     traj: pd.DataFrame,
-    flags: pd.DataFrame,
+    source: pd.DataFrame | TaskStatistics,
     baseline: str,
     candidate: str,
     ts: Sequence[int | None],
@@ -289,6 +330,10 @@ def decompose(
     limit), split into single-step quality and recovery, over the tasks both runs have (in
     budgeted mode, at that budget): paired, so ``delta`` at T is the budget curve's and the
     difference surface's K = 1 value.
+
+    ``source``: the per-task statistics of the trajectories of ``traj``
+    (:func:`analyses.task_stats.task_statistics`, in ``options.mode``, with the same step
+    caps), or their turn flags (``traj_id, t, is_error``), from which they are computed.
 
     Returns:
         One row per T (``n_tasks``: the shared tasks): ``t, n_tasks, empirical_baseline,
@@ -314,10 +359,11 @@ def decompose(
               for group_ts, group_traj in mode_groups(traj, ts, mode)]
     n_boot = max(int(options.n_boot), 0)
     total = len(groups) * n_boot
+    fold_stats = fold_statistics(traj, source, options)
     frames = []
     for g, (group_ts, group_traj) in enumerate(groups):
         step = None if progress is None else _group_progress(progress, g * n_boot, total)
-        res = _engine(group_traj, flags, runs, group_ts,
+        res = _engine(group_traj, fold_stats, runs, group_ts,
                       replace(options, n_boot=n_boot, progress=step), True)
         frames.append(_decomposition_rows(res, group_ts, options.ci))
     if progress is not None:
@@ -386,13 +432,14 @@ def _decomposition_rows(res: _EngineResult, ts: Sequence[int | None], ci: float)
 
 def model_fit(
     traj: pd.DataFrame,
-    flags: pd.DataFrame,
+    source: pd.DataFrame | TaskStatistics,
     run: str,
     ts: Sequence[int | None],
     options: FitOptions = FitOptions(),
 ) -> pd.DataFrame:
     """A run's model ``S(T)`` beside its empirical ``S(T)`` (how well the model fits), as a
-    frame ``t, empirical, model``; strata come from the run's own trajectories."""
+    frame ``t, empirical, model``; strata come from the run's own trajectories. ``source`` as
+    :func:`decompose` takes it."""
     mode, strata_by = options.mode, options.strata_by
     import pandas as pd
 
@@ -402,8 +449,10 @@ def model_fit(
     if run not in set(traj["run"].unique()):
         raise ValueError(f"run {run!r} not found")
     rows = []
+    fold_stats = fold_statistics(traj, source, options)
     for group_ts, group_traj in mode_groups(traj, ts, mode):
-        res = _engine(group_traj, flags, [run], group_ts, _without_bootstrap(options), False)
+        res = _engine(group_traj, fold_stats, [run], group_ts, _without_bootstrap(options),
+                      False)
         for j, t in enumerate(group_ts):
             rows.append({"t": t, "empirical": res.empirical[0, 0, j], "model": res.model[0, 0, 0, j]})
     out = pd.DataFrame(rows, columns=["t", "empirical", "model"])

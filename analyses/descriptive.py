@@ -11,22 +11,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyses.decompose import check_mode
-from analyses.frames import is_in, success_turns
+from analyses.frames import is_in
 from analyses.hazards import (
     FIRST_INDEX,
     HAZARD_CLOCKS,
     HAZARD_NAMES,
-    fit_hazards,
+    Hazards,
+    hazards_from_counts,
 )
 from analyses.strata import task_strata
-from analyses.tgrid import normalise_ts
+from analyses.task_stats_sql import CODE
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from analyses.task_stats import TaskStatistics
+
 def descriptive(
     traj: pd.DataFrame,
-    flags: pd.DataFrame,
+    flags: pd.DataFrame | TaskStatistics,
     ts: Sequence[int | None],
     *,
     mode: str = "truncation",
@@ -41,83 +44,29 @@ def descriptive(
 
     Every task counts once, as in Pass@(K,T): a trajectory weighs ``1 / n_i``, ``n_i`` the
     trajectories of its task in the selection, so ``success`` is Pass@(1,T) whatever the
-    samples per task, and the identity above holds with the same weights.
+    samples per task, and the identity above holds with the same weights. Computed from the
+    per-task statistics (:func:`analyses.task_stats_measures.descriptive_from_statistics`).
+
+    Args:
+        traj: Trajectories frame.
+        flags: Their turn flags, or their per-task statistics (in ``mode``).
+        ts: The Ts (``None`` = no limit, truncation mode only).
+        mode: ``"truncation"`` or ``"budgeted"``.
 
     Returns:
         Frame ``run, t, n, e, c, r, success`` (``success`` = S(T), ``n`` = trajectories).
     """
-    import pandas as pd
+    from analyses.task_stats_frames import as_statistics
+    from analyses.task_stats_measures import descriptive_from_statistics
 
     check_mode(mode)
-    ts = normalise_ts(ts, mode)
-    first_error = _first_error_turn(traj, flags)
-    success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    sturn = success_turns(traj)
-    budget = traj["budget"].astype("Float64").fillna(-1).to_numpy(dtype=np.float64)
-    runs = traj["run"].to_numpy()
-    task_code, _ = pd.factorize(traj["task_id"].astype(str))
-    rows = []
-    for run in sorted(pd.unique(runs), key=str):
-        in_run = runs == run
-        for t in ts:
-            sel = in_run & (budget == t) if mode == "budgeted" else in_run
-            limit = np.inf if t is None else t
-            err = np.isfinite(first_error[sel]) & (first_error[sel] <= limit)
-            ok = success[sel] & (sturn[sel] <= limit)
-            width = task_code.max(initial=-1) + 1
-            codes = task_code[sel]
-            sums = (np.bincount(codes, minlength=width).astype(float),
-                    *(np.bincount(codes, weights=w.astype(float), minlength=width)
-                      for w in (err, ok, err & ok)))
-            rows.append({"run": run, "t": t, **ecr_from_task_sums(*sums)})
-    out = pd.DataFrame(rows, columns=["run", "t", "n", "e", "c", "r", "success"])
-    out["t"] = pd.array(out["t"].tolist(), dtype="Int64")
-    return out
-
-
-def ecr_from_task_sums(n: np.ndarray, err: np.ndarray, ok: np.ndarray, err_ok: np.ndarray
-                       ) -> dict[str, float | int]:
-    """``n, e, c, r`` and success of one run and T from per-task sums: samples, samples with
-    an error by T, successes by T, successes by T after an error. Every task weighs once (a
-    trajectory ``1 / n_i``); tasks with no sample are left out."""
-    present = n > 0
-    n, err, ok, err_ok = (v[present] for v in (n, err, ok, err_ok))
-    total, w_err = float(present.sum()), float((err / n).sum())
-    nan = float("nan")
-    return {
-        "n": int(n.sum()),
-        "e": w_err / total if total else nan,
-        "c": float(((ok - err_ok) / n).sum()) / (total - w_err) if (n > err).any() else nan,
-        "r": float((err_ok / n).sum()) / w_err if err.any() else nan,
-        "success": float((ok / n).sum()) / total if total else nan,
-    }
-
-
-def _first_error_turn(traj: pd.DataFrame, flags: pd.DataFrame) -> np.ndarray:
-    """First turn of the first error spell per trajectory row (the one rule of which marks
-    belong to a spell: :func:`recovery.marking.spells.in_spell`); inf when none."""
-    import pandas as pd
-
-    from recovery.marking.spells import in_spell
-
-    first = np.full(len(traj), np.inf)
-    if not len(flags):
-        return first
-    frow = pd.Index(traj["traj_id"]).get_indexer(flags["traj_id"])
-    ft = flags["t"].to_numpy(dtype=np.int64)
-    ferr = flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    keep = (frow >= 0) & ferr
-    frow, ft = frow[keep], ft[keep]
-    success = traj["success"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    counted = in_spell(np.ones(len(ft), dtype=bool), ft, success[frow],
-                       success_turns(traj)[frow], traj["n_turns"].to_numpy()[frow])
-    np.minimum.at(first, frow[counted], ft[counted].astype(np.float64))
-    return first
+    out = descriptive_from_statistics(as_statistics(traj, flags, mode), ts)
+    return out[is_in(out["run"], traj["run"].astype(str))].reset_index(drop=True)
 
 
 def hazard_curves(
     traj: pd.DataFrame,
-    flags: pd.DataFrame,
+    flags: pd.DataFrame | TaskStatistics,
     runs: Sequence[str] | None = None,
     *,
     strata: int = 1,
@@ -128,7 +77,7 @@ def hazard_curves(
 
     Args:
         traj: Trajectories frame.
-        flags: Turn flags frame.
+        flags: Their turn flags, or their per-task statistics.
         runs: Runs to include (default all).
         strata: Strata per run (from the run's own trajectories; 1 = pooled).
         min_at_risk: Bin size.
@@ -140,48 +89,65 @@ def hazard_curves(
     """
     import pandas as pd
 
+    from analyses.task_stats_frames import as_statistics
+
+    stats = as_statistics(traj, flags)
     if runs is None:
         runs = sorted(pd.unique(traj["run"]), key=str)
     rows = []
     for run in runs:
         sub = traj[traj["run"] == run].assign(task_id=lambda d: d["task_id"].astype(str))
-        st = task_strata(sub, strata, flags, by=strata_by)
-        stratum_of_task = dict(zip(st["task_id"], st["stratum"], strict=True))
-        for k in range(strata):
-            part = sub[sub["task_id"].map(stratum_of_task) == k]
-            hz = fit_hazards(part, flags[is_in(flags["traj_id"], part["traj_id"])], min_at_risk)
-            for name in HAZARD_NAMES:
-                risk = hz.at_risk[name]
-                xs = np.nonzero(risk > 0)[0]
-                xs = xs[xs >= FIRST_INDEX[name]]
-                rows.append(
-                    pd.DataFrame(
-                        {
-                            "run": run,
-                            "stratum": k,
-                            "hazard": name,
-                            "clock": HAZARD_CLOCKS[name],
-                            "x": xs,
-                            "value": getattr(hz, name)[xs],
-                            "events": hz.events[name][xs].astype(np.int64),
-                            "at_risk": risk[xs].astype(np.int64),
-                        }
-                    )
-                )
+        st = task_strata(sub, strata, stats, by=strata_by)
+        for k, hz in enumerate(_stratum_hazards(stats, str(run), st, strata, min_at_risk)):
+            rows += [_curve_rows(hz, name).assign(run=run, stratum=k) for name in HAZARD_NAMES]
     columns = ["run", "stratum", "hazard", "clock", "x", "value", "events", "at_risk"]
     if not rows:
         return pd.DataFrame(columns=columns)
     return pd.concat(rows, ignore_index=True)[columns]
 
 
-def spell_stats(traj: pd.DataFrame, spells: pd.DataFrame) -> pd.DataFrame:
-    """Error-spell statistics per run.
+def _stratum_hazards(stats: TaskStatistics, run: str, strata_frame: pd.DataFrame, k: int,
+                     min_at_risk: int) -> list[Hazards]:
+    """The hazards fitted on each of the ``k`` strata of ``run``'s tasks."""
+    import pandas as pd
+
+    from analyses.task_stats_measures import hazard_counts
+
+    stratum = pd.Series(strata_frame["stratum"].to_numpy(), index=strata_frame["task_id"])
+    pairs = stats.run_pairs(run)
+    group = np.full(len(stats.pair_run), -1, dtype=np.int64)
+    group[pairs] = stratum.reindex(stats.tasks[stats.pair_task[pairs]]).fillna(-1).to_numpy(
+        dtype=np.int64)
+    # clock arrays as long as the longest index (+ 2): none is cut, so every rate is the fit's
+    length = int(stats.cell_x.max(initial=0)) + 2
+    counts = hazard_counts(stats, group, k, length)
+    return [hazards_from_counts(counts[j], min_at_risk) for j in range(k)]
+
+
+def _curve_rows(hz: Hazards, name: str) -> pd.DataFrame:
+    """One hazard's values at the clock values with any turn at risk."""
+    import pandas as pd
+
+    risk = hz.at_risk[name]
+    xs = np.nonzero(risk > 0)[0]
+    xs = xs[xs >= FIRST_INDEX[name]]
+    return pd.DataFrame({"hazard": name, "clock": HAZARD_CLOCKS[name], "x": xs,
+                         "value": getattr(hz, name)[xs],
+                         "events": hz.events[name][xs].astype(np.int64),
+                         "at_risk": risk[xs].astype(np.int64)})
+
+
+def spell_stats(traj: pd.DataFrame, flags: pd.DataFrame | TaskStatistics) -> pd.DataFrame:
+    """Error-spell statistics per run, from the per-task statistics (the one definition of
+    a spell, :func:`recovery.marking.spells.in_spell_sql`).
+
+    A spell is recovered when a clean turn follows it (its latency is its length), fatal when
+    the episode failed inside it (censored by the budget or not, as the store's
+    ``error_spells`` has it).
 
     Args:
-        traj: Trajectories frame (gives each run's trajectory count).
-        spells: Error spells with a ``run`` column, from the one definition: the store's
-            ``error_spells`` (:func:`analyses.frames.spells_frame`) or
-            :func:`recovery.marking.spells_of_frames` of frames built by hand.
+        traj: Trajectories frame (gives the runs and each run's trajectory count).
+        flags: Their turn flags, or their per-task statistics.
 
     Returns:
         Frame ``run, n_trajectories, n_spells, n_recovered, n_fatal, recovery_rate,
@@ -189,40 +155,68 @@ def spell_stats(traj: pd.DataFrame, spells: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    sp = spells[is_in(spells["traj_id"], traj["traj_id"])]
-    n_traj = traj.groupby("run", sort=True).size().rename("n_trajectories")
-    g = sp.groupby("run")
-    stats = pd.DataFrame(
-        {
-            "n_spells": g.size(),
-            "n_recovered": g["recovered"].sum(),
-            "n_fatal": g["fatal"].sum(),
-        }
-    )
-    lat = sp[sp["recovered"]].groupby("run")["latency"].mean().rename("mean_latency")
-    out = pd.concat([n_traj, stats, lat], axis=1).reset_index(names="run")
-    for col in ("n_spells", "n_recovered", "n_fatal"):
-        out[col] = out[col].fillna(0).astype(np.int64)
+    from analyses.task_stats_frames import as_statistics
+
+    latency = latency_distribution(traj, as_statistics(traj, flags))
+    fatal = _spell_sums(as_statistics(traj, flags), ("spell_end_failure", "spell_end_budget"))
+    rows = []
+    for run, n_traj in traj.groupby("run", sort=True).size().items():
+        mine = latency[latency["run"] == str(run)]
+        n_recovered = int(mine["n"].sum())
+        n_fatal = int(fatal.get(str(run), 0))
+        rows.append({"run": run, "n_trajectories": int(n_traj),
+                     "n_spells": n_recovered + n_fatal, "n_recovered": n_recovered,
+                     "n_fatal": n_fatal,
+                     "mean_latency": float((mine["latency"] * mine["n"]).sum()) / n_recovered
+                     if n_recovered else np.nan})
+    out = pd.DataFrame(rows, columns=["run", "n_trajectories", "n_spells", "n_recovered",
+                                      "n_fatal", "mean_latency"])
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["recovery_rate"] = np.where(out["n_spells"] > 0, out["n_recovered"] / out["n_spells"], np.nan)
-        out["fatal_rate"] = np.where(out["n_spells"] > 0, out["n_fatal"] / out["n_spells"], np.nan)
+        spells = out["n_spells"].to_numpy(dtype=float)
+        out["recovery_rate"] = np.where(spells > 0, out["n_recovered"] / spells, np.nan)
+        out["fatal_rate"] = np.where(spells > 0, out["n_fatal"] / spells, np.nan)
     return out[
         ["run", "n_trajectories", "n_spells", "n_recovered", "n_fatal", "recovery_rate",
          "fatal_rate", "mean_latency"]
     ]
 
 
-def latency_distribution(spells: pd.DataFrame) -> pd.DataFrame:
-    """Recovery latency distribution per run (recovered spells only).
+def _spell_sums(stats: TaskStatistics, names: tuple[str, ...]) -> dict[str, int]:
+    """Per run, the counts of the statistics ``names`` summed over pairs and indices."""
+    mask = np.isin(stats.cell_stat, [CODE[name] for name in names])
+    run_of = stats.pair_run[stats.cell_pair[mask]]
+    sums = np.bincount(run_of, weights=stats.cell_n[mask], minlength=len(stats.runs))
+    return {str(run): int(n) for run, n in zip(stats.runs, sums, strict=True)}
+
+
+def latency_distribution(traj: pd.DataFrame, flags: pd.DataFrame | TaskStatistics
+                         ) -> pd.DataFrame:
+    """Recovery latency distribution per run (recovered spells only), from the per-task
+    statistics: a recovered spell's latency is its length.
 
     Args:
-        spells: Error spells with a ``run`` column (see :func:`spell_stats`).
+        traj: Trajectories frame (its runs count).
+        flags: Their turn flags, or their per-task statistics.
 
     Returns:
         Frame ``run, latency, n, share`` (share of the run's recovered spells).
     """
-    rec = spells[spells["recovered"]].astype({"latency": np.int64})
-    out = rec.groupby(["run", "latency"]).size().rename("n").reset_index()
+    import pandas as pd
+
+    from analyses.task_stats_frames import as_statistics
+
+    stats = as_statistics(traj, flags)
+    n = np.where(stats.cells("spells"), stats.cell_n, 0)
+    for name in ("spell_end_failure", "spell_end_budget"):
+        n = n - np.where(stats.cells(name), stats.cell_n, 0)
+    # cells of one (pair, budget, index) key are adjacent per statistic: sum by run and length
+    spell_cells = np.isin(stats.cell_stat, [CODE[name] for name in (
+        "spells", "spell_end_failure", "spell_end_budget")])
+    frame = pd.DataFrame({"run": stats.runs[stats.pair_run[stats.cell_pair]].astype(str),
+                          "latency": stats.cell_x, "n": n})[spell_cells]
+    out = frame.groupby(["run", "latency"], sort=True)["n"].sum().reset_index()
+    out = out[(out["n"] > 0) & is_in(out["run"], traj["run"].astype(str))]
+    out = out.astype({"latency": np.int64, "n": np.int64}).reset_index(drop=True)
     out["share"] = out["n"] / out.groupby("run")["n"].transform("sum")
     return out
 

@@ -25,7 +25,8 @@ TRAJECTORY_FRAME_COLUMNS = (
 )
 
 __all__ = [
-    "LEFT_OUT_END_REASONS", "TRAJECTORY_FRAME_COLUMNS", "data_quality", "group_expression",
+    "LEFT_OUT_END_REASONS", "TRAJECTORY_FRAME_COLUMNS", "data_quality", "error_kinds_frame",
+    "group_expression",
     "group_values", "is_in", "left_out_counts", "spells_frame", "success_turns",
     "trajectories_frame", "turn_flags_frame", "unknown_outcomes",
 ]
@@ -117,6 +118,35 @@ def turn_flags_frame(
             "ORDER BY u.traj_id, u.t",
             params,
         ).df()
+
+
+def error_kinds_frame(
+    con: duckdb.DuckDBPyConnection, runs: Sequence[str] | None = None,
+    traj_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The error turns of the trajectories of :func:`trajectories_frame`, counted per run and
+    kind by DuckDB (no turn reaches Python): every marked turn, a null kind as ``unknown``.
+
+    Returns:
+        Frame ``run, kind, n, n_error_turns, n_trajectories``: ``n`` error turns of that
+        kind; the run's error turns and trajectories with any, on each of its rows.
+    """
+    from recovery.scope import traj_scope
+
+    where, params = _run_filter(runs)
+    with traj_scope(con, traj_ids, "tr.traj_id") as scope:
+        return con.execute(
+            "WITH e AS (SELECT tr.run, coalesce(u.error_kind, 'unknown') AS kind, u.traj_id "
+            "FROM turns u JOIN trajectories tr USING (traj_id) "
+            f"WHERE u.is_error AND {counted_sql('tr')} AND {where.replace('run', 'tr.run')} "
+            f"AND {scope}), "
+            "by_run AS (SELECT run, count(*) AS n_error_turns, "
+            "count(DISTINCT traj_id) AS n_trajectories FROM e GROUP BY run) "
+            "SELECT k.run, k.kind, k.n, r.n_error_turns, r.n_trajectories "
+            "FROM (SELECT run, kind, count(*) AS n FROM e GROUP BY run, kind) k "
+            "JOIN by_run r USING (run) ORDER BY k.run, k.kind",
+            params,
+        ).df().astype({"n": "int64", "n_error_turns": "int64", "n_trajectories": "int64"})
 
 
 def success_turns(traj: pd.DataFrame) -> np.ndarray:

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.frames import is_in
-from analyses.hazards import HAZARD_NAMES, event_counts, turn_table
+from analyses.hazards import HAZARD_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from analyses.task_stats import TaskStatistics
 
 # ------------------------------------------------------------------------------------------
 # Strata
@@ -34,7 +35,7 @@ success rate."""
 def task_strata(
     traj: pd.DataFrame,
     k: int = 5,
-    flags: pd.DataFrame | None = None,
+    flags: pd.DataFrame | TaskStatistics | None = None,
     *,
     by: str = "clean_success",
 ) -> pd.DataFrame:
@@ -61,8 +62,9 @@ def task_strata(
         traj: Trajectories of the runs being compared (``traj_id, task_id, success`` and, for
             the default key, ``n_turns, success_turn, budget``).
         k: Number of strata.
-        flags: Turn flags (``traj_id, t, is_error``); missing turns count as clean. Only the
-            default key uses them.
+        flags: Turn flags (``traj_id, t, is_error``; missing turns count as clean), or the
+            per-task statistics of the trajectories (or of more runs: only the runs of
+            ``traj`` count). Only the default key uses them.
         by: ``"clean_success"`` or ``"success"`` (see :data:`STRATA_KEYS`).
 
     Returns:
@@ -87,15 +89,31 @@ def task_strata(
     else:
         if flags is None:
             flags = pd.DataFrame({"traj_id": [], "t": [], "is_error": []})
-        table = turn_table(traj, flags[is_in(flags["traj_id"], traj["traj_id"])])
-        counts = event_counts(table, task_of_row, len(task_ids), max(table.length, 2))
-        hits, trials = key_counts(counts)
+        hits, trials = _clean_success_by_task(traj, flags, task_ids)
     key = hits / np.maximum(trials, 1)
     order = np.lexsort((np.arange(len(task_ids)), key))
     sizes = [len(part) for part in np.array_split(order, k)]
     return pd.DataFrame(
         {"task_id": task_ids[order], "key": key[order], "stratum": np.repeat(np.arange(k), sizes)}
     )
+
+
+def _clean_success_by_task(traj: pd.DataFrame, source: pd.DataFrame | TaskStatistics,
+                           task_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per task of ``task_ids``: successes and clean turns at risk of ``s``, pooled over the
+    runs of ``traj`` (:func:`analyses.task_stats_measures.clean_success_key`)."""
+    import pandas as pd
+
+    from analyses.task_stats_frames import as_statistics
+    from analyses.task_stats_measures import clean_success_key
+
+    stats = as_statistics(traj, source)
+    hits, trials = clean_success_key(stats)
+    task_of = pd.Index(task_ids).get_indexer(stats.tasks)[stats.pair_task]
+    runs = set(traj["run"].astype(str)) if "run" in traj else {""}
+    keep = (task_of >= 0) & np.isin(stats.runs.astype(str)[stats.pair_run], list(runs))
+    return tuple(np.bincount(task_of[keep], weights=v[keep], minlength=len(task_ids))
+                 for v in (hits, trials))  # type: ignore[return-value]
 
 
 MIN_TASKS_PER_STRATUM = 10

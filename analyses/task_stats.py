@@ -18,9 +18,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
     from analyses.modes import Mode
 
-__all__ = ["STATISTICS", "TaskStatistics", "merge", "step_caps", "task_statistics"]
+__all__ = ["STATISTICS", "StatisticsSource", "TaskStatistics", "caps_frame", "merge",
+           "step_caps", "store_statistics", "task_statistics"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,12 +103,20 @@ class TaskStatistics:
         return self.cell_stat == CODE[name]
 
 
+StatisticsSource: TypeAlias = "Callable[[Sequence[str] | None, Mode, pd.DataFrame | None], TaskStatistics]"
+"""Where a report gets its statistics: called with the runs (``None`` = all), the mode and the
+step caps (a frame ``run, task_id, cap`` as :func:`step_caps` returns it, or ``None``), it
+returns the :class:`TaskStatistics` of those trajectories (e.g. :func:`task_statistics` on a
+store, or the same counts made by another engine and merged)."""
+
+
 def task_statistics(
     con: duckdb.DuckDBPyConnection,
     runs: Sequence[str] | None = None,
     mode: Mode = "truncation",
     *,
     caps: pd.DataFrame | Mapping[tuple[str, str], int] | None = None,
+    traj_ids: Sequence[str] | None = None,
 ) -> TaskStatistics:
     """The statistics of a store's counted trajectories (crashes and unknown outcomes left
     out), from one grouped query over ``trajectories`` and one over ``turns``.
@@ -121,6 +130,8 @@ def task_statistics(
             (:func:`step_caps`): a failure of at least its task's cap of turns ends by the
             budget (censored), as :func:`recovery.caps.capped_frame` has it. ``None``: the
             end reasons as stored.
+        traj_ids: Only these trajectories count (``None`` = all of the runs'), filtered in
+            the SQL (e.g. those a ``--where`` condition selects).
 
     Raises:
         UsageProblem: for an unknown mode.
@@ -132,15 +143,31 @@ def task_statistics(
         params.extend(_cap_lists(caps))
     params.extend(runs or [])
     by_budget = mode == "budgeted"
+    from recovery.scope import traj_scope
+
     # Arrow, not numpy: the run and task columns stay Arrow strings, coded here without a
     # Python object per cell.
-    parts = [con.sql(sql(runs, caps is not None, by_budget), params=params).to_arrow_table()
-             for sql in (trajectories_sql, turns_sql)]
+    with traj_scope(con, traj_ids) as scope:
+        parts = [con.sql(sql(runs, caps is not None, by_budget, scope), params=params)
+                 .to_arrow_table() for sql in (trajectories_sql, turns_sql)]
     runs_found, run_code = _coded([part["run"] for part in parts])
     tasks_found, task_code = _coded([part["task_id"] for part in parts])
     return _assemble(mode, runs_found, tasks_found, (run_code, task_code, *(
         np.concatenate([_ints(part[name].to_numpy()) for part in parts])
         for name in ("budget", "stat", "x", "n"))))
+
+
+def store_statistics(
+    con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str] | None = None
+) -> StatisticsSource:
+    """The :data:`StatisticsSource` of a store: :func:`task_statistics` on ``con``, only
+    ``traj_ids`` (``None`` = all) counting."""
+
+    def source(runs: Sequence[str] | None, mode: Mode, caps: pd.DataFrame | None
+               ) -> TaskStatistics:
+        return task_statistics(con, runs, mode, caps=caps, traj_ids=traj_ids)
+
+    return source
 
 
 def merge(a: TaskStatistics, b: TaskStatistics) -> TaskStatistics:
@@ -175,17 +202,23 @@ def step_caps(
     Returns:
         Frame ``run, task_id, cap`` (tasks without a cap left out).
     """
-    import pandas as pd
-
     from analyses.frames import trajectories_frame
     from recovery.caps import capped_frame
 
     traj = trajectories_frame(con, runs)
     traj = traj.assign(task_id=traj["task_id"].astype(str))
-    capped = capped_frame(traj, max_turns)
-    has = ~np.isnan(capped.cap)
-    out = pd.DataFrame({"run": traj["run"].to_numpy()[has], "task_id": traj["task_id"]
-                        .to_numpy()[has], "cap": capped.cap[has].astype(np.int64)})
+    return caps_frame(traj, capped_frame(traj, max_turns).cap)
+
+
+def caps_frame(traj: pd.DataFrame, cap: np.ndarray) -> pd.DataFrame:
+    """The caps of :func:`step_caps` from a trajectories frame and each row's cap (NaN = none,
+    as :attr:`recovery.caps.CappedFrame.cap` gives it): frame ``run, task_id, cap``."""
+    import pandas as pd
+
+    has = ~np.isnan(cap)
+    out = pd.DataFrame({"run": traj["run"].to_numpy()[has],
+                        "task_id": traj["task_id"].astype(str).to_numpy()[has],
+                        "cap": cap[has].astype(np.int64)})
     return out.drop_duplicates(["run", "task_id"]).reset_index(drop=True)
 
 

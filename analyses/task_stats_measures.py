@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyses.descriptive import ecr_from_task_sums
 from analyses.hazards import N_COUNTS
 from analyses.task_counts import TaskCounts
 from analyses.tgrid import normalise_ts, split_ts
@@ -235,6 +234,24 @@ def descriptive_from_statistics(stats: TaskStatistics, ts: Sequence[int | None]
     out = pd.DataFrame(rows, columns=["run", "t", "n", "e", "c", "r", "success"])
     out["t"] = pd.array(out["t"].tolist(), dtype="Int64")
     return out
+
+
+def ecr_from_task_sums(n: np.ndarray, err: np.ndarray, ok: np.ndarray, err_ok: np.ndarray
+                       ) -> dict[str, float | int]:
+    """``n, e, c, r`` and success of one run and T from per-task sums: samples, samples with
+    an error by T, successes by T, successes by T after an error. Every task weighs once (a
+    trajectory ``1 / n_i``); tasks with no sample are left out."""
+    present = n > 0
+    n, err, ok, err_ok = (v[present] for v in (n, err, ok, err_ok))
+    total, w_err = float(present.sum()), float((err / n).sum())
+    nan = float("nan")
+    return {
+        "n": int(n.sum()),
+        "e": w_err / total if total else nan,
+        "c": float(((ok - err_ok) / n).sum()) / (total - w_err) if (n > err).any() else nan,
+        "r": float((err_ok / n).sum()) / w_err if err.any() else nan,
+        "success": float((ok / n).sum()) / total if total else nan,
+    }
 
 
 def _by_t(stats: TaskStatistics, group: np.ndarray, n_pairs: int, t: int | None

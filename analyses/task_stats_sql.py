@@ -53,7 +53,8 @@ NO_BUDGET = -1
 of unknown budget in budgeted mode."""
 
 
-def _trajectories_cte(runs: Sequence[str] | None, with_caps: bool, by_budget: bool) -> str:
+def _trajectories_cte(runs: Sequence[str] | None, with_caps: bool, by_budget: bool,
+                      scope: str) -> str:
     """One row per counted trajectory: its keys, last counted turn ``last_t`` and ``kind``.
 
     With caps, a failure of at least its task's cap of turns ends by the budget, as
@@ -74,16 +75,19 @@ def _trajectories_cte(runs: Sequence[str] | None, with_caps: bool, by_budget: bo
                     WHEN end_reason = 'budget'{capped} THEN {BUDGET}
                     ELSE {FAILURE} END AS kind
         FROM trajectories {join}
-        WHERE {counted_sql()} AND {run_filter}"""
+        WHERE {counted_sql()} AND {run_filter} AND {scope}"""
 
 
-def trajectories_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool) -> str:
+def trajectories_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool,
+                     scope: str = "TRUE") -> str:
     """The query over ``trajectories``: ``ended`` and ``won`` by turn.
 
-    Parameters, in order: the three cap lists (with caps), then the runs.
+    Parameters, in order: the three cap lists (with caps), then the runs. ``scope``: a
+    condition on ``traj_id`` that keeps some trajectories
+    (:func:`recovery.scope.traj_scope`).
     """
     return f"""
-        WITH tr AS ({_trajectories_cte(runs, with_caps, by_budget)})
+        WITH tr AS ({_trajectories_cte(runs, with_caps, by_budget, scope)})
         SELECT run, task_id, budget, stat, x, count(*) AS n
         FROM (SELECT run, task_id, budget,
                      unnest([{CODE['ended']}, {CODE['won']}]) AS stat,
@@ -93,7 +97,8 @@ def trajectories_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: boo
         GROUP BY run, task_id, budget, stat, x"""
 
 
-def turns_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool) -> str:
+def turns_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool,
+              scope: str = "TRUE") -> str:
     """The query over ``turns``: the error and hazard statistics.
 
     Spells are islands of consecutive counted error turns: ``t - row_number()`` is constant
@@ -103,7 +108,7 @@ def turns_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool) -> s
     clean_end = f"{CODE['clean_end_success']} + tr.kind - {SUCCESS}"
     spell_end = f"{CODE['spell_end_failure']} + tr.kind - {FAILURE}"
     return f"""
-        WITH tr AS ({_trajectories_cte(runs, with_caps, by_budget)}),
+        WITH tr AS ({_trajectories_cte(runs, with_caps, by_budget, scope)}),
         err AS (
             SELECT DISTINCT u.traj_id, u.t FROM turns u JOIN tr ON u.traj_id = tr.traj_id
             WHERE u.is_error AND {counted}),

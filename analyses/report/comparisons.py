@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from analyses.report.options import ReportOptions
     from analyses.report.plan import Plan
     from analyses.report.steps import Steps
+    from analyses.task_stats import TaskStatistics
 
 SHARE_UNCLEAR = ("the model's change is not clearly non-zero (its interval holds 0), so a "
                  "share of it means nothing; read the signed single-step and recovery parts")
@@ -51,11 +52,12 @@ def budget_dependence(
 
 
 def compare_runs(
-    traj: pd.DataFrame, flags: pd.DataFrame, plan: Plan, options: ReportOptions,
+    traj: pd.DataFrame, stats: TaskStatistics, plan: Plan, options: ReportOptions,
     budget_diffs: dict[str, Any], steps: Steps,
 ) -> tuple[list[Comparison], list[str]]:
-    """Each candidate that shares tasks with the baseline, decomposed and compared cell by
-    cell, and the notes on its strata and its few shared tasks."""
+    """Each candidate that shares tasks with the baseline, decomposed (its hazards from the
+    per-task statistics ``stats``) and compared cell by cell, and the notes on its strata and
+    its few shared tasks."""
     from analyses import decompose as dec
     from analyses.budget import budget_shape
     from analyses.report.surface import DifferenceOptions, pass_difference
@@ -75,7 +77,7 @@ def compare_runs(
         frame = steps(
             f"{name} ({n_boot} bootstrap resamples)",
             lambda candidate=candidate, name=name, k=pair_strata, n_boot=n_boot: dec.decompose(
-                traj, flags, baseline, candidate, plan.ts, dec.DecomposeOptions(
+                traj, stats, baseline, candidate, plan.ts, dec.DecomposeOptions(
                     strata=k, mode=plan.mode, min_at_risk=options.min_at_risk,
                     strata_by=options.strata_by, n_boot=n_boot, seed=options.seed,
                     ci=options.ci, progress=steps.counted(name)),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from analyses.budget import MIN_SHARED_TASKS
 from analyses.report import group_cap
-from analyses.report.build import StoreFacts, report_from_frames
+from analyses.report.build import StoreFacts, report_from_statistics
 from analyses.report.options import ReportOptions
 from analyses.report.records import NO_GROUP, Group, GroupedReport, GroupSummaryRow
 from recovery.errors import UsageProblem
@@ -47,8 +47,6 @@ class _Shared:
     con: duckdb.DuckDBPyConnection
     by: str
     runs: Sequence[str] | None
-    flags: pd.DataFrame
-    spells: pd.DataFrame
     options: ReportOptions
     progress: ProgressFn | None
 
@@ -84,21 +82,13 @@ def build_grouped_report(
         UsageProblem: for an unknown field, nothing to analyse, or a baseline that is none of
             the runs.
     """
-    from analyses.frames import (
-        group_values,
-        is_in,
-        spells_frame,
-        trajectories_frame,
-        turn_flags_frame,
-    )
+    from analyses.frames import group_values, is_in, trajectories_frame
 
     by = grouping.by
     options = options or ReportOptions()
     started, cpu_started = time.perf_counter(), time.process_time()
     values = group_values(con, by, runs, traj_ids)
     traj = trajectories_frame(con, runs, traj_ids)
-    flags = turn_flags_frame(con, runs, traj_ids)
-    spells = spells_frame(con, runs, traj_ids)
     if traj.empty:
         raise UsageProblem("no trajectories with a known outcome to analyse")
     run_names = sorted(str(r) for r in traj["run"].unique())
@@ -111,8 +101,7 @@ def build_grouped_report(
     order = sorted(set(values["value"]), key=_group_order)
     sizes = values.loc[is_in(values["traj_id"], traj["traj_id"]), "value"].value_counts()
     reported = group_cap.reported_values(sizes.to_dict(), order, grouping.max_groups)
-    shared = _Shared(con=con, by=by, runs=runs, flags=flags, spells=spells, options=options,
-                     progress=progress)
+    shared = _Shared(con=con, by=by, runs=runs, options=options, progress=progress)
     groups, summary = [], []
     for value in order:
         ids = values.loc[values["value"] == value, "traj_id"]
@@ -187,22 +176,21 @@ def _group_order(value: str) -> tuple[bool, bool, float, str]:
 
 def _group_report(shared: _Shared, value: str, ids: list[str], traj: pd.DataFrame) -> Group:
     """The report of one group's trajectories (``traj``: theirs of known outcome)."""
-    from analyses.frames import data_quality, is_in, unknown_outcomes
+    from analyses.frames import data_quality, error_kinds_frame, unknown_outcomes
+    from analyses.task_stats import store_statistics
 
-    by, con, runs, flags, spells = shared.by, shared.con, shared.runs, shared.flags, shared.spells
+    by, con, runs = shared.by, shared.con, shared.runs
     if traj.empty:
         return Group(key=by, value=value, report=None,
                      problem="no trajectory with a known outcome")
     began, cpu_began = time.perf_counter(), time.process_time()
-    n_unknown = unknown_outcomes(con, runs, ids)
-    quality = data_quality(con, runs, ids)
+    facts = StoreFacts(n_unknown_outcomes=unknown_outcomes(con, runs, ids),
+                       quality=data_quality(con, runs, ids),
+                       kinds=error_kinds_frame(con, runs, ids), runs=runs or None)
     loaded, cpu_loaded = time.perf_counter() - began, time.process_time() - cpu_began
-    facts = StoreFacts(n_unknown_outcomes=n_unknown,
-                       spells=spells[is_in(spells["traj_id"], traj["traj_id"])], quality=quality)
     try:
-        report = report_from_frames(
-            traj, flags[is_in(flags["traj_id"], traj["traj_id"])], shared.options,
-            progress=shared.progress, facts=facts)
+        report = report_from_statistics(traj, store_statistics(con, ids), shared.options,
+                                        progress=shared.progress, facts=facts)
     except UsageProblem as err:  # options that do not fit this group's data
         return Group(key=by, value=value, report=None, problem=str(err))
     report.timings = {"load frames": loaded, **report.timings}

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from analyses.report.options import ReportOptions
     from analyses.report.plan import Plan
     from analyses.report.steps import Steps
+    from analyses.task_stats import TaskStatistics
 
 
 @dataclass
@@ -33,13 +34,14 @@ class Measures:
 
 
 def measure_runs(
-    traj: pd.DataFrame, flags: pd.DataFrame, spells: pd.DataFrame, plan: Plan,
+    traj: pd.DataFrame, stats: TaskStatistics, kinds: pd.DataFrame, plan: Plan,
     options: ReportOptions, steps: Steps,
 ) -> Measures:
     """The Pass@ and pass^ grids, descriptive rates, spells, latency, hazards and error kinds
-    of every run, each a timed step."""
+    of every run, each a timed step: the grids from the trajectories, the rest from their
+    per-task statistics (``stats``) and the error kinds counted in the store (``kinds``:
+    :func:`analyses.frames.error_kinds_frame`)."""
     from analyses import descriptive as desc
-    from analyses.frames import is_in
     from analyses.passkt import GridOptions, pass_at_kt, pass_hat_kt
 
     # the report says itself when a run's budgets are pooled (see plan_report), so the grids
@@ -50,58 +52,13 @@ def measure_runs(
         pass_at=steps("Pass@(K,T) grid", lambda: pass_at_kt(traj, grid)),
         pass_hat=steps("pass^(K,T) grid", lambda: pass_hat_kt(traj, grid)),
         descriptive=steps("descriptive e, c, r",
-                          lambda: _descriptive(desc, traj, flags, plan.ts, plan.mode)),
-        spells=steps("error spells", lambda: desc.spell_stats(traj, spells)),
-        latency=steps("recovery latency", lambda: desc.latency_distribution(
-            spells[is_in(spells["traj_id"], traj["traj_id"])])),
+                          lambda: desc.descriptive(traj, stats, plan.ts, mode=plan.mode)),
+        spells=steps("error spells", lambda: desc.spell_stats(traj, stats)),
+        latency=steps("recovery latency", lambda: desc.latency_distribution(traj, stats)),
         hazards=steps("hazard curves", lambda: desc.hazard_curves(
-            traj, flags, plan.run_names, strata=1, min_at_risk=options.min_at_risk)),
-        kinds=steps("error kinds", lambda: _error_kinds(traj, flags)),
+            traj, stats, plan.run_names, strata=1, min_at_risk=options.min_at_risk)),
+        kinds=kinds,
         sizes=samples_per_task(traj, plan.mode),
-    )
-
-
-def _descriptive(
-    dec: Any, traj: pd.DataFrame, flags: pd.DataFrame, ts: list[int | None], mode: str
-) -> pd.DataFrame:
-    """``decompose.descriptive`` with "no limit" asked as the longest trajectory.
-
-    Truncating at the longest trajectory is the same as no limit; asking for it that way keeps
-    trajectories without any error out of ``e`` (``descriptive(..., [None])`` counts them as
-    erring at an infinite turn, which ``inf <= inf`` lets through).
-    """
-    import pandas as pd
-
-    longest = int(traj["n_turns"].max())
-    asked = [longest if t is None else t for t in ts]
-    frame = dec.descriptive(traj, flags, asked, mode=mode)
-    if None not in ts:
-        return frame
-    # The grid comes back sorted and unique (no limit may equal a finite T): one row per run
-    # and asked T, labelled with the T it stands for.
-    rows = [frame[(frame["run"] == run) & (frame["t"] == at)].assign(t=label)
-            for run in pd.unique(frame["run"]) for label, at in zip(ts, asked, strict=True)]
-    out = pd.concat(rows, ignore_index=True)
-    return out.assign(t=pd.array(out["t"].tolist(), dtype="Int64"))
-
-
-def _error_kinds(traj: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
-    """Error turns and erring trajectories per run and kind."""
-    import pandas as pd
-
-    errors = flags[flags["is_error"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
-    run_of = pd.Series(traj["run"].to_numpy(), index=traj["traj_id"].to_numpy())
-    errors = errors.assign(
-        run=run_of.reindex(errors["traj_id"].to_numpy()).to_numpy(),
-        kind=errors["error_kind"].fillna("unknown").astype(str),
-    )
-    errors = errors[errors["run"].notna()]
-    by_kind = errors.groupby(["run", "kind"]).size().rename("n").reset_index()
-    by_run = errors.groupby("run").agg(n_error_turns=("t", "size"),
-                                       n_trajectories=("traj_id", "nunique"))
-    return by_kind.assign(
-        n_error_turns=by_kind["run"].map(by_run["n_error_turns"]),
-        n_trajectories=by_kind["run"].map(by_run["n_trajectories"]),
     )
 
 

@@ -31,13 +31,15 @@ if TYPE_CHECKING:
     from analyses.report.options import ReportOptions
     from analyses.report.plan import Plan
     from analyses.report.steps import Steps
+    from analyses.task_stats import TaskStatistics
 
 
 def run_reports(
-    traj: pd.DataFrame, flags: pd.DataFrame, plan: Plan, options: ReportOptions,
+    traj: pd.DataFrame, stats: TaskStatistics, plan: Plan, options: ReportOptions,
     measures: Measures, steps: Steps,
 ) -> tuple[dict[str, RunReport], list[str]]:
-    """Each run's numbers, its hazard model fitted, and the notes on its strata."""
+    """Each run's numbers, its hazard model fitted on the per-task statistics ``stats``, and
+    the notes on its strata."""
     from analyses import decompose as dec
 
     runs: dict[str, RunReport] = {}
@@ -50,7 +52,7 @@ def run_reports(
         fit = steps(
             f"model fit {run}",
             lambda run=run, k=run_strata: dec.model_fit(
-                traj, flags, run, plan.ts, dec.FitOptions(
+                traj, stats, run, plan.ts, dec.FitOptions(
                     strata=k, mode=plan.mode, min_at_risk=options.min_at_risk,
                     strata_by=options.strata_by)),
         )

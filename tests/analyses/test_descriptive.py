@@ -17,7 +17,6 @@ from analyses.descriptive import (
     spell_stats,
 )
 from analyses.hazards import HAZARD_NAMES
-from recovery.marking.spells import spells_of_frames
 from tests.analyses.helpers import frames, two_runs
 
 # ------------------------------------------------------------------------------------------
@@ -78,15 +77,14 @@ def test_spell_stats_and_latency_by_hand():
             ("d", "CC", False, None, "B"),
         ]
     )
-    spells = spells_of_frames(traj, flags)
-    stats = spell_stats(traj, spells).set_index("run")
+    stats = spell_stats(traj, flags).set_index("run")
     assert stats.loc["A", "n_spells"] == 3
     assert stats.loc["A", "n_recovered"] == 2
     assert stats.loc["A", "n_fatal"] == 1
     assert stats.loc["A", "fatal_rate"] == pytest.approx(1 / 3)
     assert stats.loc["A", "mean_latency"] == pytest.approx(1.5)
     assert stats.loc["B", "n_spells"] == 0 and np.isnan(stats.loc["B", "fatal_rate"])
-    lat = latency_distribution(spells)
+    lat = latency_distribution(traj, flags)
     assert lat[["latency", "n"]].values.tolist() == [[1, 1], [2, 1]]
     assert lat["share"].tolist() == [0.5, 0.5]
 
@@ -136,5 +134,9 @@ def test_real_tau_bench_airline(tau_airline, con, memory_store):
     fit = model_fit(traj, flags, run, [5, 10, 20, 30, None], FitOptions(strata=1))
     assert fit["empirical"].iloc[-1] == pytest.approx(0.42)
     assert (fit["model"] - fit["empirical"]).abs().max() <= 0.02, fit
-    stats = spell_stats(traj, spells_frame(con)).iloc[0]
+    stats = spell_stats(traj, flags).iloc[0]
     assert stats["n_trajectories"] == 200 and stats["n_spells"] >= 36
+    # the same counts as the store's own error_spells table
+    spells = spells_frame(con)
+    assert (stats["n_spells"], stats["n_recovered"], stats["n_fatal"]) == (
+        len(spells), spells["recovered"].sum(), spells["fatal"].sum())

@@ -220,8 +220,12 @@ def test_model_fit_and_comparison_come_from_the_library(frames, report):
             assert math.isnan(row.lo[name]) and math.isnan(row.hi[name])
         assert row.single_step + row.recovery == pytest.approx(row.model_delta, abs=1e-12)
         assert row.delta == pytest.approx(row.empirical_candidate - row.empirical_baseline)
-    stats = spell_stats(traj, spells_of_frames(traj, flags)).set_index("run")
+    stats = spell_stats(traj, flags).set_index("run")
     assert report.runs["B"].recovery.n_fatal == stats.loc["B", "n_fatal"]
+    spells = spells_of_frames(traj, flags)  # the spells' own definition, as the store has it
+    mine = spells[spells["run"] == "B"]
+    assert (report.runs["B"].recovery.n_spells, report.runs["B"].recovery.n_fatal) == (
+        len(mine), int(mine["fatal"].sum()))
 
 
 def test_budgeted_mode_uses_each_budgets_own_runs():
