@@ -141,8 +141,12 @@ def _engine(
     t_eval = [ends if t is None else t for t in ts]
     t_max = max([*t_eval, 1])
     budget = ts[0] if options.mode == "budgeted" else None
-    counts = np.stack([_run_task_counts(stats, runs, task_ids, length, budget)
-                       for stats in fold_stats], axis=1)   # (n_runs, folds, n_tasks, 10, L)
+    # (folds, n_tasks, n_runs, 10, L), task-major: the bootstrap's weighted sums over the
+    # tasks are then one matrix product with a view of it
+    parts = [_task_run_counts(stats, runs, task_ids, length, budget) for stats in fold_stats]
+    counts = parts[0][None] if len(parts) == 1 else np.stack(parts)
+    del parts
+    flat_counts = counts.reshape(folds * n_tasks, n_runs * N_COUNTS * length)
 
     n_t = len(ts)
     by_t = np.zeros((n_runs, n_tasks, n_t))
@@ -170,7 +174,7 @@ def _engine(
         np.add.at(ok_by, (fold_of_row, task_of_row), success.astype(float))
         np.add.at(all_by, (fold_of_row, task_of_row), 1.0)
     else:  # successes per clean turn, summed over the runs: (folds, n_tasks)
-        ok_by, all_by = (part.sum(axis=0) for part in key_counts(counts))
+        ok_by, all_by = (part.sum(axis=-1) for part in key_counts(counts))
     orders = []
     for f in range(folds):
         if folds > 1:
@@ -206,8 +210,11 @@ def _engine(
         weights = np.zeros((n_chunk, folds, n_tasks, strata))
         for f, order in enumerate(orders):
             weights[:, f, order, :] = strata_weights(copies[reps][:, order], strata)
-        # Counts per rep, run, stratum: (r, n_runs, k, 10, L); integer-valued, so exact.
-        agg = np.einsum("rfik,xficl->rxkcl", weights, counts, optimize=True)
+        # Counts per rep, run, stratum: (r, n_runs, k, 10, L); integer-valued, so exact
+        # whatever the order of the sums.
+        agg = (weights.transpose(0, 3, 1, 2).reshape(n_chunk * strata, folds * n_tasks)
+               @ flat_counts).reshape(n_chunk, strata, n_runs, N_COUNTS, length
+                                      ).transpose(0, 2, 1, 3, 4)
         rates = rates_from_counts(agg, min_at_risk)                  # (r, n_runs, k, 5, L)
         units = weights.sum(axis=(1, 2))
         stratum_share = units / np.maximum(units.sum(axis=1), 1e-300)[:, None]
@@ -238,20 +245,20 @@ def _engine(
     return _EngineResult(empirical=empirical, model=model, n_tasks=n_tasks)
 
 
-def _run_task_counts(stats: TaskStatistics, runs: Sequence[str], task_ids: np.ndarray,
+def _task_run_counts(stats: TaskStatistics, runs: Sequence[str], task_ids: np.ndarray,
                      length: int, budget: int | None) -> np.ndarray:
-    """The hazard counts of each (run, task) of ``runs`` x ``task_ids`` (other pairs left
-    out): ``(n_runs, n_tasks, 10, length)``."""
+    """The hazard counts of each (task, run) of ``task_ids`` x ``runs`` (other pairs left
+    out): ``(n_tasks, n_runs, 10, length)``."""
     import pandas as pd
 
     from analyses.task_stats_measures import hazard_counts
 
     run_of = pd.Index(list(runs)).get_indexer(stats.runs.astype(str))[stats.pair_run]
     task_of = pd.Index(task_ids).get_indexer(stats.tasks)[stats.pair_task]
-    n_tasks = len(task_ids)
-    group = np.where((run_of >= 0) & (task_of >= 0), run_of * n_tasks + task_of, -1)
-    counts = hazard_counts(stats, group, len(runs) * n_tasks, length, budget)
-    return counts.reshape(len(runs), n_tasks, N_COUNTS, length)
+    n_runs = len(runs)
+    group = np.where((run_of >= 0) & (task_of >= 0), task_of * n_runs + run_of, -1)
+    counts = hazard_counts(stats, group, len(task_ids) * n_runs, length, budget)
+    return counts.reshape(len(task_ids), n_runs, N_COUNTS, length)
 
 
 def fold_statistics(traj: pd.DataFrame, source: pd.DataFrame | TaskStatistics,
