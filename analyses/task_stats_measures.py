@@ -158,6 +158,24 @@ def hazard_counts(
             all).
     """
     group_of_pair = np.asarray(group_of_pair, dtype=np.int64)
+    out = np.zeros((n_groups, N_COUNTS, length))
+    # a block of groups at a time: the dense histograms behind the counts are O(block x the
+    # longest index), so memory stays that of the result, whatever the number of groups
+    for start in range(0, n_groups, _BLOCK):
+        stop = min(start + _BLOCK, n_groups)
+        inside = (group_of_pair >= start) & (group_of_pair < stop)
+        out[start:stop] = _hazard_block(stats, np.where(inside, group_of_pair - start, -1),
+                                        stop - start, length, budget)
+    return out
+
+
+_BLOCK = 2048
+"""Groups whose hazard counts are made at once (:func:`hazard_counts`)."""
+
+
+def _hazard_block(stats: TaskStatistics, group_of_pair: np.ndarray, n_groups: int, length: int,
+                  budget: int | None) -> np.ndarray:
+    """:func:`hazard_counts` of some groups (numbered from 0)."""
     width = max(int(stats.cell_x.max(initial=0)) + 2, length)
     d = {name: _dense(stats, name, group_of_pair, n_groups, width, budget) for name in (
         "clean_turns", "clean_end_success", "clean_end_failure", "clean_end_budget",

@@ -309,3 +309,15 @@ def test_descriptive_numbers_match(request, name, mode):
     assert np.array_equal(mine["n"], theirs["n"])
     for column in ("e", "c", "r", "success"):
         np.testing.assert_allclose(mine[column], theirs[column], rtol=0, atol=1e-12)
+
+
+def test_hazard_counts_in_blocks_of_groups_equal_one_block(sim, monkeypatch):
+    """Groups are counted a block at a time (memory); the blocks' counts are the whole's."""
+    import analyses.task_stats_measures as measures
+
+    stats = task_statistics(sim["whole"].con)
+    group = np.arange(len(stats.pair_run)) % 7 - 1  # six groups and some pairs left out
+    whole = hazard_counts(stats, group, 6, 40)
+    monkeypatch.setattr(measures, "_BLOCK", 4)
+    blocks = hazard_counts(stats, group, 6, 40)
+    assert whole.sum() > 0 and np.array_equal(blocks, whole)
