@@ -1,31 +1,38 @@
 """The structured PRM's decision layer, chosen on the decision metrics themselves.
 
 Every candidate model (a regularisation ``C``, with or without the text scores) is scored on
-repeated inner grouped folds; on its held-out probabilities each decision is measured by
-step accuracy (the step threshold) and first-error accuracy (the first-error threshold: the
-first step whose P(-1) crosses it is the predicted first error). Argmax (P(-1) >= 0.5, with
-no neutral call) is always a candidate, and a threshold other than it is taken only when it
-scores higher on average *and* no lower on any repeat: held-out thresholds are noisy, and an
-eager one costs first-error accuracy most (one false early call ruins a trajectory). A neutral
-call is taken only where it scores higher; the rule's call on a failed episode's last turn
-(hindsight) unless it scores lower.
+repeated inner grouped folds; on its held-out probabilities each decision is measured per
+inner fold by step accuracy (the step threshold) and first-error accuracy (the first-error
+threshold: the first step whose P(-1) crosses it is the predicted first error). Argmax
+(P(-1) >= 0.5, no neutral call, no rule's call) of the model whose argmax scores best is the
+default. Any other decision (another model, a threshold, in hindsight the outcome-aware rule's
+call on a failed episode's last turn, with a ternary head a neutral call) replaces it only
+where it is at least as good on *every* inner fold of every repeat, on each accuracy, and
+better on average: held-out thresholds are noisy, an eager one costs first-error accuracy
+most out of fold (one false early call ruins a trajectory), and the best of many models'
+best thresholds is mostly the luckiest noise. Ties go to argmax, but in hindsight to the
+rule's call on a failed episode's last turn (the outcome-aware floor's own decision).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from prm.evaluation.decisions import ERROR_THRESHOLDS, predict_classes
 from prm.evaluation.metrics import THRESHOLD
+from prm.spec import NEVER_AN_ERROR
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
 ARGMAX = THRESHOLD
-"""The argmax decision's threshold (binary: the likelier class; always a candidate)."""
+"""The argmax decision's threshold (binary: the likelier class; the default)."""
+THRESHOLDS = (0.3, 0.4, ARGMAX, 0.6, 0.7, NEVER_AN_ERROR)
+"""The step and first-error thresholds tried: few, since every one more is one more chance
+for held-out noise to look like a gain (the last: never call an error)."""
+ARGMAX_COLUMN = THRESHOLDS.index(ARGMAX)
 
 
 @dataclass
@@ -64,19 +71,26 @@ class Turns:
         return np.minimum.reduceat(np.where(flags, self.t, np.inf), self.starts)
 
     def accuracies(self, p_error: np.ndarray, p_neutral: np.ndarray | None, call: bool,
-                   thresholds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-        """Step and first-error accuracy of each threshold (rows in the caller's order)."""
+                   thresholds: Sequence[float], fold: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Step and first-error accuracy of each threshold on each inner fold (``fold``: the
+        fold of each row; rows in the caller's order): two arrays, folds x thresholds."""
         import numpy as np
 
         p_error = p_error[self.order]
-        p_neutral = None if p_neutral is None else p_neutral[self.order]
-        always = self.always if call else None
-        step, first = np.zeros(len(thresholds)), np.zeros(len(thresholds))
-        for i, threshold in enumerate(thresholds):
-            pred = predict_classes(p_error, p_neutral, threshold, always)
-            step[i] = (pred == self.true).mean()
-            first[i] = (self.first(pred < 0) == self.true_first).mean()
-        return step, first
+        p_neutral = np.zeros_like(p_error) if p_neutral is None else p_neutral[self.order]
+        fold = np.unique(fold[self.order], return_inverse=True)[1]
+        rows = np.eye(fold.max() + 1)[fold]
+        trajectories = rows[self.starts]  # a task's rows, so a trajectory's, share a fold
+        called = p_error[None, :] >= np.asarray(thresholds, float)[:, None]
+        if call and self.always is not None:
+            called |= self.always[None, :]
+        rest = np.where(p_neutral > 1.0 - p_error - p_neutral, 0.0, 1.0)
+        right = np.where(called, -1.0, rest[None, :]) == self.true[None, :]
+        first = np.minimum.reduceat(np.where(called, self.t[None, :], np.inf), self.starts,
+                                    axis=1) == self.true_first[None, :]
+        step = (right @ rows) / rows.sum(axis=0)
+        return step.T, ((first @ trajectories) / trajectories.sum(axis=0)).T
 
 
 @dataclass
@@ -90,40 +104,36 @@ class Decision:
     call_neutral: bool
 
 
-def _robust_best(scores: np.ndarray, thresholds: Sequence[float]) -> int:
-    """Index of the threshold to take from ``scores`` (repeats x thresholds): argmax's unless
-    another is higher on average and no lower on any repeat (then the best such)."""
+Tables = dict[tuple[bool, bool], tuple["np.ndarray", "np.ndarray"]]
+"""Per (neutral call, rule's call): step and first-error accuracy, inner folds x thresholds."""
+
+
+def _tables(turns: Turns, held: Sequence[np.ndarray], folds: Sequence[np.ndarray],
+            ternary: bool, calls: Sequence[bool]) -> Tables:
+    """One candidate model's accuracies for every decision, on every inner fold of every
+    repeat (``held``: its held-out probabilities per repeat; ``folds``: each row's fold)."""
     import numpy as np
 
-    base = list(thresholds).index(ARGMAX)
-    means = scores.mean(axis=0)
-    ok = (means > means[base] + 1e-12) & (scores >= scores[:, [base]] - 1e-12).all(axis=0)
-    if not ok.any():
-        return base
-    return int(np.flatnonzero(ok)[np.argmax(means[ok])])
-
-
-def decide(turns: Turns, held: Sequence[np.ndarray], ternary: bool, calls: Sequence[bool],
-           thresholds: Sequence[float] = ERROR_THRESHOLDS) -> Decision:
-    """The best decision on one candidate model's held-out probabilities (one array per
-    repeat of the inner folds: binary P(+1), ternary P(-1), P(0), P(+1))."""
-    import numpy as np
-
-    thresholds = sorted({*thresholds, ARGMAX})
-    best: Decision | None = None
-    # ties go to no neutral call and to the rule's call (the floors' own decisions): a neutral
-    # call is taken only where it scores higher, the rule's call unless it scores lower
+    out: Tables = {}
     for neutral in ((False, True) if ternary else (False,)):
-        for call in sorted(calls, reverse=True):
-            per = [turns.accuracies(*_errors(h, ternary, neutral), call, thresholds)
-                   for h in held]
-            step = np.array([s for s, _ in per])
-            first = np.array([f for _, f in per])
-            i, j = _robust_best(step, thresholds), _robust_best(first, thresholds)
-            value = (step[:, i].mean() + first[:, j].mean()) / 2.0
-            if best is None or value > best.value + 1e-12:
-                best = Decision(value, thresholds[i], thresholds[j], call, neutral)
-    assert best is not None
+        for call in sorted(set(calls) | {False}):
+            per = [turns.accuracies(*_errors(h, ternary, neutral), call, THRESHOLDS, f)
+                   for h, f in zip(held, folds, strict=True)]
+            out[(neutral, call)] = (np.vstack([a for a, _ in per]),
+                                    np.vstack([b for _, b in per]))
+    return out
+
+
+def _best_column(scores: np.ndarray, floor: np.ndarray) -> int | None:
+    """The column of ``scores`` (inner folds x :data:`THRESHOLDS`) no lower than ``floor``
+    on any inner fold and best on average (ties: argmax, then the higher threshold, fewer
+    calls); None when none is."""
+    ok = (scores >= floor[:, None] - 1e-12).all(axis=0)
+    means = scores.mean(axis=0)
+    best: int | None = None
+    for i in (ARGMAX_COLUMN, *range(len(THRESHOLDS) - 1, -1, -1)):
+        if ok[i] and (best is None or means[i] > means[best] + 1e-12):
+            best = i
     return best
 
 
@@ -135,14 +145,40 @@ def _errors(held: np.ndarray, ternary: bool, neutral: bool
     return held[:, 0], (held[:, 1] if neutral else None)
 
 
+def _argmax_value(tables: Tables) -> float:
+    step, first = tables[(False, False)]
+    return float((step[:, ARGMAX_COLUMN].mean() + first[:, ARGMAX_COLUMN].mean()) / 2.0)
+
+
 def choose(turns: Turns, candidates: dict[tuple[bool, float], list[np.ndarray]],
-           ternary: bool, calls: Sequence[bool]) -> tuple[tuple[bool, float], Decision]:
-    """The candidate model (``(use_text, C)``) whose best decision scores highest on the
-    inner folds (the first listed on ties), and that decision."""
-    best: tuple[Any, Decision] | None = None
-    for key, held in candidates.items():
-        decision = decide(turns, held, ternary, calls)
-        if best is None or decision.value > best[1].value + 1e-12:
-            best = (key, decision)
-    assert best is not None
+           folds: Sequence[np.ndarray], ternary: bool, calls: Sequence[bool]
+           ) -> tuple[tuple[bool, float], Decision]:
+    """The candidate model (``(use_text, C)``) and its decision.
+
+    The default is argmax on the model whose argmax scores highest on the inner folds (the
+    first listed on ties). Another model's argmax, or any model's other decision, replaces it
+    only where it is no lower on any inner fold of any repeat, on step and on first-error
+    accuracy each, than both that default and its own model's argmax, and higher on average.
+    ``folds``: each row's inner fold, one array per repeat.
+    """
+    import numpy as np
+
+    tables = {key: _tables(turns, held, folds, ternary, calls)
+              for key, held in candidates.items()}
+    values = {key: _argmax_value(t) for key, t in tables.items()}
+    default = max(values, key=lambda key: values[key])  # the first of the best
+    best = (default, Decision(values[default], ARGMAX, ARGMAX, False, False))
+    floor = [m[:, ARGMAX_COLUMN] for m in tables[default][(False, False)]]
+    for key, table in tables.items():
+        own = [m[:, ARGMAX_COLUMN] for m in table[(False, False)]]
+        for (neutral, call), (step, first) in table.items():
+            i = _best_column(step, np.maximum(floor[0], own[0]))
+            j = _best_column(first, np.maximum(floor[1], own[1]))
+            if i is None or j is None:
+                continue
+            value = float((step[:, i].mean() + first[:, j].mean()) / 2.0)
+            # on a tie the outcome-aware rule's call (the floor's own decision) is kept
+            tie_to_call = call and not best[1].call_failed_last and key == best[0]
+            if value > best[1].value + (-1e-12 if tie_to_call else 1e-12):
+                best = (key, Decision(value, THRESHOLDS[i], THRESHOLDS[j], call, neutral))
     return best

@@ -259,11 +259,12 @@ class StructuredStepModel:
             return fallback
         repeats = [folds, *(self._inner_folds(rows, self.seed + r) or []
                             for r in range(1, self.inner_repeats))]
+        repeats = [split for split in repeats if split]
         candidates: dict[tuple[bool, float], list[np.ndarray]] = {}
         for use in uses:
             Z = np.hstack([X, S]) if use else X
             for C in ((self.C,) if self.C is not None else C_GRID):
-                held = [self._held_out(Z, targets, C, split) for split in repeats if split]
+                held = [self._held_out(Z, targets, C, split) for split in repeats]
                 if all(h is not None for h in held):
                     candidates[(use, C)] = held
         if not candidates:
@@ -271,7 +272,8 @@ class StructuredStepModel:
         calls = (False, True) if self.setting == "hindsight" and "failed_last" in rows else (
             False,)
         (use, C), d = decision_choice.choose(decision_choice.Turns.of(rows, targets),
-                                             candidates, ternary, calls)
+                                             candidates, [_fold_ids(s) for s in repeats],
+                                             ternary, calls)
         return C, use, d.step_threshold, d.first_threshold, d.call_failed_last, d.call_neutral
 
     def _held_out(self, Z: np.ndarray, targets: np.ndarray, C: float,
@@ -464,6 +466,16 @@ class StructuredStepModel:
         model.ratios_ = arrays["ratios"]
         model.text_means_, model.text_scales_ = arrays["text_means"], arrays["text_scales"]
         return model, record
+
+
+def _fold_ids(split: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Each row's fold in one repeat of the inner folds."""
+    import numpy as np
+
+    ids = np.zeros(sum(len(test) for _, test in split), int)
+    for k, (_, test) in enumerate(split):
+        ids[test] = k
+    return ids
 
 
 def _varying(rows: pd.DataFrame, names: list[str]) -> list[str]:

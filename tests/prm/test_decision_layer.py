@@ -26,8 +26,20 @@ def _turns(n_traj: int = 40, length: int = 6, seed: int = 0):
     return rows, targets, Turns.of(rows, targets)
 
 
+def _folds(rows: pd.DataFrame, n: int = 3) -> np.ndarray:
+    """Inner folds by trajectory (as by task: a trajectory's rows share one)."""
+    return rows["traj_id"].str[1:].astype(int).to_numpy() % n
+
+
+def decide(turns, held, folds, ternary, calls):
+    """The decision chosen for one candidate model."""
+    from prm.linear.decision_choice import choose
+
+    return choose(turns, {(False, 1.0): held}, folds, ternary, calls)[1]
+
+
 def test_a_threshold_that_wins_on_one_repeat_only_falls_back_to_argmax():
-    from prm.linear.decision_choice import ARGMAX, decide
+    from prm.linear.decision_choice import ARGMAX
 
     rows, targets, turns = _turns()
     error = targets == 0.0
@@ -35,15 +47,15 @@ def test_a_threshold_that_wins_on_one_repeat_only_falls_back_to_argmax():
     # same threshold also calls many right steps
     first = np.where(error, 0.45, 0.1)
     second = np.where(error, 0.45, np.where(np.arange(len(rows)) % 3 == 0, 0.42, 0.1))
-    decision = decide(turns, [1.0 - first, 1.0 - second], False, (False,))
+    folds = [_folds(rows)] * 2
+    decision = decide(turns, [1.0 - first, 1.0 - second], folds, False, (False,))
     assert decision.step_threshold == ARGMAX and decision.first_threshold == ARGMAX
     # where it wins on every repeat it is taken
-    decision = decide(turns, [1.0 - first, 1.0 - first], False, (False,))
+    decision = decide(turns, [1.0 - first, 1.0 - first], folds, False, (False,))
     assert decision.step_threshold < ARGMAX and decision.first_threshold < ARGMAX
 
 
 def test_step_and_first_error_thresholds_are_chosen_apart():
-    from prm.linear.decision_choice import decide
 
     rows, targets, turns = _turns()
     error = targets == 0.0
@@ -57,7 +69,7 @@ def test_step_and_first_error_thresholds_are_chosen_apart():
         if len(hit):
             after[start + hit[0] + 1:start + 6] = True
     p_error = np.where(after & ~error, 0.6, p_error)
-    decision = decide(turns, [1.0 - p_error] * 2, False, (False,))
+    decision = decide(turns, [1.0 - p_error] * 2, [_folds(rows)] * 2, False, (False,))
     assert decision.step_threshold > 0.6 >= decision.first_threshold, decision
     del t
 
@@ -137,3 +149,72 @@ def test_cv_over_fold_seeds_reports_the_fold_prior_and_argmax(tmp_path):
     text = "\n".join(report.lines())
     assert "fold seeds 0, 1, 2" in text and "fold prior mean" in text
     assert text.count("(argmax ") == 6  # two metrics on each of the three seeds
+
+
+def test_per_fold_accuracies_are_those_of_decision_metrics_on_each_fold():
+    from prm.evaluation.decisions import decision_metrics
+    from prm.linear.decision_choice import Turns
+
+    rows, targets, _ = _turns(n_traj=30, seed=4)
+    rows = rows.sample(frac=1.0, random_state=0).reset_index(drop=True)  # any row order
+    targets = np.where(rows["t"].to_numpy() == 3, 0.0, 1.0) * (rows.index % 5 > 0)
+    turns = Turns.of(rows, targets)
+    p_error = np.random.default_rng(5).uniform(size=len(rows))
+    folds = _folds(rows)
+    step, first = turns.accuracies(p_error, None, False, [0.3, 0.5, 0.8], folds)
+    assert step.shape == first.shape == (3, 3)
+    for k in range(3):
+        part = rows.loc[folds == k].assign(target=targets[folds == k],
+                                           score=1.0 - p_error[folds == k])
+        for j, threshold in enumerate([0.3, 0.5, 0.8]):
+            expected = decision_metrics(part, threshold)
+            assert step[k, j] == pytest.approx(expected["step_acc"])
+            assert first[k, j] == pytest.approx(expected["first_error_acc"])
+
+
+def test_a_threshold_that_loses_on_one_inner_fold_falls_back_to_argmax():
+    from prm.evaluation.decisions import decision_metrics
+    from prm.linear.decision_choice import ARGMAX
+
+    rows, targets, turns = _turns(n_traj=60)
+    error = targets == 0.0
+    folds = _folds(rows)
+    traj = rows["traj_id"].str[1:].astype(int).to_numpy()
+    t = rows["t"].to_numpy()
+    # 0.4 finds the errors (scored 0.45) on every fold; on fold 2 it also calls the first
+    # turn of each trajectory without an error, and the second of two of them (0.42)
+    noisy = (folds == 2) & (traj % 2 == 1) & ((t == 1) | ((t == 2) & np.isin(traj, [5, 11])))
+    p_error = np.where(error, 0.45, np.where(noisy, 0.42, 0.1))
+    frame = rows.assign(target=targets, score=1.0 - p_error)
+    pooled, fold_2 = ({k: decision_metrics(part, x)["step_acc"] for k, x in
+                       (("argmax", ARGMAX), ("0.4", 0.4))} for part in (frame, frame[folds == 2]))
+    assert pooled["0.4"] > pooled["argmax"] and fold_2["0.4"] < fold_2["argmax"]
+    decision = decide(turns, [1.0 - p_error] * 2, [folds] * 2, False, (False,))
+    assert decision.step_threshold == ARGMAX
+    # without the noisy fold it is taken
+    p_error = np.where(error, 0.45, 0.1)
+    decision = decide(turns, [1.0 - p_error] * 2, [folds] * 2, False, (False,))
+    assert decision.step_threshold < ARGMAX and decision.first_threshold < ARGMAX
+
+
+def test_the_model_is_argmax_s_best_unless_another_beats_it_on_every_inner_fold():
+    from prm.linear.decision_choice import ARGMAX, choose
+
+    rows, targets, turns = _turns(n_traj=60)
+    error = targets == 0.0
+    folds = _folds(rows)
+    traj = rows["traj_id"].str[1:].astype(int).to_numpy()
+    # A: argmax finds the errors except on fold 2 (0.35 there, where its right steps score
+    # 0.32: no threshold of A finds them without calling those)
+    a = np.where(error, np.where(folds == 2, 0.35, 0.6), np.where(folds == 2, 0.32, 0.1))
+    # B: argmax finds none; 0.4 finds them all but also calls five right first turns on
+    # fold 0: the best on average of either model's decisions, yet below A's argmax there
+    noisy = (folds == 0) & (traj % 2 == 1) & (rows["t"].to_numpy() == 1) & (traj < 30)
+    b = np.where(error, 0.45, np.where(noisy, 0.42, 0.1))
+    candidates = {(False, 0.1): [1.0 - a] * 2, (False, 1.0): [1.0 - b] * 2}
+    key, decision = choose(turns, candidates, [folds] * 2, False, (False,))
+    assert key == (False, 0.1)
+    assert decision.step_threshold == decision.first_threshold == ARGMAX
+    # without A, B's 0.4 is taken (it beats B's own argmax on every fold)
+    key, decision = choose(turns, {(False, 1.0): [1.0 - b] * 2}, [folds] * 2, False, (False,))
+    assert key == (False, 1.0) and decision.step_threshold < ARGMAX
