@@ -528,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no seed-S/result.json in {args.work}", file=sys.stderr)
             return 1
         print(tables(results, config))
+        from bench.budgetmix_lm.series_table import series_table
+
+        print("\n" + series_table(args.work, [r["seed"] for r in results], config.budgets,
+                                   config.modes, config.n_boot))
         return 0
     started, cpu = time.perf_counter(), time.process_time()
     results = []
