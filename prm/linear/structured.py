@@ -11,15 +11,13 @@ columns, :func:`prm.linear.text_scores.text_counts`) weighted by their Naive Bay
 ratio, "how much more often this word occurs in error turns than in the others", estimated on
 the training turns (:func:`prm.linear.text_scores.nb_ratios`). A training turn's own scores come
 from ratios estimated on the other training tasks (cross-fitting), so the head learns how far
-the text can be trusted on tasks it has not seen. Its regularisation ``C`` and whether the text
-scores are used are chosen by grouped cross-validation over the training tasks (log loss), and
-its error threshold on the same held-out predictions
-(:func:`prm.evaluation.decisions.choose_error_threshold`). In hindsight those predictions also
-decide whether the last turn of a failed episode is called an error whatever its score (the
-outcome-aware rule's call, :data:`prm.evaluation.decisions.ALWAYS_ERROR`): where the outcome
-says more than the model learnt, the decisions fall back on the rule instead of below it. With a
-ternary head they also decide whether any step is called neutral (0) at all. Ties go to the
-floors' own decisions.
+the text can be trusted on tasks it has not seen. Its regularisation ``C``, whether the text
+scores are used, its step and first-error thresholds and (hindsight) whether the last turn of a
+failed episode is called an error whatever its score (the outcome-aware rule's call,
+:data:`prm.evaluation.decisions.ALWAYS_ERROR`) and (ternary) whether any step is called
+neutral are chosen on held-out step and first-error accuracy over repeated grouped folds of
+the training tasks (:mod:`prm.linear.decision_choice`): argmax of the model whose argmax scores
+best, unless another choice is at least as good on every inner fold and better on average.
 
 A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
 names, ``C``, whether the text scores are used, the error threshold, whether a failed
