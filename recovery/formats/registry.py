@@ -94,7 +94,7 @@ def detect_format(path: str | Path) -> str:
         names = ", ".join(r.name for r in folder_readers) or "none"
         raise UnknownFormatError(
             f"{path}: is a directory in no format that reads directories (those are: {names}); "
-            "give the files inside it, or pass --format"
+            f"give the files inside it (e.g. {path}/*.json)"
         )
     if path.suffix == ".gz":
         with open(path, "rb") as raw:

@@ -34,3 +34,15 @@ def test_new_sniffers_refuse_the_older_formats(path: Path) -> None:
     head = b"" if path.is_dir() else head_bytes(path)
     accepted = [name for name in NEW if get_reader(name).sniff(path, head)]
     assert accepted == []
+
+
+def test_a_folder_no_format_reads_names_its_files(tmp_path):
+    """A folder of files (Who&When's layout) is refused with the glob to give instead."""
+    from recovery.formats.base import UnknownFormatError
+    from recovery.formats.registry import detect_format
+
+    (tmp_path / "1.json").write_text("{}")
+    with pytest.raises(UnknownFormatError) as info:
+        detect_format(tmp_path)
+    assert f"{tmp_path}/*.json" in str(info.value)
+    assert "--format" not in str(info.value)
