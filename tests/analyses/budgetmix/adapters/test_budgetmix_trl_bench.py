@@ -29,3 +29,19 @@ def test_the_quick_bench_trains_evaluates_and_analyses_every_mode(tmp_path):
             assert set(result["pass_at_1"][mode]) == {"3", "6", "12"}
             assert (tmp_path / f"seed-{result['seed']}" / f"{mode.replace(':', '-')}.jsonl").exists()
         assert sum(result["adaptive_schedule"].values()) == pytest.approx(1.0)
+
+
+def test_resume_keeps_only_modes_with_rollouts_policy_and_record(tmp_path):
+    """A mode counts as finished only when its rollouts, saved policy and record all exist."""
+    import json
+
+    from bench.budgetmix_trl import finished_mode
+
+    record = {"wall_s": 5.0, "cpu_s": 4.0, "p_fast": {"3": 0.5}, "train_log": [{"loss": 1.0}]}
+    (tmp_path / "mode-budgetmix-prm.json").write_text(json.dumps(record))
+    assert finished_mode(tmp_path, "budgetmix+prm") is None  # no rollouts, no policy
+    (tmp_path / "budgetmix+prm.jsonl").write_text("")
+    assert finished_mode(tmp_path, "budgetmix+prm") is None  # no saved policy
+    (tmp_path / "policies" / "budgetmix-prm").mkdir(parents=True)
+    assert finished_mode(tmp_path, "budgetmix+prm") == (5.0, 4.0, {"3": 0.5}, [{"loss": 1.0}])
+    assert finished_mode(tmp_path, "fixed:3") is None
