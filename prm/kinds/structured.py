@@ -31,6 +31,8 @@ class StructuredKind(PRMKind):
         super().__init__(config, **kwargs)
         self.model: Any = None
         self.record: dict[str, Any] = {}
+        # the fit's store features and text counts, reused to score those trajectories
+        self._computed: tuple[pd.DataFrame, Any] | None = None
 
     @property
     def setting(self) -> str | None:
@@ -68,11 +70,17 @@ class StructuredKind(PRMKind):
         config, started = self.config, time.perf_counter()
         fit_examples = data.fitted("train", "validation")
         table, names = self._features(data)
-        rows = turn_rows(fit_examples).merge(table.drop(columns="task_id"),
-                                             on=["traj_id", "t"], validate="one_to_one")
+        counts = self._counts(data, table)
+        rows = turn_rows(fit_examples).merge(
+            table.drop(columns="task_id").assign(_row=range(len(table))),
+            on=["traj_id", "t"], validate="one_to_one")
+        at = rows.pop("_row").to_numpy()
         self.model = StructuredStepModel(setting=config.setting, head=config.head,
                                          seed=config.seed, embeddings=config.embeddings
-                                         ).fit(rows, rows["target"].to_numpy(), names)
+                                         ).fit(rows, rows["target"].to_numpy(), names,
+                                               counts=None if counts is None else counts[at])
+        if data.features is None and not config.embeddings:
+            self._computed = (table, counts)
         self.record = {"labels": config.labels, "label_base": config.label_base}
         self.split = data.split
         self.result = self._new_result(data, n_train=len(fit_examples))
@@ -114,6 +122,19 @@ class StructuredKind(PRMKind):
                 [*notes, *([] if leak is None else [leak])])
         return data.shared[key]
 
+    def _counts(self, data: FitData, table: pd.DataFrame) -> Any:
+        """The text counts of every row of ``table`` (once for the folds of one
+        cross-validation; they read no label), or None where no text is read."""
+        from prm.data.features import TEXT_COLUMNS
+        from prm.linear.text_scores import text_counts
+
+        if data.features is not None or not all(c in table for c in TEXT_COLUMNS):
+            return None  # a caller's table: the fit counts the rows it reads
+        key = f"structured-counts:{self.config.setting}:{self.config.embeddings}"
+        if key not in data.shared:
+            data.shared[key] = text_counts(table)
+        return data.shared[key]
+
     def predict_steps(self, examples: Sequence[StepExample], *, con: Any = None,
                       batch_tokens: int = 16384, progress: bool = False) -> pd.DataFrame:
         from prm.linear.structured_rows import score_structured
@@ -122,8 +143,26 @@ class StructuredKind(PRMKind):
             raise UsageProblem(f"{self.model_dir or 'this model'} is a structured PRM: it reads "
                                "the store (rule marks, sibling samples); pass the examples' "
                                "store")
-        scores = score_structured(con, self.model, [e.traj_id for e in examples])
+        ids = [e.traj_id for e in examples]
+        scores = self._scores_computed(con, ids)
+        if scores is None:
+            scores = score_structured(con, self.model, ids)
         return scores.reset_index(drop=True)
+
+    def _scores_computed(self, con: Any, ids: list[str]) -> pd.DataFrame | None:
+        """The scores of ``ids`` from the features the fit computed, where those read every
+        sibling the store holds of them (so they equal the store's features of them); else
+        None."""
+        from prm.linear.structured_rows import with_siblings
+
+        if self._computed is None:
+            return None
+        table, counts = self._computed
+        if not set(with_siblings(con, ids)) <= set(table["traj_id"].astype(str)):
+            return None
+        at = table["traj_id"].astype(str).isin(set(map(str, ids))).to_numpy().nonzero()[0]
+        return self.model.score_steps(table.iloc[at].reset_index(drop=True),
+                                      counts=None if counts is None else counts[at])
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)

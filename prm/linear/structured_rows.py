@@ -69,6 +69,16 @@ def feature_rows(con: duckdb.DuckDBPyConnection, setting: str,
     return table, features.names, features.notes
 
 
+def with_siblings(con: duckdb.DuckDBPyConnection, traj_ids: Sequence[str]) -> list[str]:
+    """``traj_ids`` and every sibling sample of theirs in the store (same run and task): the
+    trajectories whose features a trajectory's features read."""
+    wanted = set(map(str, traj_ids))
+    meta = con.execute("SELECT traj_id, run, task_id::VARCHAR FROM trajectories").df()
+    meta.columns = ["traj_id", "run", "task_id"]
+    groups = meta.loc[meta["traj_id"].isin(wanted), ["run", "task_id"]].drop_duplicates()
+    return meta.merge(groups, on=["run", "task_id"])["traj_id"].tolist()
+
+
 def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
                      traj_ids: Sequence[str] | None = None) -> pd.DataFrame:
     """Scores of the store's turns (``traj_id, t, score`` and ``p_neutral``).
@@ -79,11 +89,7 @@ def score_structured(con: duckdb.DuckDBPyConnection, model: StructuredStepModel,
     """
     if traj_ids is not None:
         wanted = set(map(str, traj_ids))
-        meta = con.execute("SELECT traj_id, run, task_id::VARCHAR FROM trajectories").df()
-        meta.columns = ["traj_id", "run", "task_id"]
-        groups = meta.loc[meta["traj_id"].isin(wanted), ["run", "task_id"]].drop_duplicates()
-        widened = meta.merge(groups, on=["run", "task_id"])["traj_id"].tolist()
-        table, _, _ = feature_rows(con, model.setting, widened)
+        table, _, _ = feature_rows(con, model.setting, with_siblings(con, wanted))
         table = table.loc[table["traj_id"].isin(wanted)].reset_index(drop=True)
     else:
         table, _, _ = feature_rows(con, model.setting, None)
