@@ -103,7 +103,8 @@ class TaskStatistics:
         return self.cell_stat == CODE[name]
 
 
-StatisticsSource: TypeAlias = "Callable[[Sequence[str] | None, Mode, pd.DataFrame | None], TaskStatistics]"
+StatisticsSource: TypeAlias = (
+    "Callable[[Sequence[str] | None, Mode, pd.DataFrame | None], TaskStatistics]")
 """Where a report gets its statistics: called with the runs (``None`` = all), the mode and the
 step caps (a frame ``run, task_id, cap`` as :func:`step_caps` returns it, or ``None``), it
 returns the :class:`TaskStatistics` of those trajectories (e.g. :func:`task_statistics` on a
