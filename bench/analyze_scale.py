@@ -117,9 +117,9 @@ def write_store(root: Path, n_turns: int, tasks: int) -> dict[str, int]:
     work = root / "_tmp" / "bench"
     work.mkdir(parents=True)
     con = duckdb.connect(config={"memory_limit": "3GB", "temp_directory": str(work / "spill"),
-                                 "preserve_insertion_order": False,
-                                 "enable_progress_bar": False})
+                                 "preserve_insertion_order": False})
     try:
+        con.execute("SET enable_progress_bar = false")
         _episodes(con, tasks, most)
         con.execute("CREATE TABLE sha AS SELECT run, sha256(run) AS sha256 FROM "
                     "(SELECT DISTINCT run FROM ep)")
