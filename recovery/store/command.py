@@ -241,7 +241,6 @@ def ingest_command(
             cannot be told apart by their folders.
         InputProblem: when the store cannot be opened.
     """
-    from recovery.quality import run_quality, summary_lines
     from recovery.store.opening import open_store
 
     options = config.ingest_options()
@@ -250,15 +249,25 @@ def ingest_command(
     try:
         results, names = ingest_named(store, list(config.files), options, on_result=on_result,
                                       on_names=on_names, progress=progress)
-        (n_trajectories, n_turns) = store.con.execute(
-            "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories").fetchone()
-        outcome = IngestOutcome(results, int(n_trajectories), int(n_turns), run_names=names)
-        # The runs this command stored (or found already stored), not the whole store: the
-        # check costs what the input costs.
-        touched = store.runs_of(results)
-        outcome.quality_lines = summary_lines(run_quality(store.con, touched)) if touched else []
-        outcome.removed = bool(created and not n_trajectories and outcome.n_failed
-                               and store.remove_if_unused())
+        return ingest_outcome(store, results, names, created)
     finally:
         store.close()
+
+
+def ingest_outcome(store: Store, results: list[IngestResult], names: dict | None,
+                   created: bool) -> IngestOutcome:
+    """The outcome of an ingest into ``store`` (either engine): the store's totals, the
+    data checks of the runs it touched, and the removal of a store this command ``created``
+    and could store nothing in."""
+    from recovery.quality import run_quality, summary_lines
+
+    (n_trajectories, n_turns) = store.con.execute(
+        "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories").fetchone()
+    outcome = IngestOutcome(results, int(n_trajectories), int(n_turns), run_names=names)
+    # The runs this command stored (or found already stored), not the whole store: the
+    # check costs what the input costs.
+    touched = store.runs_of(results)
+    outcome.quality_lines = summary_lines(run_quality(store.con, touched)) if touched else []
+    outcome.removed = bool(created and not n_trajectories and outcome.n_failed
+                           and store.remove_if_unused())
     return outcome

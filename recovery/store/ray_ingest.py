@@ -324,8 +324,7 @@ def ray_ingest_command(
             ``workers`` below 1, or options that do not hold.
         RayTaskFailed: see :func:`ray_ingest`.
     """
-    from recovery.quality import run_quality, summary_lines
-    from recovery.store.command import IngestOutcome, run_names_for
+    from recovery.store.command import ingest_outcome, run_names_for
     from recovery.store.opening import open_store
     from recovery.store.ray_cluster import check_folder_store, check_workers, import_ray
 
@@ -343,13 +342,6 @@ def ray_ingest_command(
         results = ray_ingest(store, files, options, workers, names=names)
         for result in results if on_result is not None else ():
             on_result(result)
-        (n_trajectories, n_turns) = store.con.execute(
-            "SELECT count(*), coalesce(sum(n_turns), 0) FROM trajectories").fetchone()
-        outcome = IngestOutcome(results, int(n_trajectories), int(n_turns), run_names=names)
-        touched = store.runs_of(results)
-        outcome.quality_lines = summary_lines(run_quality(store.con, touched)) if touched else []
-        outcome.removed = bool(created and not n_trajectories and outcome.n_failed
-                               and store.remove_if_unused())
+        return ingest_outcome(store, results, names, created)
     finally:
         store.close()
-    return outcome
