@@ -104,7 +104,6 @@ def _without_timings(value):
     return value
 
 
-@pytest.mark.slow
 def test_report_json_equals_the_golden_files(tmp_path) -> None:
     if not TAU.exists():
         pytest.skip(f"real data not found at {TAU}")
