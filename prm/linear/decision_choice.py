@@ -7,11 +7,13 @@ threshold: the first step whose P(-1) crosses it is the predicted first error). 
 (P(-1) >= 0.5, no neutral call, no rule's call) of the model whose argmax scores best is the
 default. Any other decision (another model, a threshold, in hindsight the outcome-aware rule's
 call on a failed episode's last turn, with a ternary head a neutral call) replaces it only
-where it is at least as good on *every* inner fold of every repeat, on each accuracy, and
-better on average: held-out thresholds are noisy, an eager one costs first-error accuracy
-most out of fold (one false early call ruins a trajectory), and the best of many models'
-best thresholds is mostly the luckiest noise. Ties go to argmax, but in hindsight to the
-rule's call on a failed episode's last turn (the outcome-aware floor's own decision).
+where it is at least as good on *every* inner fold of every repeat, on each accuracy, gains
+at least one trajectory's worth on every one of them, and is better on average: held-out
+thresholds are noisy, an eager one costs first-error accuracy most out of fold (one false
+early call ruins a trajectory), the best of many models' best thresholds is mostly the
+luckiest noise, and on a small set a gain of less than one trajectory per inner fold is as
+likely noise as not. Ties go to argmax; between two others, in hindsight to the rule's call
+on a failed episode's last turn (the outcome-aware floor's own decision).
 """
 
 from __future__ import annotations
@@ -124,17 +126,25 @@ def _tables(turns: Turns, held: Sequence[np.ndarray], folds: Sequence[np.ndarray
     return out
 
 
-def _best_column(scores: np.ndarray, floor: np.ndarray) -> int | None:
-    """The column of ``scores`` (inner folds x :data:`THRESHOLDS`) no lower than ``floor``
-    on any inner fold and best on average (ties: argmax, then the higher threshold, fewer
-    calls); None when none is."""
-    ok = (scores >= floor[:, None] - 1e-12).all(axis=0)
-    means = scores.mean(axis=0)
-    best: int | None = None
-    for i in (ARGMAX_COLUMN, *range(len(THRESHOLDS) - 1, -1, -1)):
-        if ok[i] and (best is None or means[i] > means[best] + 1e-12):
-            best = i
-    return best
+def _allowed(scores: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Which columns of ``scores`` (inner folds x :data:`THRESHOLDS`) are no lower than
+    ``floor`` on any inner fold."""
+    return (scores >= floor[:, None] - 1e-12).all(axis=0)
+
+
+def _unit(turns: Turns, folds: Sequence[np.ndarray]) -> np.ndarray:
+    """One trajectory's worth of accuracy on each inner fold of every repeat: 1 / the fold's
+    trajectories (rows of ``folds`` in the caller's order, as :meth:`Turns.accuracies`)."""
+    import numpy as np
+
+    per = [1.0 / np.bincount(np.unique(f[turns.order], return_inverse=True)[1][turns.starts])
+           for f in folds]
+    return np.concatenate(per)
+
+
+ORDER = (ARGMAX_COLUMN, *range(len(THRESHOLDS) - 1, -1, -1))
+"""The order columns are tried in: ties go to argmax, then the higher threshold (fewer
+calls)."""
 
 
 def _errors(held: np.ndarray, ternary: bool, neutral: bool
@@ -158,27 +168,51 @@ def choose(turns: Turns, candidates: dict[tuple[bool, float], list[np.ndarray]],
     The default is argmax on the model whose argmax scores highest on the inner folds (the
     first listed on ties). Another model's argmax, or any model's other decision, replaces it
     only where it is no lower on any inner fold of any repeat, on step and on first-error
-    accuracy each, than both that default and its own model's argmax, and higher on average.
+    accuracy each, than both that default and its own model's argmax, gains at least one
+    trajectory's worth over the default on every inner fold (its step and first-error
+    accuracy gains together at least 1 / the fold's trajectories), and is higher on average.
     ``folds``: each row's inner fold, one array per repeat.
     """
-    import numpy as np
-
     tables = {key: _tables(turns, held, folds, ternary, calls)
               for key, held in candidates.items()}
     values = {key: _argmax_value(t) for key, t in tables.items()}
     default = max(values, key=lambda key: values[key])  # the first of the best
     best = (default, Decision(values[default], ARGMAX, ARGMAX, False, False))
     floor = [m[:, ARGMAX_COLUMN] for m in tables[default][(False, False)]]
+    unit = _unit(turns, folds)
     for key, table in tables.items():
         own = [m[:, ARGMAX_COLUMN] for m in table[(False, False)]]
-        for (neutral, call), (step, first) in table.items():
-            i = _best_column(step, np.maximum(floor[0], own[0]))
-            j = _best_column(first, np.maximum(floor[1], own[1]))
-            if i is None or j is None:
-                continue
-            value = float((step[:, i].mean() + first[:, j].mean()) / 2.0)
+        for (neutral, call), accuracies in table.items():
             # on a tie the outcome-aware rule's call (the floor's own decision) is kept
             tie_to_call = call and not best[1].call_failed_last and key == best[0]
-            if value > best[1].value + (-1e-12 if tie_to_call else 1e-12):
+            found = _best_pair(accuracies, floor, own, unit,
+                               best[1].value + (-1e-12 if tie_to_call else 1e-12))
+            if found is not None:
+                i, j, value = found
                 best = (key, Decision(value, THRESHOLDS[i], THRESHOLDS[j], call, neutral))
     return best
+
+
+def _best_pair(accuracies: tuple[np.ndarray, np.ndarray], floor: list[np.ndarray],
+               own: list[np.ndarray], unit: np.ndarray, above: float
+               ) -> tuple[int, int, float] | None:
+    """The step and first-error columns of one decision family (step and first-error
+    accuracy, inner folds x :data:`THRESHOLDS`) that score best on average and above
+    ``above``, each column no lower than ``floor`` (the default's argmax) and ``own`` (its
+    model's argmax) on any inner fold, the pair gaining ``unit`` over ``floor`` on every inner
+    fold (the thin evidence of a small fold: a gain of less than one trajectory there is as
+    likely noise); None when no pair is."""
+    import numpy as np
+
+    step, first = accuracies
+    ok_step = _allowed(step, np.maximum(floor[0], own[0]))
+    ok_first = _allowed(first, np.maximum(floor[1], own[1]))
+    gain = (step - floor[0][:, None])[:, :, None] + (first - floor[1][:, None])[:, None, :]
+    wins = (gain >= unit[:, None, None] - 1e-12).all(axis=0)
+    found = None
+    for i in ORDER:
+        for j in ORDER:
+            value = float((step[:, i].mean() + first[:, j].mean()) / 2.0)
+            if ok_step[i] and ok_first[j] and wins[i, j] and value > above:
+                found, above = (i, j, value), value + 1e-12
+    return found

@@ -17,7 +17,8 @@ failed episode is called an error whatever its score (the outcome-aware rule's c
 :data:`prm.evaluation.decisions.ALWAYS_ERROR`) and (ternary) whether any step is called
 neutral are chosen on held-out step and first-error accuracy over repeated grouped folds of
 the training tasks (:mod:`prm.linear.decision_choice`): argmax of the model whose argmax scores
-best, unless another choice is at least as good on every inner fold and better on average.
+best, unless another choice is at least as good on every inner fold, gains one trajectory's
+worth on each and is better on average.
 
 A model folder holds ``structured.json`` (the setting, the head, the classes, the feature
 names, ``C``, whether the text scores are used, the error threshold, whether a failed

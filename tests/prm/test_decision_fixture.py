@@ -5,9 +5,14 @@ Forty one-sample tasks of six turns; half fail at one random turn. One feature c
 error (shifted by 2 standard deviations on the error turn), eight are noise. A layer that
 chose ``C`` by log loss and then the error threshold maximising held-out step plus
 first-error accuracy picked thresholds of 0.2 to 0.45 on many folds here (early false error
-calls) and shipped decisions below argmax on fold seeds 1 and 2 (first-error accuracy -0.05
-and -0.10). The decision layer now keeps argmax unless another decision is at least as good on
-every inner fold.
+calls) and shipped decisions below argmax out of fold. The size is deliberate: 40 tasks are
+about Who&When Hand-Crafted's 58 trajectories, where each inner fold holds some ten
+trajectories and one trajectory is a tenth of its first-error accuracy, so the inner evidence
+is thin; that is where the layer must not fall below argmax. A larger fixture is not the
+remedy: with 120 tasks a layer that took any decision no lower on every inner fold and higher
+on average was below argmax on 5 of fold seeds 0 to 9 (and on seed 3 with 40), since a gain
+of less than one trajectory per inner fold is mostly noise. The layer now also requires one
+trajectory's worth of gain on every inner fold, and holds on every fold seed tried.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def _out_of_fold(table: pd.DataFrame, targets: np.ndarray, fold_seed: int
     return decision_metrics(pooled, None), argmax_metrics(pooled)
 
 
-@pytest.mark.parametrize("fold_seed", [0, 1, 2])
+@pytest.mark.parametrize("fold_seed", [0, 1, 2, 3, 4])
 def test_the_shipped_decision_is_not_below_argmax_out_of_fold(fold_seed):
     table, targets = _fixture()
     shipped, argmax = _out_of_fold(table, targets, fold_seed)

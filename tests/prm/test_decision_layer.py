@@ -218,3 +218,20 @@ def test_the_model_is_argmax_s_best_unless_another_beats_it_on_every_inner_fold(
     # without A, B's 0.4 is taken (it beats B's own argmax on every fold)
     key, decision = choose(turns, {(False, 1.0): [1.0 - b] * 2}, [folds] * 2, False, (False,))
     assert key == (False, 1.0) and decision.step_threshold < ARGMAX
+
+
+@pytest.mark.parametrize("caught, taken", [((0,), False), ((0, 4, 2), True)])
+def test_a_decision_must_gain_a_trajectory_on_every_inner_fold(caught, taken):
+    """A threshold of 0.4 finds the error of the ``caught`` trajectories only (P(-1) 0.45;
+    trajectories 0, 4 and 2 are in inner folds 0, 1 and 2): where it gains on one inner fold
+    and ties on the others, argmax is kept; where it gains a trajectory on each, it is
+    taken."""
+    from prm.linear.decision_choice import ARGMAX
+
+    rows, targets, turns = _turns()
+    error = targets == 0.0
+    found = error & rows["traj_id"].isin([f"r{i}" for i in caught]).to_numpy()
+    p_error = np.where(found, 0.45, 0.1)
+    decision = decide(turns, [1.0 - p_error] * 2, [_folds(rows)] * 2, False, (False,))
+    assert (decision.first_threshold < ARGMAX) is taken
+    assert (decision.step_threshold < ARGMAX) is taken
