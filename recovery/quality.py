@@ -225,46 +225,8 @@ def _run_quality(
         params,
     ).fetchall():
         samples.setdefault(run, {})[int(n_samples)] = int(n_tasks)
-    turn_stats: dict[str, list[int]] = {}
-    empty_kinds: dict[str, dict[str, int]] = {}
-    repeated_kinds: dict[str, dict[str, int]] = {}
-    for run, kind, *counts in con.execute(
-        f"""
-        WITH narrow AS (
-            -- The window sorts narrow rows: a 64-bit hash stands for the observation (the
-            -- repeat rule of marking compares the same way), so memory does not grow with the
-            -- length of the texts.
-            SELECT tr.run, u.traj_id, u.t, u.is_error,
-                   CASE WHEN u.is_error THEN coalesce(u.error_kind, 'unknown') END AS kind,
-                   u.action IS NULL OR trim(u.action) = '' AS empty_action,
-                   hash(coalesce(u.observation, '')) AS observation_hash
-            FROM turns u JOIN trajectories tr USING (traj_id)
-            WHERE {tr_where}
-        ),
-        u AS (
-            SELECT run, empty_action, is_error, kind,
-                   lag(t) OVER w IS NOT NULL AS has_previous,
-                   coalesce(observation_hash = lag(observation_hash) OVER w, false) AS repeated
-            FROM narrow
-            WINDOW w AS (PARTITION BY traj_id ORDER BY t)
-        )
-        SELECT run, kind,
-               count(*) FILTER (WHERE empty_action),
-               count(*) FILTER (WHERE has_previous),
-               count(*) FILTER (WHERE repeated),
-               count(*) FILTER (WHERE is_error)
-        FROM u GROUP BY run, kind
-        """,
-        params,
-    ).fetchall():
-        totals = turn_stats.setdefault(run, [0, 0, 0, 0])
-        for i, n in enumerate(counts):
-            totals[i] += int(n)
-        if kind is not None:  # the error turns among the empty actions and repeats
-            if counts[0]:
-                empty_kinds.setdefault(run, {})[str(kind)] = int(counts[0])
-            if counts[2]:
-                repeated_kinds.setdefault(run, {})[str(kind)] = int(counts[2])
+    turn_stats, empty_kinds, repeated_kinds = _turn_counts(
+        con, tr_where, params, sum(int(row[2]) for row in heads))
     kinds: dict[str, dict[str, int]] = {}
     for run, kind, n in con.execute(
         f"""
@@ -317,6 +279,36 @@ def _run_quality(
             repeated_observation_kinds=_most_first(repeated_kinds.get(run, {})),
         )
     return out
+
+
+def _turn_counts(
+    con: duckdb.DuckDBPyConnection, tr_where: str, params: list[Any], n_turns: int,
+) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """Per run: ``[empty actions, turns with a previous, repeated observations, error
+    turns]``, then the error kinds of the empty actions and of the repeats (marked turns only).
+
+    Streamed (:mod:`recovery.quality_turns`): memory does not grow with the turns.
+    """
+    from recovery.quality_turns import flat_counts, repeat_counts, shard_count
+
+    stats: dict[str, list[int]] = {}
+    empty_kinds: dict[str, dict[str, int]] = {}
+    for run, kind, empty, errors in flat_counts(con, tr_where, params):
+        totals = stats.setdefault(run, [0, 0, 0, 0])
+        totals[0] += int(empty)
+        totals[3] += int(errors)
+        if kind is not None and empty:  # the error turns among the empty actions
+            empty_kinds.setdefault(run, {})[str(kind)] = int(empty)
+    with_previous, repeats = repeat_counts(con, tr_where, params, shard_count(n_turns))
+    repeated_kinds: dict[str, dict[str, int]] = {}
+    for run in set(with_previous) | set(repeats):
+        totals = stats.setdefault(run, [0, 0, 0, 0])
+        totals[1] += with_previous.get(run, 0)
+        totals[2] += sum(repeats.get(run, {}).values())
+        marked = {str(k): n for k, n in repeats.get(run, {}).items() if k is not None and n}
+        if marked:
+            repeated_kinds[run] = marked
+    return stats, empty_kinds, repeated_kinds
 
 
 def _most_first(counts: dict[str, int]) -> dict[str, int]:

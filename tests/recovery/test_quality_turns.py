@@ -1,0 +1,102 @@
+"""recovery.quality_turns: repeated observations counted without a window over every turn,
+in shards by trajectory, with the same numbers as a count by hand."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from recovery.quality import run_quality
+from recovery.quality_turns import repeat_counts, shard_count
+from recovery.schema import Trajectory, Turn
+
+
+def _trajectories(seed: int = 3) -> list[Trajectory]:
+    """Two runs of random trajectories whose observations often repeat, some turns errors."""
+    rng = random.Random(seed)
+    out = []
+    for run in ("a", "b"):
+        for task in range(12):
+            turns = [Turn(rng.choice(["go", "", "look"]), rng.choice(["x", "y"]),
+                          error=rng.choice([None, None, "tool_error", "repeat"]))
+                     for _ in range(rng.randint(1, 7))]
+            out.append(Trajectory(run=run, task_id=f"t{task}", sample=0, success=False,
+                                  budget=10, turns=turns))
+    return out
+
+
+def _by_hand(trajectories: list[Trajectory]) -> dict[str, tuple[int, int, None]]:
+    """Per run: turns with a previous one, and repeats (the error kinds are the marking's)."""
+    out: dict[str, tuple[int, int, None]] = {}
+    for tr in trajectories:
+        prev, rep, _ = out.get(tr.run, (0, 0, None))
+        for before, turn in zip(tr.turns, tr.turns[1:], strict=False):
+            prev += 1
+            rep += before.observation == turn.observation
+        out[tr.run] = (prev, rep, None)
+    return out
+
+
+@pytest.fixture
+def store(con, memory_store):
+    trajectories = _trajectories()
+    memory_store.ingest_trajectories(trajectories)
+    return con, _by_hand(trajectories)
+
+
+def test_run_quality_repeats_match_a_count_by_hand(store):
+    con, expected = store
+    quality = run_quality(con)
+    for run, (prev, rep, _) in expected.items():
+        q = quality[run]
+        assert (q.n_turns_with_previous, q.n_repeated_observations) == (prev, rep)
+        assert q.repeated_observation_kinds == _window_kinds(con, run)
+
+
+def _window_kinds(con, run: str) -> dict[str, int]:
+    """The repeats' error kinds as a window over the turns counts them (the former query)."""
+    rows = con.execute(
+        """
+        SELECT kind, count(*) AS n FROM (
+            SELECT CASE WHEN u.is_error THEN coalesce(u.error_kind, 'unknown') END AS kind,
+                   u.observation = lag(u.observation) OVER (PARTITION BY traj_id ORDER BY t)
+                       AS repeated
+            FROM turns u JOIN trajectories tr USING (traj_id) WHERE tr.run = ?)
+        WHERE repeated AND kind IS NOT NULL GROUP BY kind ORDER BY n DESC, kind
+        """, [run]).fetchall()
+    assert rows, "the fixture should have marked repeats"
+    return {str(k): int(n) for k, n in rows}
+
+
+@pytest.mark.parametrize("n_shards", [1, 2, 5, 40])
+def test_shards_add_up_to_the_same_counts(store, n_shards):
+    con, expected = store
+    with_previous, repeated = repeat_counts(con, "TRUE", [], n_shards)
+    for run, (prev, rep, _) in expected.items():
+        assert with_previous[run] == prev
+        assert sum(repeated.get(run, {}).values()) == rep
+        assert {k: n for k, n in repeated.get(run, {}).items() if k is not None} == \
+            _window_kinds(con, run)
+
+
+def test_run_quality_sorts_no_window_over_the_turns(store, monkeypatch):
+    """The window over every turn was what made memory grow with the store's turns."""
+    con, _ = store
+    seen: list[str] = []
+    real = type(con).execute
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(con, name)
+
+        def execute(self, sql, *args):
+            seen.append(str(sql))
+            return real(con, sql, *args)
+
+    run_quality(Spy())
+    assert seen and not any(" OVER " in sql.upper() for sql in seen)
+
+
+def test_shard_count_keeps_shards_small():
+    assert shard_count(0) == 1 and shard_count(10, 10) == 1 and shard_count(11, 10) == 2
