@@ -225,19 +225,8 @@ def _run_quality(
         params,
     ).fetchall():
         samples.setdefault(run, {})[int(n_samples)] = int(n_tasks)
-    turn_stats, empty_kinds, repeated_kinds = _turn_counts(
+    turn_stats, kinds, empty_kinds, repeated_kinds = _turn_counts(
         con, tr_where, params, sum(int(row[2]) for row in heads))
-    kinds: dict[str, dict[str, int]] = {}
-    for run, kind, n in con.execute(
-        f"""
-        SELECT tr.run, coalesce(u.error_kind, 'unknown') AS kind, count(*) AS n
-        FROM turns u JOIN trajectories tr USING (traj_id)
-        WHERE u.is_error AND {tr_where}
-        GROUP BY tr.run, kind ORDER BY tr.run, n DESC, kind
-        """,
-        params,
-    ).fetchall():
-        kinds.setdefault(run, {})[str(kind)] = int(n)
 
     out: dict[str, RunQuality] = {}
     for (run, n_traj, n_turns, t_min, t_median, t_mean, t_max, n_unknown, n_unknown_end,
@@ -283,20 +272,25 @@ def _run_quality(
 
 def _turn_counts(
     con: duckdb.DuckDBPyConnection, tr_where: str, params: list[Any], n_turns: int,
-) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], dict[str, dict[str, int]],
+           dict[str, dict[str, int]]]:
     """Per run: ``[empty actions, turns with a previous, repeated observations, error
-    turns]``, then the error kinds of the empty actions and of the repeats (marked turns only).
+    turns]``, then the error kinds of the error turns, of the empty actions and of the
+    repeats (marked turns only; most first).
 
     Streamed (:mod:`recovery.quality_turns`): memory does not grow with the turns.
     """
     from recovery.quality_turns import flat_counts, repeat_counts, shard_count
 
     stats: dict[str, list[int]] = {}
+    error_kinds: dict[str, dict[str, int]] = {}
     empty_kinds: dict[str, dict[str, int]] = {}
     for run, kind, empty, errors in flat_counts(con, tr_where, params):
         totals = stats.setdefault(run, [0, 0, 0, 0])
         totals[0] += int(empty)
         totals[3] += int(errors)
+        if kind is not None and errors:  # a kind is only ever given to an error turn
+            error_kinds.setdefault(run, {})[str(kind)] = int(errors)
         if kind is not None and empty:  # the error turns among the empty actions
             empty_kinds.setdefault(run, {})[str(kind)] = int(empty)
     with_previous, repeats = repeat_counts(con, tr_where, params, shard_count(n_turns))
@@ -308,7 +302,8 @@ def _turn_counts(
         marked = {str(k): n for k, n in repeats.get(run, {}).items() if k is not None and n}
         if marked:
             repeated_kinds[run] = marked
-    return stats, empty_kinds, repeated_kinds
+    return stats, {run: _most_first(k) for run, k in error_kinds.items()}, empty_kinds, \
+        repeated_kinds
 
 
 def _most_first(counts: dict[str, int]) -> dict[str, int]:

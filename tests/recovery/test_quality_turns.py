@@ -94,8 +94,14 @@ def test_run_quality_sorts_no_window_over_the_turns(store, monkeypatch):
             seen.append(str(sql))
             return real(con, sql, *args)
 
+        def sql(self, sql, **kwargs):
+            seen.append(str(sql))
+            return con.sql(sql, **kwargs)
+
     run_quality(Spy())
     assert seen and not any(" OVER " in sql.upper() for sql in seen)
+    # the turns are read twice (sums, then the lists); the error kinds come with the sums
+    assert sum("FROM turns" in sql for sql in seen) == 2
 
 
 def test_shard_count_keeps_shards_small():
