@@ -278,30 +278,25 @@ def _turn_counts(
     turns]``, then the error kinds of the error turns, of the empty actions and of the
     repeats (marked turns only; most first).
 
-    Streamed (:mod:`recovery.quality_turns`): memory does not grow with the turns.
+    One pass over narrow rows, in shards on a large store (:mod:`recovery.quality_turns`).
     """
-    from recovery.quality_turns import flat_counts, repeat_counts, shard_count
+    from recovery.quality_turns import shard_count, turn_counts
 
     stats: dict[str, list[int]] = {}
     error_kinds: dict[str, dict[str, int]] = {}
     empty_kinds: dict[str, dict[str, int]] = {}
-    for run, kind, empty, errors in flat_counts(con, tr_where, params):
-        totals = stats.setdefault(run, [0, 0, 0, 0])
-        totals[0] += int(empty)
-        totals[3] += int(errors)
-        if kind is not None and errors:  # a kind is only ever given to an error turn
-            error_kinds.setdefault(run, {})[str(kind)] = int(errors)
-        if kind is not None and empty:  # the error turns among the empty actions
-            empty_kinds.setdefault(run, {})[str(kind)] = int(empty)
-    with_previous, repeats = repeat_counts(con, tr_where, params, shard_count(n_turns))
     repeated_kinds: dict[str, dict[str, int]] = {}
-    for run in set(with_previous) | set(repeats):
+    for (run, kind), counts in turn_counts(con, tr_where, params, shard_count(n_turns)).items():
         totals = stats.setdefault(run, [0, 0, 0, 0])
-        totals[1] += with_previous.get(run, 0)
-        totals[2] += sum(repeats.get(run, {}).values())
-        marked = {str(k): n for k, n in repeats.get(run, {}).items() if k is not None and n}
-        if marked:
-            repeated_kinds[run] = marked
+        for i, n in enumerate(counts):
+            totals[i] += n
+        if kind is None:
+            continue
+        empty, _, repeated, errors = counts
+        # a kind is only ever given to an error turn: its empty actions and repeats
+        for into, n in ((error_kinds, errors), (empty_kinds, empty), (repeated_kinds, repeated)):
+            if n:
+                into.setdefault(run, {})[kind] = n
     return stats, {run: _most_first(k) for run, k in error_kinds.items()}, empty_kinds, \
         repeated_kinds
 

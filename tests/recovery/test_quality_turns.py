@@ -1,4 +1,4 @@
-"""recovery.quality_turns: repeated observations counted without a window over every turn,
+"""recovery.quality_turns: the turn counts of the data quality from a window over narrow rows,
 in shards by trajectory, with the same numbers as a count by hand."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from recovery.quality import run_quality
-from recovery.quality_turns import repeat_counts, shard_count
+from recovery.quality_turns import shard_count, turn_counts
 from recovery.schema import Trajectory, Turn
 
 
@@ -72,16 +72,19 @@ def _window_kinds(con, run: str) -> dict[str, int]:
 @pytest.mark.parametrize("n_shards", [1, 2, 5, 40])
 def test_shards_add_up_to_the_same_counts(store, n_shards):
     con, expected = store
-    with_previous, repeated = repeat_counts(con, "TRUE", [], n_shards)
+    counts = turn_counts(con, "TRUE", [], n_shards)
+    assert counts == turn_counts(con, "TRUE", [], 1)
     for run, (prev, rep, _) in expected.items():
-        assert with_previous[run] == prev
-        assert sum(repeated.get(run, {}).values()) == rep
-        assert {k: n for k, n in repeated.get(run, {}).items() if k is not None} == \
+        mine = {kind: c for (r, kind), c in counts.items() if r == run}
+        assert sum(c[1] for c in mine.values()) == prev
+        assert sum(c[2] for c in mine.values()) == rep
+        assert {k: c[2] for k, c in mine.items() if k is not None and c[2]} == \
             _window_kinds(con, run)
 
 
-def test_run_quality_sorts_no_window_over_the_turns(store, monkeypatch):
-    """The window over every turn was what made memory grow with the store's turns."""
+def test_run_quality_reads_the_turns_once_and_sorts_no_trajectory_ids(store):
+    """A window partitioned by the 32-character trajectory id, and three reads of the turns,
+    were the costliest step of analyze on a large store."""
     con, _ = store
     seen: list[str] = []
     real = type(con).execute
@@ -94,14 +97,9 @@ def test_run_quality_sorts_no_window_over_the_turns(store, monkeypatch):
             seen.append(str(sql))
             return real(con, sql, *args)
 
-        def sql(self, sql, **kwargs):
-            seen.append(str(sql))
-            return con.sql(sql, **kwargs)
-
     run_quality(Spy())
-    assert seen and not any(" OVER " in sql.upper() for sql in seen)
-    # the turns are read twice (sums, then the lists); the error kinds come with the sums
-    assert sum("FROM turns" in sql for sql in seen) == 2
+    assert seen and not any("PARTITION BY TRAJ_ID" in sql.upper() for sql in seen)
+    assert sum("FROM turns" in sql for sql in seen) == 1
 
 
 def test_shard_count_keeps_shards_small():
