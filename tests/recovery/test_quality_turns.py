@@ -104,3 +104,27 @@ def test_run_quality_reads_the_turns_once_and_sorts_no_trajectory_ids(store):
 
 def test_shard_count_keeps_shards_small():
     assert shard_count(0) == 1 and shard_count(10, 10) == 1 and shard_count(11, 10) == 2
+
+
+def test_run_quality_shards_a_large_store_with_the_same_numbers(store, monkeypatch):
+    """Memory follows a shard's turns, not the store's: a store over the shard size is
+    counted in several queries, and the numbers do not move."""
+    import recovery.quality_turns as quality_turns
+
+    con, _ = store
+    whole = run_quality(con)
+    seen: list[str] = []
+    real = type(con).execute
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(con, name)
+
+        def execute(self, sql, *args):
+            seen.append(str(sql))
+            return real(con, sql, *args)
+
+    monkeypatch.setattr(quality_turns, "SHARD_TURNS", 10)
+    assert run_quality(Spy()) == whole
+    assert sum("FROM turns" in sql for sql in seen) == shard_count(
+        sum(q.n_turns for q in whole.values()), 10) > 1
