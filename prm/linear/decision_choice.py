@@ -185,7 +185,9 @@ def choose(turns: Turns, candidates: dict[tuple[bool, float], list[np.ndarray]],
         for (neutral, call), accuracies in table.items():
             # on a tie the outcome-aware rule's call (the floor's own decision) is kept
             tie_to_call = call and not best[1].call_failed_last and key == best[0]
-            found = _best_pair(accuracies, floor, own, unit,
+            # The outcome-aware call is the hindsight floor's own decision, not a noisy
+            # threshold: no lower on every inner fold is enough to take it (no margin).
+            found = _best_pair(accuracies, floor, own, unit * 0.0 if call else unit,
                                best[1].value + (-1e-12 if tie_to_call else 1e-12))
             if found is not None:
                 i, j, value = found

@@ -12,15 +12,16 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from recovery.errors import Problem, UsageProblem
+from recovery.errors import InputProblem, UsageProblem
 
 INSTALL = "pip install 'agent-recovery[ray]'"
 """How to install Ray for the engine (the project's ``ray`` extra)."""
 
 
-class RayTaskFailed(Problem):
+class RayTaskFailed(InputProblem):
     """A Ray task stopped for a reason that is not its input's (a worker died, a node was
-    lost, an unexpected error); nothing of the command's work was committed."""
+    lost, an unexpected error); nothing of the command's work was committed. An input
+    problem: the store or the inputs could not be processed as asked."""
 
 
 def import_ray() -> Any:
