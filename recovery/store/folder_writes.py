@@ -149,7 +149,6 @@ def ingest_into_folder(
     """
     import duckdb
 
-    from recovery.store.errors import IngestError
     from recovery.store.ingest import ingest_into
 
     with writer_lock(root) as manifest:
@@ -161,33 +160,11 @@ def ingest_into_folder(
             result = ingest_into(stage, path, options, seen_in=con)
             if result.status != "ingested":
                 return result
-            clash = stage.execute(
-                """
-                SELECT n.run, n.task_id, n.source_file, n.source_line, o.source_file,
-                       o.source_line
-                FROM trajectories n JOIN store.trajectories o USING (traj_id)
-                ORDER BY n.source_line LIMIT 1
-                """
-            ).fetchall()
-            if clash:
-                run, task, file, line, first_file, first_line = clash[0]
-                raise IngestError(
-                    f"{file}:{line}: trajectory (run={run!r}, task_id={task!r}) with the same "
-                    f"sample is already in the store (from {first_file}:{first_line}); give "
-                    "samples distinct 'sample' values, or give this file a run label of its "
-                    "own (`recovery ingest FILE --run NAME --store S`, then analyse the store);"
-                    " nothing from this file was stored"
-                )
+            check_store_clash(stage)
             try:
                 renames, parts = _write_partitions(stage, work / "new", result.sha256, 0)
             except duckdb.Error as err:
-                if "File name too long" in str(err):
-                    raise IngestError(
-                        f"{path}: a run label is too long for a folder name of the store "
-                        "(at most 255 bytes, once percent-encoded: 251 ASCII letters and "
-                        "digits, fewer otherwise); give the file a shorter one with --run; "
-                        "nothing from this file was stored"
-                    ) from None
+                refuse_long_label(path, err)
                 raise
             manifest = commit(root, renames, manifest.with_file(result.sha256, 0, parts))
             refresh_views(con, root, manifest)
@@ -358,3 +335,44 @@ def _commit_scores(root: Path, work: Path, manifest: Manifest, model: str,
     new.mkdir()
     os.replace(staged, new / "data.parquet")
     return commit(root, [(new, folder)], manifest.with_scores(model, scores_path(model)))
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals both engines share
+
+
+def clash_error(file: str | None, line: int | None, run: str, task: str,
+                first_file: str | None, first_line: int | None) -> str:
+    """The message of a trajectory already stored from another file (either engine)."""
+    return (
+        f"{file}:{line}: trajectory (run={run!r}, task_id={task!r}) with the same sample is "
+        f"already in the store (from {first_file}:{first_line}); give samples distinct "
+        "'sample' values, or give this file a run label of its own (`recovery ingest FILE "
+        "--run NAME --store S`, then analyse the store); nothing from this file was stored"
+    )
+
+
+def refuse_long_label(path: Path, err: Exception) -> None:
+    """Refuse a run label too long for a partition's folder."""
+    from recovery.store.errors import IngestError
+
+    if "File name too long" in str(err):
+        raise IngestError(
+            f"{path}: a run label is too long for a folder name of the store (at most 255 "
+            "bytes, once percent-encoded: 251 ASCII letters and digits, fewer otherwise); give "
+            "the file a shorter one with --run; nothing from this file was stored") from None
+
+
+def check_store_clash(stage: duckdb.DuckDBPyConnection) -> None:
+    """Refuse a staged trajectory already committed in the store (from another file)."""
+    from recovery.store.errors import IngestError
+
+    clash = stage.execute(
+        """
+        SELECT n.source_file, n.source_line, n.run, n.task_id, o.source_file, o.source_line
+        FROM trajectories n JOIN store.trajectories o USING (traj_id)
+        ORDER BY n.source_line LIMIT 1
+        """
+    ).fetchall()
+    if clash:
+        raise IngestError(clash_error(*clash[0]))

@@ -33,7 +33,6 @@ from recovery.store.ingest import IngestOptions, IngestResult
 from recovery.store.manifest import Manifest, Part
 
 if TYPE_CHECKING:
-    import duckdb
 
     from recovery.store.command import IngestConfig, IngestOutcome
     from recovery.store.folder import FolderStore
@@ -121,7 +120,12 @@ def _stage(root: Path, manifest: Manifest, path: Path, options: IngestOptions,
     import duckdb
 
     from recovery.store.folder_views import manifest_views_sql
-    from recovery.store.folder_writes import _stage_connection, _write_partitions
+    from recovery.store.folder_writes import (
+        _stage_connection,
+        _write_partitions,
+        check_store_clash,
+        refuse_long_label,
+    )
     from recovery.store.ingest import ingest_into
 
     work.mkdir(parents=True)
@@ -132,11 +136,11 @@ def _stage(root: Path, manifest: Manifest, path: Path, options: IngestOptions,
         result = ingest_into(stage, path, options, seen_in=seen)
         if result.status != "ingested":
             return StagedFile(result, str(work))
-        _check_store_clash(stage)
+        check_store_clash(stage)
         try:
             renames, parts = _write_partitions(stage, work / "new", result.sha256, 0)
         except duckdb.Error as err:
-            _refuse_long_label(path, err)
+            refuse_long_label(path, err)
             raise
         rows = stage.execute("SELECT traj_id, run, task_id, source_file, source_line "
                              "FROM trajectories ORDER BY source_line, traj_id").fetchall()
@@ -149,43 +153,6 @@ def _stage(root: Path, manifest: Manifest, path: Path, options: IngestOptions,
         stage.close()
 
 
-def clash_error(file: str | None, line: int | None, run: str, task: str,
-                first_file: str | None, first_line: int | None) -> str:
-    """The message of a trajectory already stored from another file (the local engine's)."""
-    return (
-        f"{file}:{line}: trajectory (run={run!r}, task_id={task!r}) with the same sample is "
-        f"already in the store (from {first_file}:{first_line}); give samples distinct "
-        "'sample' values, or give this file a run label of its own (`recovery ingest FILE "
-        "--run NAME --store S`, then analyse the store); nothing from this file was stored"
-    )
-
-
-def _refuse_long_label(path: Path, err: Exception) -> None:
-    """Refuse, as the local engine does, a run label too long for a partition's folder."""
-    from recovery.store.errors import IngestError
-
-    if "File name too long" in str(err):
-        raise IngestError(
-            f"{path}: a run label is too long for a folder name of the store (at most 255 "
-            "bytes, once percent-encoded: 251 ASCII letters and digits, fewer otherwise); give "
-            "the file a shorter one with --run; nothing from this file was stored") from None
-
-
-def _check_store_clash(stage: duckdb.DuckDBPyConnection) -> None:
-    """Refuse a staged trajectory already committed in the store (from another file)."""
-    from recovery.store.errors import IngestError
-
-    clash = stage.execute(
-        """
-        SELECT n.source_file, n.source_line, n.run, n.task_id, o.source_file, o.source_line
-        FROM trajectories n JOIN store.trajectories o USING (traj_id)
-        ORDER BY n.source_line LIMIT 1
-        """
-    ).fetchall()
-    if clash:
-        raise IngestError(clash_error(*clash[0]))
-
-
 # --------------------------------------------------------------------------------------------
 # The driver
 
@@ -194,6 +161,8 @@ def _settle(staged: Sequence[StagedFile]) -> tuple[list[IngestResult], list[Stag
     """Each input's result in order, and the staged files to commit: a file whose sha256 an
     earlier input of the call has is skipped, one holding a trajectory an earlier kept input
     holds fails (as when the local engine ingests them one after the other)."""
+    from recovery.store.folder_writes import clash_error
+
     results: list[IngestResult] = []
     kept: list[StagedFile] = []
     shas: set[str] = set()

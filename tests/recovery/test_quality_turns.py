@@ -86,18 +86,8 @@ def test_run_quality_reads_the_turns_once_and_sorts_no_trajectory_ids(store):
     """A window partitioned by the 32-character trajectory id, and three reads of the turns,
     were the costliest step of analyze on a large store."""
     con, _ = store
-    seen: list[str] = []
-    real = type(con).execute
-
-    class Spy:
-        def __getattr__(self, name):
-            return getattr(con, name)
-
-        def execute(self, sql, *args):
-            seen.append(str(sql))
-            return real(con, sql, *args)
-
-    run_quality(Spy())
+    spy, seen = _spying(con)
+    run_quality(spy)
     assert seen and not any("PARTITION BY TRAJ_ID" in sql.upper() for sql in seen)
     assert sum("FROM turns" in sql for sql in seen) == 1
 
@@ -113,6 +103,15 @@ def test_run_quality_shards_a_large_store_with_the_same_numbers(store, monkeypat
 
     con, _ = store
     whole = run_quality(con)
+    spy, seen = _spying(con)
+    monkeypatch.setattr(quality_turns, "SHARD_TURNS", 10)
+    assert run_quality(spy) == whole
+    assert sum("FROM turns" in sql for sql in seen) == shard_count(
+        sum(q.n_turns for q in whole.values()), 10) > 1
+
+
+def _spying(con):
+    """A stand-in for ``con`` that records the SQL of every ``execute``, and that record."""
     seen: list[str] = []
     real = type(con).execute
 
@@ -124,7 +123,4 @@ def test_run_quality_shards_a_large_store_with_the_same_numbers(store, monkeypat
             seen.append(str(sql))
             return real(con, sql, *args)
 
-    monkeypatch.setattr(quality_turns, "SHARD_TURNS", 10)
-    assert run_quality(Spy()) == whole
-    assert sum("FROM turns" in sql for sql in seen) == shard_count(
-        sum(q.n_turns for q in whole.values()), 10) > 1
+    return Spy(), seen
