@@ -55,7 +55,8 @@ of unknown budget in budgeted mode."""
 
 def _trajectories_cte(runs: Sequence[str] | None, with_caps: bool, by_budget: bool,
                       scope: str) -> str:
-    """One row per counted trajectory: its keys, last counted turn ``last_t`` and ``kind``.
+    """One row per counted trajectory: its keys, a number ``id`` (1, 2, ... in this query),
+    last counted turn ``last_t`` and ``kind``.
 
     With caps, a failure of at least its task's cap of turns ends by the budget, as
     :func:`recovery.caps.capped_frame` moves it; the caps come as three list parameters.
@@ -69,7 +70,8 @@ def _trajectories_cte(runs: Sequence[str] | None, with_caps: bool, by_budget: bo
             if with_caps else "")
     last_t = last_counted_turn_sql("success", "success_turn", "n_turns")
     return f"""
-        SELECT traj_id, run, CAST(task_id AS VARCHAR) AS task_id, {budget}::BIGINT AS budget,
+        SELECT traj_id, row_number() OVER () AS id, run, CAST(task_id AS VARCHAR) AS task_id,
+               {budget}::BIGINT AS budget,
                success, success_turn, n_turns, {last_t}::BIGINT AS last_t,
                CASE WHEN success THEN {SUCCESS}
                     WHEN end_reason = 'budget'{capped} THEN {BUDGET}
@@ -102,25 +104,27 @@ def turns_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool,
     """The query over ``turns``: the error and hazard statistics.
 
     Spells are islands of consecutive counted error turns: ``t - row_number()`` is constant
-    along one, and equals the clean turns before it. Parameters as :func:`trajectories_sql`.
+    along one, and equals the clean turns before it. Past the join with the turns a trajectory
+    is its number ``id``, not its id string: the error turns' rows, sorted for the window and
+    grouped, stay narrow (at 100M turns the id strings took about a GB). Parameters as
+    :func:`trajectories_sql`.
     """
     counted = in_spell_sql("u.t", "tr.success", "tr.success_turn", "tr.n_turns")
     clean_end = f"{CODE['clean_end_success']} + tr.kind - {SUCCESS}"
     spell_end = f"{CODE['spell_end_failure']} + tr.kind - {FAILURE}"
     return f"""
-        WITH tr AS ({_trajectories_cte(runs, with_caps, by_budget, scope)}),
+        WITH tr AS MATERIALIZED ({_trajectories_cte(runs, with_caps, by_budget, scope)}),
         err AS (
-            SELECT DISTINCT u.traj_id, u.t FROM turns u JOIN tr ON u.traj_id = tr.traj_id
+            SELECT DISTINCT tr.id, u.t FROM turns u JOIN tr ON u.traj_id = tr.traj_id
             WHERE u.is_error AND {counted}),
         spells AS (
-            SELECT traj_id, n_before, min(t) AS start_t, max(t) AS end_t, count(*) AS len
-            FROM (SELECT traj_id, t,
-                         t - row_number() OVER (PARTITION BY traj_id ORDER BY t) AS n_before
+            SELECT id, n_before, min(t) AS start_t, max(t) AS end_t, count(*) AS len
+            FROM (SELECT id, t, t - row_number() OVER (PARTITION BY id ORDER BY t) AS n_before
                   FROM err)
-            GROUP BY traj_id, n_before),
+            GROUP BY id, n_before),
         errs AS (
-            SELECT traj_id, sum(len) AS n_err, max(end_t) AS last_err, min(start_t) AS first_err
-            FROM spells GROUP BY traj_id),
+            SELECT id, sum(len) AS n_err, max(end_t) AS last_err, min(start_t) AS first_err
+            FROM spells GROUP BY id),
         cells AS (
             SELECT tr.run, tr.task_id, tr.budget,
                    unnest([{CODE['clean_turns']}, {clean_end}, {CODE['first_error']},
@@ -131,14 +135,14 @@ def turns_sql(runs: Sequence[str] | None, with_caps: bool, by_budget: bool,
                            e.first_err,
                            CASE WHEN tr.kind = {SUCCESS} AND e.n_err > 0
                                 THEN tr.last_t END]) AS x
-            FROM tr LEFT JOIN errs e ON e.traj_id = tr.traj_id
+            FROM tr LEFT JOIN errs e ON e.id = tr.id
             WHERE tr.last_t >= 1
             UNION ALL
             SELECT tr.run, tr.task_id, tr.budget,
                    unnest([{CODE['spells']}, {CODE['spell_starts']}, {spell_end}]) AS stat,
                    unnest([s.len, s.n_before,
                            CASE WHEN s.end_t = tr.last_t THEN s.len END]) AS x
-            FROM spells s JOIN tr ON s.traj_id = tr.traj_id)
+            FROM spells s JOIN tr ON s.id = tr.id)
         SELECT run, task_id, budget, stat, x, count(*) AS n
         FROM cells WHERE x IS NOT NULL
         GROUP BY run, task_id, budget, stat, x"""

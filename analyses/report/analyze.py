@@ -131,6 +131,12 @@ class AnalyzeConfig(CheckedOptions):
     workers: int | None = opt(
         None, "With --engine ray: tasks at once (default: the cluster's CPUs)."
     )
+    memory_limit: str = opt(
+        "2GB",
+        "Memory DuckDB may use for a folder store's queries; past it, they spill to a "
+        "temporary folder (removed after). Raise it if a query runs out. (A DuckDB file "
+        "store keeps DuckDB's own limit, 80% of the memory.)",
+    )
 
 
 def engine_statistics(config: AnalyzeConfig) -> dict[str, StatisticsSource]:
@@ -335,6 +341,7 @@ def analyze(
     from analyses.report.records import write_json
     from recovery.marking import load_rules
     from recovery.store import IngestOptions, open_store
+    from recovery.store.memory_cap import check_limit, memory_capped
 
     if not config.files and config.store is None:
         raise UsageProblem("give input FILES, or --store to analyse a store's runs")
@@ -354,6 +361,7 @@ def analyze(
         ci=config.ci,
         max_turns=_max_turns(config.max_turns),
     )
+    check_limit(config.memory_limit)
     statistics = engine_statistics(config)
     ingest_options = IngestOptions(
         format=config.format, rules=load_rules(config.rules) if config.rules else None,
@@ -394,19 +402,20 @@ def analyze(
             except UsageProblem as err:
                 raise UsageProblem(f"--by: {err}") from None
         try:
-            if config.by:
-                report = build_grouped_report(con, Grouping(config.by, config.max_groups),
-                                              runs or None, options, progress=progress,
-                                              traj_ids=traj_ids)
-                if echo is not None and report.notes:
-                    echo(f"note: {report.notes[0]}")
-            else:
-                report = build_report(con, runs or None, options, progress=progress,
-                                      traj_ids=traj_ids, **statistics)
-                if order:
-                    from analyses.report.series import series_points
+            with memory_capped(con, config.memory_limit):
+                if config.by:
+                    report = build_grouped_report(con, Grouping(config.by, config.max_groups),
+                                                  runs or None, options, progress=progress,
+                                                  traj_ids=traj_ids)
+                    if echo is not None and report.notes:
+                        echo(f"note: {report.notes[0]}")
+                else:
+                    report = build_report(con, runs or None, options, progress=progress,
+                                          traj_ids=traj_ids, **statistics)
+                    if order:
+                        from analyses.report.series import series_points
 
-                    report.series = series_points(report, order, config.series)
+                        report.series = series_points(report, order, config.series)
         except duckdb.Error as err:  # damage that only shows when the data is read
             raise InputProblem(f"store {config.store or ':memory:'} cannot be read: "
                                f"{str(err).splitlines()[0]}") from None
