@@ -209,6 +209,17 @@ def test_usage_errors(sim_runs: list[Path], tmp_path: Path) -> None:
     assert result.exit_code == 2 and "'ten' is not a turn limit" in result.output
     result = run(*sim_runs, "--mode", "budgeted", "--t", "5,none")
     assert result.exit_code == 2 and "no limit" in result.output
+    result = run(*sim_runs, "--memory-limit", "lots")
+    assert result.exit_code == 2 and "--memory-limit: give a size" in result.output
+
+
+def test_a_folder_store_past_its_memory_limit_says_to_raise_it(sim_runs: list[Path],
+                                                               tmp_path: Path) -> None:
+    store = f"{tmp_path / 'store'}/"
+    assert run(*sim_runs, "--store", store, "--n-boot", 0, "--quiet").exit_code == 0
+    result = run("--store", store, "--n-boot", 0, "--quiet", "--memory-limit", "1KB")
+    assert result.exit_code == 2 and "more memory than --memory-limit 1KB" in result.output
+    assert run("--store", store, "--n-boot", 0, "--quiet").exit_code == 0  # store unharmed
 
 
 def test_bad_file_names_file_and_fails(tmp_path: Path) -> None:
