@@ -320,7 +320,7 @@ def checkpoint_callbacks(mode: str, tokenizer: Any, tools: list, rows: list,
     from bench.budgetmix_lm.rollout import rollouts
 
     holder: dict[str, Any] = {}
-    name = mode.replace(":", "-").replace("+", "-")
+    name = mode_slug(mode)
     folder = out / "series" / name
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -363,16 +363,17 @@ def _first_turns(rows: list, budget: int) -> list:
               + BudgetUnitsEnv().reset(**dict(row, max_turns=budget))}] for row in rows]
 
 
-def _slug(mode: str) -> str:
+def mode_slug(mode: str) -> str:
+    """A mode's name in file and folder names (``budgetmix+prm`` -> ``budgetmix-prm``)."""
     return mode.replace(":", "-").replace("+", "-")
 
 
 def finished_mode(out: Path, mode: str) -> tuple[float, float, dict, list] | None:
     """A mode a cut-short run finished (its rollouts, saved policy and ``mode-<mode>.json``
     record are all in ``out``): wall s, CPU s, P(fast | T left), train log; else None."""
-    record = out / f"mode-{_slug(mode)}.json"
+    record = out / f"mode-{mode_slug(mode)}.json"
     rollouts = out / f"{mode.replace(':', '-')}.jsonl"
-    if not (record.is_file() and rollouts.is_file() and (out / "policies" / _slug(mode)).is_dir()):
+    if not (record.is_file() and rollouts.is_file() and (out / "policies" / mode_slug(mode)).is_dir()):
         return None
     kept = json.loads(record.read_text())
     return kept["wall_s"], kept["cpu_s"], kept["p_fast"], kept["train_log"]
@@ -435,7 +436,7 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
         trajectories, _ = rollouts(policy, tokenizer, tools, splits["eval"], config.budgets,
                                    config.eval_samples, mode, seed + 1000)
         # kept so the evaluation can be redone without training again
-        policy.save_pretrained(out / "policies" / _slug(mode))
+        policy.save_pretrained(out / "policies" / mode_slug(mode))
         write_jsonl(trajectories, files[mode])
         p_fast[mode] = mechanism(policy, tokenizer, tools, splits["bank"], config.budgets, seed)
         if mode == f"fixed:{long_}":  # the adaptive plan reads training-side tasks only
@@ -444,7 +445,7 @@ def seed_results(config: BenchConfig, seed: int, work: Path,
             plan_file = out / "plan-rollouts.jsonl"
             write_jsonl(planning, plan_file)
         walls[mode], cpus[mode] = time.perf_counter() - started, cpu_seconds() - cpu
-        (out / f"mode-{_slug(mode)}.json").write_text(json.dumps(
+        (out / f"mode-{mode_slug(mode)}.json").write_text(json.dumps(
             {"wall_s": walls[mode], "cpu_s": cpus[mode], "p_fast": p_fast[mode],
              "train_log": logs[mode]}, default=float) + "\n")
         print(f"  seed {seed}: {mode} trained and evaluated in {walls[mode]:.0f} s "

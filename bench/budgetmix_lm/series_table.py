@@ -27,6 +27,8 @@ def series_table(work: Path, seeds: list[int], budgets: list[int], modes: list[s
     """Per mode and checkpoint step: Pass@(1,T) at each budget and the change at the long
     budget against the first checkpoint (single-step / recovery), means over seeds
     [95% t-interval over seeds]."""
+    from bench.budgetmix_trl import mode_slug
+
     long_ = budgets[-1]
     lines = [f"Training course (checkpoint rollouts; `recovery analyze --series run`), mean over "
              f"seeds [95% t-interval over seeds]; change = Pass@(1,{long_}) minus step 0's.", "",
@@ -34,10 +36,9 @@ def series_table(work: Path, seeds: list[int], budgets: list[int], modes: list[s
              + f" | change at T={long_} | single-step | recovery |",
              "|---" * (len(budgets) + 5) + "|"]
     for mode in modes:
-        name = mode.replace(":", "-").replace("+", "-")
         by_step: dict[int, list[dict[str, Any]]] = {}
         for seed in seeds:
-            folder = work / f"seed-{seed}" / "series" / name
+            folder = work / f"seed-{seed}" / "series" / mode_slug(mode)
             for point in seed_series(folder, budgets, n_boot, seed):
                 by_step.setdefault(int(point["step"]), []).append(point)
         for step in sorted(by_step):

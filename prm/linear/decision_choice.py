@@ -72,6 +72,15 @@ class Turns:
 
         return np.minimum.reduceat(np.where(flags, self.t, np.inf), self.starts)
 
+    def fold_members(self, fold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The inner folds as 0/1 membership: turns x folds and trajectories x folds
+        (``fold``: each row's fold, rows in the caller's order)."""
+        import numpy as np
+
+        fold = np.unique(fold[self.order], return_inverse=True)[1]
+        rows = np.eye(fold.max() + 1)[fold]
+        return rows, rows[self.starts]  # a task's rows, so a trajectory's, share a fold
+
     def accuracies(self, p_error: np.ndarray, p_neutral: np.ndarray | None, call: bool,
                    thresholds: Sequence[float], fold: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -81,9 +90,7 @@ class Turns:
 
         p_error = p_error[self.order]
         p_neutral = np.zeros_like(p_error) if p_neutral is None else p_neutral[self.order]
-        fold = np.unique(fold[self.order], return_inverse=True)[1]
-        rows = np.eye(fold.max() + 1)[fold]
-        trajectories = rows[self.starts]  # a task's rows, so a trajectory's, share a fold
+        rows, trajectories = self.fold_members(fold)
         called = p_error[None, :] >= np.asarray(thresholds, float)[:, None]
         if call and self.always is not None:
             called |= self.always[None, :]
@@ -137,9 +144,7 @@ def _unit(turns: Turns, folds: Sequence[np.ndarray]) -> np.ndarray:
     trajectories (rows of ``folds`` in the caller's order, as :meth:`Turns.accuracies`)."""
     import numpy as np
 
-    per = [1.0 / np.bincount(np.unique(f[turns.order], return_inverse=True)[1][turns.starts])
-           for f in folds]
-    return np.concatenate(per)
+    return np.concatenate([1.0 / turns.fold_members(f)[1].sum(axis=0) for f in folds])
 
 
 ORDER = (ARGMAX_COLUMN, *range(len(THRESHOLDS) - 1, -1, -1))
