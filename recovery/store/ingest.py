@@ -9,7 +9,7 @@ skipped. Plainly valid canonical JSONL is parsed by DuckDB itself
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,9 +144,11 @@ def _json_or_none(value: Any) -> str | None:
 class _BatchWriter:
     """Collects trajectories into columns and appends them to the store as Arrow tables."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, fmt: str, batch_turns: int):
+    def __init__(self, con: duckdb.DuckDBPyConnection, fmt: str, batch_turns: int,
+                 file: str | None = None):
         self.con = con
         self.fmt = fmt
+        self.file = file  # the source_file of a trajectory whose reader named none
         self.batch_turns = batch_turns
         self.sample_counters: dict[tuple[str, str, int | None], int] = {}
         self.traj_ids: list[str] = []
@@ -165,6 +167,10 @@ class _BatchWriter:
             RecordError: naming the trajectory's file and line, for text that is not
                 Unicode, a JSON field JSON cannot hold, or a duplicate trajectory.
         """
+        if traj.source_file is None and self.file is not None:
+            # a reader of one document per file may name no file; the input is the file
+            # (Store.runs_of finds an input's runs by it)
+            traj = replace(traj, source_file=self.file)
         try:
             self._add(traj)
         except RecordError as err:
@@ -274,8 +280,9 @@ def _write_trajectories(
     *,
     fmt: str,
     options: IngestOptions,
+    file: str,
 ) -> tuple[_BatchWriter, list[RecordError]]:
-    writer = _BatchWriter(con, fmt, options.batch_turns)
+    writer = _BatchWriter(con, fmt, options.batch_turns, file)
     skipped: list[RecordError] = []
     for item in items:
         if isinstance(item, RecordError):
@@ -384,8 +391,8 @@ def _ingest_file(
             n_trajectories, n_turns, skipped = stored.n_trajectories, stored.n_turns, []
         else:
             writer, skipped = _write_trajectories(
-                con, read_file(path, fmt, read_options), fmt=fmt, options=options
-            )
+                con, read_file(path, fmt, read_options), fmt=fmt, options=options,
+                file=str(path))
             n_trajectories, n_turns = len(writer.traj_ids), writer.n_turns
             if options.mark and writer.traj_ids:
                 from recovery.store.marks import write_marks
@@ -453,7 +460,8 @@ def store_trajectories(
     transaction of its own."""
 
     def body() -> IngestResult:
-        writer, skipped = _write_trajectories(con, trajectories, fmt="python", options=options)
+        writer, skipped = _write_trajectories(con, trajectories, fmt="python", options=options,
+                                              file=source)
         if options.mark and writer.traj_ids:
             from recovery.store.marks import write_marks
 

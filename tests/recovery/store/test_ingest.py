@@ -408,3 +408,24 @@ def test_docs_results_are_what_the_queries_return(tau_store: Path) -> None:
                             for r in expected], query
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "folder"])
+def test_a_file_whose_reader_names_no_source_file_is_its_trajectories_source(
+        kind: str, tmp_path: Path) -> None:
+    # The Who&When reader (one document per file) names no file; the input is the file, so
+    # the store can say which runs an input holds (`recovery analyze FILES` reads them).
+    source = TAU_AIRLINE.parent.parent / "who-and-when" / "Hand-Crafted" / "1.json"
+    if not source.exists():
+        pytest.skip(f"real data not found at {source} (../shared/data is absent)")
+    given = tmp_path / "Hand-Crafted" / "1.json"  # the run is named by the folder
+    given.parent.mkdir()
+    shutil.copy(source, given)
+    store = open_store(tmp_path / "s.duckdb" if kind == "duckdb" else f"{tmp_path / 's'}/")
+    try:
+        results = [store.ingest_file(given)]
+        assert store.runs_of(results) == ["Hand-Crafted"]
+        assert store.con.execute("SELECT DISTINCT source_file FROM trajectories"
+                                 ).fetchall() == [(str(given),)]
+    finally:
+        store.close()
